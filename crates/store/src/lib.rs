@@ -1,0 +1,58 @@
+//! # onesync-store
+//!
+//! A failure-atomic page store: a single file holding logical files of fixed-size pages,
+//! where a transaction's page writes, file creations, deletions and size changes become
+//! durable together with exactly one flush, or not at all.
+//!
+//! ## How a commit works
+//! Pages are written out of place, to free *slots*; committed pages are never overwritten.
+//! A commit then appends a checksummed *commit record* to the log (its sequence number, each
+//! page it maps with the CRC-32C of that page's content, new logical sizes) and issues one
+//! `fdatasync`. Recovery replays records in order from the last *mapping checkpoint* and
+//! stops at the first record that is missing, torn, out of sequence, or whose pages do not
+//! match their checksums. Checkpoints, taken every `checkpoint_interval` commits, write the
+//! mapping table only; no data page is ever copied. The file is preallocated by writing and
+//! grows in large steps, so a commit's flush journals no filesystem metadata.
+//!
+//! Small changes (SQLite's change counter on page 1, say) are carried in the commit record as
+//! an overlay on the page instead of a new slot (`Options::embed_limit`).
+//!
+//! Commits from several threads take consecutive places in the log from a sequencer, write
+//! their records concurrently and share flushes: whichever committer finds no flush under way
+//! flushes for every record written so far (group commit).
+//!
+//! ## Durability contract
+//! After a crash at any instant, opening the store yields exactly the state after some prefix
+//! of the commits in sequence order, and that prefix contains every commit whose `commit()`
+//! returned `Ok`. Never part of a transaction; never a corrupt store. A commit that returned
+//! an error with a sequence number (`CommitError::seq`) may or may not be in that prefix; one
+//! without did not happen. After a failed write or flush the store refuses further commits
+//! (`Error::Poisoned`), since it can no longer tell what reached the disk; reopening recovers.
+//!
+//! A slot is reused only once the commit that superseded it is covered by a durable checkpoint
+//! (so no record that recovery may replay names it) and no open snapshot can read it.
+//!
+//! ## Concurrency
+//! One process opens a store at a time (an advisory lock enforces it). Within it, any number
+//! of threads may run transactions and snapshots. Transactions see the state they began on
+//! plus their own writes and fail with `Error::Conflict` if another commit changed the same
+//! page, file size or file since (first committer wins). Snapshots and transactions begin on
+//! the latest *sequenced* commit, which may still be waiting for its flush; its committer is
+//! not told it is committed until the flush completes.
+
+mod alloc;
+mod error;
+mod format;
+pub mod io;
+pub mod sim;
+mod state;
+mod store;
+
+pub use error::{CommitError, Error, Result};
+pub use format::{FORMAT_VERSION, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
+pub use store::{FileId, Options, Snapshot, Stats, Store, Transaction};
+
+/// Layout facts for tests and tools that inspect or damage store files deliberately.
+pub mod layout {
+    pub use crate::format::{HEADER_BLOCK, HEADER_LEN, MAGIC, SLOT_BASE};
+}

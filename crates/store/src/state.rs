@@ -1,0 +1,396 @@
+//! The mapping from logical pages to slots, as one immutable value per committed state.
+//! Commits produce a new `State` by applying their record's operations to the previous one;
+//! recovery applies the same operations to the checkpoint, through the same code.
+//! Persistent collections make each `State` share almost everything with its predecessor,
+//! so a snapshot is a pointer copy.
+
+use crate::error::{Error, Result};
+use crate::format::{Checkpoint, CheckpointEncoder, Op, NO_SLOT};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Bytes laid over a page without rewriting it: sorted, disjoint `(offset, bytes)` ranges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overlay {
+    pub ranges: Vec<(u32, Vec<u8>)>,
+}
+
+impl Overlay {
+    pub fn total_bytes(&self) -> usize {
+        self.ranges.iter().map(|(_, b)| b.len()).sum()
+    }
+
+    pub fn apply_to(&self, page: &mut [u8]) {
+        for (offset, bytes) in &self.ranges {
+            let start = *offset as usize;
+            page[start..start + bytes.len()].copy_from_slice(bytes);
+        }
+    }
+
+    /// This overlay with `bytes` at `offset` laid on top.
+    pub fn merged(&self, offset: u32, bytes: &[u8]) -> Overlay {
+        let mut by_offset: BTreeMap<u32, u8> = BTreeMap::new();
+        for (o, b) in &self.ranges {
+            for (i, v) in b.iter().enumerate() {
+                by_offset.insert(o + i as u32, *v);
+            }
+        }
+        for (i, v) in bytes.iter().enumerate() {
+            by_offset.insert(offset + i as u32, *v);
+        }
+        let mut ranges: Vec<(u32, Vec<u8>)> = Vec::new();
+        for (o, v) in by_offset {
+            match ranges.last_mut() {
+                Some((start, run)) if *start + run.len() as u32 == o => run.push(v),
+                _ => ranges.push((o, vec![v])),
+            }
+        }
+        Overlay { ranges }
+    }
+}
+
+/// Where one logical page lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageEntry {
+    /// The slot holding the page's base content, or `NO_SLOT` for zeros.
+    pub slot: u64,
+    /// CRC-32C of the slot's content (0 with `NO_SLOT`).
+    pub crc: u32,
+    /// Sequence number of the commit that last changed this page (for conflict checks).
+    pub seq: u64,
+    pub overlay: Option<Arc<Overlay>>,
+}
+
+impl PageEntry {
+    pub const ZERO: PageEntry = PageEntry {
+        slot: NO_SLOT,
+        crc: 0,
+        seq: 0,
+        overlay: None,
+    };
+}
+
+#[derive(Debug, Clone)]
+pub struct FileState {
+    pub name: Arc<str>,
+    pub size: u64,
+    /// One entry per page up to `size`, rounded up.
+    pub pages: imbl::Vector<PageEntry>,
+    /// Sequence number of the last commit that created, resized or deleted the file.
+    pub meta_seq: u64,
+}
+
+/// One committed state of the whole store.
+#[derive(Debug, Clone, Default)]
+pub struct State {
+    pub seq: u64,
+    pub files: imbl::OrdMap<u32, FileState>,
+    pub next_file_id: u32,
+}
+
+fn invalid(what: String) -> Error {
+    Error::Corrupt(what)
+}
+
+impl State {
+    pub fn file_by_name(&self, name: &str) -> Option<u32> {
+        self.files
+            .iter()
+            .find(|(_, f)| &*f.name == name)
+            .map(|(id, _)| *id)
+    }
+
+    pub fn entry(&self, file: u32, page: u64) -> Option<&PageEntry> {
+        self.files.get(&file)?.pages.get(page as usize)
+    }
+
+    /// Every slot this state references.
+    pub fn live_slots(&self) -> impl Iterator<Item = u64> + '_ {
+        self.files
+            .values()
+            .flat_map(|f| f.pages.iter().map(|p| p.slot).filter(|s| *s != NO_SLOT))
+    }
+
+    /// Apply a record's operations as commit `seq`. Slots this drops or replaces are pushed
+    /// to `superseded`. An operation that cannot apply (a missing file, a page past the end,
+    /// an overlay outside the page) is an error and leaves `self` partly changed: callers
+    /// apply to a copy.
+    pub fn apply(&mut self, ops: &[Op], seq: u64, page_size: u64, superseded: &mut Vec<u64>) -> Result<()> {
+        for op in ops {
+            match op {
+                Op::Create { file, name } => {
+                    if self.files.contains_key(file) || self.file_by_name(name).is_some() {
+                        return Err(invalid(format!(
+                            "record {seq} creates file {file} ({name:?}) which exists"
+                        )));
+                    }
+                    let state = FileState {
+                        name: name.as_str().into(),
+                        size: 0,
+                        pages: imbl::Vector::new(),
+                        meta_seq: seq,
+                    };
+                    self.files.insert(*file, state);
+                    self.next_file_id = self.next_file_id.max(file.saturating_add(1));
+                }
+                Op::Delete { file } => {
+                    let gone = self
+                        .files
+                        .remove(file)
+                        .ok_or_else(|| invalid(format!("record {seq} deletes missing file {file}")))?;
+                    superseded.extend(gone.pages.iter().map(|p| p.slot).filter(|s| *s != NO_SLOT));
+                }
+                Op::Size { file, bytes } => {
+                    let f = self.file_mut(*file, seq)?;
+                    let pages = bytes.div_ceil(page_size) as usize;
+                    if pages < f.pages.len() {
+                        let dropped = f.pages.split_off(pages);
+                        superseded.extend(dropped.iter().map(|p| p.slot).filter(|s| *s != NO_SLOT));
+                    }
+                    while f.pages.len() < pages {
+                        f.pages.push_back(PageEntry {
+                            seq,
+                            ..PageEntry::ZERO
+                        });
+                    }
+                    f.size = *bytes;
+                    f.meta_seq = seq;
+                }
+                Op::Page {
+                    file,
+                    page,
+                    slot,
+                    crc,
+                } => {
+                    let entry = self.page_mut(*file, *page, seq)?;
+                    if entry.slot != NO_SLOT && entry.slot != *slot {
+                        superseded.push(entry.slot);
+                    }
+                    *entry = PageEntry {
+                        slot: *slot,
+                        crc: *crc,
+                        seq,
+                        overlay: None,
+                    };
+                }
+                Op::Patch {
+                    file,
+                    page,
+                    offset,
+                    bytes,
+                } => {
+                    if *offset as u64 + bytes.len() as u64 > page_size {
+                        return Err(invalid(format!(
+                            "record {seq} patches past the end of page {page}"
+                        )));
+                    }
+                    let entry = self.page_mut(*file, *page, seq)?;
+                    let base = entry.overlay.as_deref().cloned().unwrap_or_default();
+                    entry.overlay = Some(Arc::new(base.merged(*offset, bytes)));
+                    entry.seq = seq;
+                }
+            }
+        }
+        self.seq = seq;
+        Ok(())
+    }
+
+    fn file_mut(&mut self, file: u32, seq: u64) -> Result<&mut FileState> {
+        self.files
+            .get_mut(&file)
+            .ok_or_else(|| invalid(format!("record {seq} names missing file {file}")))
+    }
+
+    fn page_mut(&mut self, file: u32, page: u64, seq: u64) -> Result<&mut PageEntry> {
+        let f = self.file_mut(file, seq)?;
+        f.pages.get_mut(page as usize).ok_or_else(|| {
+            invalid(format!(
+                "record {seq} maps page {page} of file {file} past its end"
+            ))
+        })
+    }
+
+    pub fn encode_checkpoint(&self) -> (Vec<u8>, u32) {
+        let mut enc = CheckpointEncoder::new(self.seq, self.next_file_id, self.files.len() as u32);
+        for (id, f) in &self.files {
+            let stored = f
+                .pages
+                .iter()
+                .filter(|p| p.slot != NO_SLOT || p.overlay.is_some())
+                .count();
+            enc.file(*id, &f.name, f.size, stored as u64);
+            for (n, p) in f.pages.iter().enumerate() {
+                if p.slot != NO_SLOT || p.overlay.is_some() {
+                    let overlay = p.overlay.as_deref().map(|o| o.ranges.as_slice()).unwrap_or(&[]);
+                    enc.page(n as u64, p.slot, p.crc, overlay);
+                }
+            }
+        }
+        enc.finish()
+    }
+
+    pub fn from_checkpoint(ck: Checkpoint, page_size: u64) -> Result<State> {
+        let mut files = imbl::OrdMap::new();
+        let mut next_file_id = ck.next_file_id;
+        for cf in ck.files {
+            let page_count = cf.size.div_ceil(page_size);
+            let mut pages = vec![
+                PageEntry {
+                    seq: ck.seq,
+                    ..PageEntry::ZERO
+                };
+                page_count as usize
+            ];
+            for cp in cf.pages {
+                let entry = pages.get_mut(cp.page as usize).ok_or_else(|| {
+                    invalid(format!(
+                        "checkpoint maps page {} of file {} past its end",
+                        cp.page, cf.id
+                    ))
+                })?;
+                let overlay = if cp.overlay.is_empty() {
+                    None
+                } else {
+                    let mut o = Overlay::default();
+                    for (offset, bytes) in &cp.overlay {
+                        if *offset as u64 + bytes.len() as u64 > page_size {
+                            return Err(invalid("checkpoint overlay runs past its page".into()));
+                        }
+                        o = o.merged(*offset, bytes);
+                    }
+                    Some(Arc::new(o))
+                };
+                *entry = PageEntry {
+                    slot: cp.slot,
+                    crc: cp.crc,
+                    seq: ck.seq,
+                    overlay,
+                };
+            }
+            next_file_id = next_file_id.max(cf.id.saturating_add(1));
+            let state = FileState {
+                name: cf.name.into(),
+                size: cf.size,
+                pages: pages.into_iter().collect(),
+                meta_seq: ck.seq,
+            };
+            if files.insert(cf.id, state).is_some() {
+                return Err(invalid(format!("checkpoint lists file {} twice", cf.id)));
+            }
+        }
+        Ok(State {
+            seq: ck.seq,
+            files,
+            next_file_id,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlay_merges_and_coalesces() {
+        let o = Overlay::default()
+            .merged(10, &[1, 2, 3])
+            .merged(13, &[4])
+            .merged(0, &[9])
+            .merged(11, &[7]);
+        assert_eq!(o.ranges, vec![(0, vec![9]), (10, vec![1, 7, 3, 4])]);
+        let mut page = [0u8; 16];
+        o.apply_to(&mut page);
+        assert_eq!(&page[..], &[9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 7, 3, 4, 0, 0]);
+    }
+
+    #[test]
+    fn truncation_and_rewrite_supersede_slots() {
+        let mut s = State::default();
+        let mut gone = Vec::new();
+        let ops = [
+            Op::Create {
+                file: 1,
+                name: "a".into(),
+            },
+            Op::Size {
+                file: 1,
+                bytes: 3 * 512,
+            },
+            Op::Page {
+                file: 1,
+                page: 0,
+                slot: 10,
+                crc: 1,
+            },
+            Op::Page {
+                file: 1,
+                page: 2,
+                slot: 12,
+                crc: 1,
+            },
+        ];
+        s.apply(&ops, 1, 512, &mut gone).unwrap();
+        s.apply(
+            &[
+                Op::Page {
+                    file: 1,
+                    page: 0,
+                    slot: 20,
+                    crc: 2,
+                },
+                Op::Size { file: 1, bytes: 512 },
+            ],
+            2,
+            512,
+            &mut gone,
+        )
+        .unwrap();
+        assert_eq!(gone, vec![10, 12]);
+        assert_eq!(s.live_slots().collect::<Vec<_>>(), vec![20]);
+        let (blob, _) = s.encode_checkpoint();
+        let back = State::from_checkpoint(Checkpoint::decode(&blob).unwrap(), 512).unwrap();
+        assert_eq!(back.entry(1, 0).unwrap().slot, 20);
+        assert_eq!(back.files[&1].size, 512);
+    }
+
+    #[test]
+    fn impossible_operations_are_errors() {
+        let mut s = State::default();
+        let mut gone = Vec::new();
+        assert!(s.apply(&[Op::Delete { file: 4 }], 1, 512, &mut gone).is_err());
+        s.apply(
+            &[Op::Create {
+                file: 1,
+                name: "a".into(),
+            }],
+            1,
+            512,
+            &mut gone,
+        )
+        .unwrap();
+        assert!(s
+            .apply(
+                &[Op::Page {
+                    file: 1,
+                    page: 0,
+                    slot: 1,
+                    crc: 0
+                }],
+                2,
+                512,
+                &mut gone
+            )
+            .is_err());
+        assert!(s
+            .apply(
+                &[Op::Create {
+                    file: 2,
+                    name: "a".into()
+                }],
+                2,
+                512,
+                &mut gone
+            )
+            .is_err());
+    }
+}

@@ -1,0 +1,179 @@
+//! Behaviour of the public API on a real file and on the simulated disk.
+
+use onesync_store::sim::SimDisk;
+use onesync_store::{Error, Options, Store};
+
+fn small() -> Options {
+    Options {
+        page_size: 512,
+        initial_capacity: 1 << 20,
+        log_capacity: 64 << 10,
+        growth_step: 1 << 20,
+        ..Options::default()
+    }
+}
+
+fn page(byte: u8, size: usize) -> Vec<u8> {
+    vec![byte; size]
+}
+
+#[test]
+fn commits_survive_reopen_on_a_real_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.onesync");
+    let store = Store::create(&path, &Options::default()).unwrap();
+    let mut t = store.begin();
+    let main = t.create_file("main").unwrap();
+    let other = t.create_file("aux").unwrap();
+    t.write_page(main, 0, &page(1, 4096)).unwrap();
+    t.write_page(main, 2, &page(2, 4096)).unwrap();
+    t.write_page(other, 0, &page(3, 4096)).unwrap();
+    assert_eq!(t.commit().unwrap(), 1);
+    drop(store);
+    let store = Store::open(&path, &Options::default()).unwrap();
+    assert_eq!(store.stats().recoveries, 1);
+    let s = store.snapshot();
+    let main = s.file("main").unwrap();
+    assert_eq!(s.file_size(main).unwrap(), 3 * 4096);
+    let mut buf = vec![0u8; 4096];
+    s.read_page(main, 1, &mut buf).unwrap();
+    assert_eq!(buf, page(0, 4096));
+    s.read_page(main, 2, &mut buf).unwrap();
+    assert_eq!(buf, page(2, 4096));
+    s.read_page(s.file("aux").unwrap(), 0, &mut buf).unwrap();
+    assert_eq!(buf, page(3, 4096));
+    drop(s);
+    store.close().unwrap();
+    let store = Store::open(&path, &Options::default()).unwrap();
+    assert_eq!(
+        store.stats().recoveries,
+        0,
+        "a clean close leaves nothing to replay"
+    );
+}
+
+#[test]
+fn one_page_commit_is_one_flush_and_one_slot_plus_a_record() {
+    let disk = SimDisk::new();
+    let store = Store::create_with_io(disk.io(), &Options::default()).unwrap();
+    let mut t = store.begin();
+    let f = t.create_file("main").unwrap();
+    t.write_page(f, 0, &page(7, 4096)).unwrap();
+    t.commit().unwrap();
+    let before = store.stats();
+    let syncs = disk.syncs();
+    let mut t = store.begin();
+    t.write_page(f, 0, &page(8, 4096)).unwrap();
+    t.commit().unwrap();
+    let after = store.stats();
+    assert_eq!(disk.syncs() - syncs, 1);
+    assert_eq!(after.flushes - before.flushes, 1);
+    assert_eq!(after.bytes_written - before.bytes_written, 4096 + 512);
+}
+
+#[test]
+fn small_changes_ride_in_the_record() {
+    let disk = SimDisk::new();
+    let store = Store::create_with_io(disk.io(), &Options::default()).unwrap();
+    let mut t = store.begin();
+    let f = t.create_file("main").unwrap();
+    let mut p = page(7, 4096);
+    t.write_page(f, 0, &p).unwrap();
+    t.commit().unwrap();
+    for counter in 0..50u32 {
+        let before = store.stats().bytes_written;
+        p[24..28].copy_from_slice(&counter.to_be_bytes());
+        p[92..96].copy_from_slice(&counter.to_be_bytes());
+        let mut t = store.begin();
+        t.write_page(f, 0, &p).unwrap();
+        t.commit().unwrap();
+        assert_eq!(
+            store.stats().bytes_written - before,
+            512,
+            "only the record is written"
+        );
+    }
+    let reopened = Store::open_with_io(Box::new(disk.clone()), &Options::default());
+    assert!(reopened.is_ok());
+    let s = reopened.unwrap().snapshot();
+    let mut buf = vec![0u8; 4096];
+    s.read_page(f, 0, &mut buf).unwrap();
+    assert_eq!(buf, p);
+}
+
+#[test]
+fn snapshots_see_one_state_and_conflicts_are_caught() {
+    let store = Store::create_with_io(SimDisk::new().io(), &small()).unwrap();
+    let mut t = store.begin();
+    let f = t.create_file("main").unwrap();
+    t.write_page(f, 0, &page(1, 512)).unwrap();
+    t.commit().unwrap();
+    let old = store.snapshot();
+    let mut a = store.begin();
+    let mut b = store.begin();
+    a.write_page(f, 0, &page(2, 512)).unwrap();
+    b.write_page(f, 0, &page(3, 512)).unwrap();
+    a.commit().unwrap();
+    let err = b.commit().unwrap_err();
+    assert!(matches!(err.error, Error::Conflict(_)), "{err}");
+    assert_eq!(err.seq, None);
+    let mut buf = vec![0u8; 512];
+    old.read_page(f, 0, &mut buf).unwrap();
+    assert_eq!(buf, page(1, 512));
+    store.snapshot().read_page(f, 0, &mut buf).unwrap();
+    assert_eq!(buf, page(2, 512));
+}
+
+#[test]
+fn truncate_then_extend_reads_zeros() {
+    let disk = SimDisk::new();
+    let store = Store::create_with_io(disk.io(), &small()).unwrap();
+    let mut t = store.begin();
+    let f = t.create_file("main").unwrap();
+    for n in 0..4 {
+        t.write_page(f, n, &page(9, 512)).unwrap();
+    }
+    t.commit().unwrap();
+    let mut t = store.begin();
+    t.set_file_size(f, 512).unwrap();
+    t.set_file_size(f, 4 * 512).unwrap();
+    t.commit().unwrap();
+    let reopened = Store::open_with_io(Box::new(disk.clone()), &small()).unwrap();
+    let mut buf = vec![1u8; 512];
+    reopened.snapshot().read_page(f, 3, &mut buf).unwrap();
+    assert_eq!(buf, page(0, 512));
+    reopened.snapshot().read_page(f, 0, &mut buf).unwrap();
+    assert_eq!(buf, page(9, 512));
+}
+
+#[test]
+fn many_commits_checkpoint_and_reuse_slots() {
+    let disk = SimDisk::new();
+    let opts = Options {
+        checkpoint_interval: 50,
+        ..small()
+    };
+    let store = Store::create_with_io(disk.io(), &opts).unwrap();
+    let mut t = store.begin();
+    let f = t.create_file("main").unwrap();
+    t.commit().unwrap();
+    for i in 0..3000u32 {
+        let mut t = store.begin();
+        t.write_page(f, (i % 7) as u64, &page((i % 251) as u8, 512))
+            .unwrap();
+        t.commit().unwrap();
+    }
+    let st = store.stats();
+    assert!(st.checkpoints >= 50, "{st:?}");
+    assert_eq!(
+        st.bytes_preallocated, 0,
+        "slots are reused, the file never grows: {st:?}"
+    );
+    let reopened = Store::open_with_io(Box::new(disk.clone()), &opts).unwrap();
+    let mut buf = vec![0u8; 512];
+    reopened
+        .snapshot()
+        .read_page(f, (2999 % 7) as u64, &mut buf)
+        .unwrap();
+    assert_eq!(buf, page((2999 % 251) as u8, 512));
+}
