@@ -51,10 +51,50 @@ impl SlotAllocator {
         Some(start)
     }
 
-    /// Return slots. Releasing a slot that is already free is a bug in the caller.
+    /// Length of the longest free run.
+    pub fn largest_run(&self) -> u64 {
+        self.free.values().copied().max().unwrap_or(0)
+    }
+
+    /// Take up to `max` slots from the start of the longest free run.
+    pub fn take_largest(&mut self, max: u64) -> Option<(u64, u64)> {
+        let (&start, &len) = self
+            .free
+            .iter()
+            .max_by_key(|(start, len)| (**len, std::cmp::Reverse(**start)))?;
+        let n = len.min(max);
+        self.free.remove(&start);
+        if len > n {
+            self.free.insert(start + n, len - n);
+        }
+        self.free_count -= n;
+        Some((start, n))
+    }
+
+    /// Return slots. Releasing a slot that is already free (a bug, or a damaged store that
+    /// recovery did not catch) must not corrupt the free map: such slots are skipped.
     pub fn release(&mut self, slot: u64, n: u64) {
         debug_assert!(slot + n <= self.capacity);
-        debug_assert!(!self.is_free(slot), "slot {slot} released twice");
+        if self.overlaps_free(slot, n) {
+            debug_assert!(false, "slots {slot}..{} released twice", slot + n);
+            for s in slot..slot + n {
+                if !self.is_free(s) {
+                    self.release_free_run(s, 1);
+                }
+            }
+            return;
+        }
+        self.release_free_run(slot, n);
+    }
+
+    fn overlaps_free(&self, slot: u64, n: u64) -> bool {
+        self.free
+            .range(..slot + n)
+            .next_back()
+            .is_some_and(|(s, l)| s + l > slot)
+    }
+
+    fn release_free_run(&mut self, slot: u64, n: u64) {
         let mut start = slot;
         let mut len = n;
         if let Some((&prev, &prev_len)) = self.free.range(..slot).next_back() {

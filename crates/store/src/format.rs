@@ -8,26 +8,35 @@
 //! Every slot holds a data page, a piece of a mapping checkpoint, or a piece of the commit
 //! log; the header says which slots hold the current checkpoint and the log.
 //!
-//! * **Header** (two copies, written alternately; the valid copy with the higher generation
-//!   wins): magic, format version, page size, store id, generation, where the current
+//! * **Header** (two copies: a checkpoint writes the copy its generation selects and flushes,
+//!   then duplicates it into the other copy without a flush of its own; the valid copy with
+//!   the higher generation wins): magic, format version, page size, store id, generation, where the current
 //!   checkpoint lives (first slot, length, CRC-32C, the commit sequence number it includes),
 //!   where the log lives (first slot, slot count) and the log's chain seed, then a CRC-32C
 //!   of the header.
 //! * **Checkpoint**: the whole mapping (files, sizes, page -> slot + CRC-32C + small
 //!   overlays) as of one sequence number, in contiguous slots. It holds mapping metadata
 //!   only: no data page is ever copied.
-//! * **Commit record** (in the log, 512-byte aligned): magic, length, sequence number,
-//!   session nonce, the previous record's CRC (a chain that rejects stale records of an
-//!   earlier session or log epoch), the operations, then a CRC-32C of the record. A `Page`
-//!   operation carries the CRC-32C of the page it maps, so recovery rejects a record whose
-//!   pages did not all reach the disk.
+//! * **Commit record** (512-byte aligned, at the start of a slot): magic, kind, length,
+//!   sequence number, session nonce, epoch (the header generation it follows), the previous
+//!   record's CRC, where the next record goes (`next_slot`, and `window_end`, the end of the
+//!   run reserved for it), the operations, then a CRC-32C of the record. A commit writes its
+//!   record and its pages as one contiguous run `[record | pages]` with one `pwrite`, so a
+//!   commit is one write request plus one flush. Records form a chain through the slots:
+//!   the header names the first, each names the next. The CRC chain, session nonce and epoch
+//!   reject stale records of an earlier session or checkpoint. A `Page` operation carries
+//!   the CRC-32C of the page it maps, so recovery rejects a record whose pages did not all
+//!   reach the disk.
 
 use crate::error::{Error, Result};
 
 pub const MAGIC: [u8; 16] = *b"onesync store\0\r\n";
 pub const FORMAT_VERSION: u32 = 1;
 pub const HEADER_BLOCK: u64 = 4096;
-pub const HEADER_LEN: usize = 128;
+/// Bytes of a header copy covered by its CRC (fixed fields, checkpoint extents, CRC).
+pub const HEADER_LEN: usize = 1024;
+/// Runs of slots a checkpoint may occupy (so that a fragmented store can still write one).
+pub const MAX_CHECKPOINT_EXTENTS: usize = 56;
 /// Byte offset of slot 0.
 pub const SLOT_BASE: u64 = 2 * HEADER_BLOCK;
 /// Commit records are aligned to, and padded to a multiple of, this many bytes.
@@ -40,24 +49,58 @@ pub const MAX_PAGE_SIZE: u32 = 65536;
 pub const MAX_NAME_LEN: usize = 1024;
 
 const RECORD_MAGIC: u32 = 0x5243_534f; // "OSCR"
-const RECORD_KIND_COMMIT: u16 = 1;
-const RECORD_FIXED_LEN: usize = 40;
+/// magic, kind, reserved, total and payload lengths, seq, session, epoch, prev_crc, next_slot,
+/// window_end, op count.
+const RECORD_FIXED_LEN: usize = 4 + 2 + 2 + 4 + 4 + 8 + 8 + 8 + 4 + 8 + 8 + 4;
 const CHECKPOINT_MAGIC: u32 = 0x4b43_534f; // "OSCK"
 
-/// Where the mapping checkpoint lives.
+/// Where the mapping checkpoint lives: `len` bytes in up to `MAX_CHECKPOINT_EXTENTS` runs
+/// of slots, read in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointRef {
+    /// First slot of the first run (also in `extents`; kept at a fixed offset).
     pub first_slot: u64,
     pub len: u64,
     pub crc: u32,
     pub seq: u64,
+    pub extent_count: u32,
+    /// (first slot, slot count) of each run.
+    pub extents: [(u64, u64); MAX_CHECKPOINT_EXTENTS],
 }
 
-/// Where the commit log lives.
+impl CheckpointRef {
+    pub fn new(extents: &[(u64, u64)], len: u64, crc: u32, seq: u64) -> CheckpointRef {
+        let mut all = [(0, 0); MAX_CHECKPOINT_EXTENTS];
+        all[..extents.len()].copy_from_slice(extents);
+        CheckpointRef {
+            first_slot: extents.first().map_or(0, |e| e.0),
+            len,
+            crc,
+            seq,
+            extent_count: extents.len() as u32,
+            extents: all,
+        }
+    }
+
+    pub fn extents(&self) -> &[(u64, u64)] {
+        &self.extents[..(self.extent_count as usize).min(MAX_CHECKPOINT_EXTENTS)]
+    }
+
+    /// Every slot the checkpoint occupies, in order.
+    pub fn slots(&self) -> impl Iterator<Item = u64> + '_ {
+        self.extents()
+            .iter()
+            .flat_map(|&(first, n)| first..first.saturating_add(n))
+    }
+}
+
+/// Where the chain of commit records continues after the checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogRef {
+    /// The slot the first record after the checkpoint goes to.
     pub first_slot: u64,
-    pub slots: u64,
+    /// End of the run of slots reserved for the records and pages that follow.
+    pub window_end: u64,
     /// `prev_crc` of the first record after the checkpoint.
     pub seed: u32,
 }
@@ -72,7 +115,8 @@ pub struct Header {
 }
 
 impl Header {
-    /// Byte offset of the header copy this generation is written to.
+    /// Byte offset of the copy a header of this generation is written to first. Copies
+    /// alternate, so the other one still holds the previous generation, durably.
     pub fn copy_offset(generation: u64) -> u64 {
         (generation % 2) * HEADER_BLOCK
     }
@@ -91,8 +135,13 @@ impl Header {
         e.u64(self.checkpoint.seq);
         e.u32(self.checkpoint.crc);
         e.u64(self.log.first_slot);
-        e.u64(self.log.slots);
+        e.u64(self.log.window_end);
         e.u32(self.log.seed);
+        e.u32(self.checkpoint.extent_count);
+        for &(first, n) in self.checkpoint.extents() {
+            e.u64(first);
+            e.u64(n);
+        }
         let mut buf = e.finish();
         buf.resize(HEADER_LEN - 4, 0);
         let crc = crc32c::crc32c(&buf);
@@ -125,29 +174,52 @@ impl Header {
         }
         let page_size = d.u32()?;
         let _flags = d.u32()?;
+        let store_id = d.u64()?;
+        let generation = d.u64()?;
+        let (first_slot, len, seq, crc) = (d.u64()?, d.u64()?, d.u64()?, d.u32()?);
+        let log = LogRef {
+            first_slot: d.u64()?,
+            window_end: d.u64()?,
+            seed: d.u32()?,
+        };
+        let extent_count = d.u32()?;
+        if extent_count == 0 || extent_count as usize > MAX_CHECKPOINT_EXTENTS {
+            return Err(Error::Corrupt(format!(
+                "header lists {extent_count} checkpoint extents"
+            )));
+        }
+        let mut extents = Vec::with_capacity(extent_count as usize);
+        for _ in 0..extent_count {
+            extents.push((d.u64()?, d.u64()?));
+        }
+        let slots = extents.iter().try_fold(0u64, |sum, &(first, n)| {
+            first
+                .checked_add(n)
+                .filter(|_| n > 0)
+                .and_then(|_| sum.checked_add(n))
+        });
+        let fits = slots
+            .and_then(|s| s.checked_mul(page_size as u64))
+            .is_some_and(|bytes| bytes >= len);
+        if extents[0].0 != first_slot || !fits {
+            return Err(Error::Corrupt(
+                "header's checkpoint extents are inconsistent".into(),
+            ));
+        }
         let header = Header {
             page_size,
-            store_id: d.u64()?,
-            generation: d.u64()?,
-            checkpoint: CheckpointRef {
-                first_slot: d.u64()?,
-                len: d.u64()?,
-                seq: d.u64()?,
-                crc: d.u32()?,
-            },
-            log: LogRef {
-                first_slot: d.u64()?,
-                slots: d.u64()?,
-                seed: d.u32()?,
-            },
+            store_id,
+            generation,
+            checkpoint: CheckpointRef::new(&extents, len, crc, seq),
+            log,
         };
         if !valid_page_size(page_size) {
             return Err(Error::Corrupt(format!(
                 "header names an impossible page size {page_size}"
             )));
         }
-        if header.log.slots == 0 {
-            return Err(Error::Corrupt("header names an empty log".into()));
+        if header.log.first_slot >= header.log.window_end {
+            return Err(Error::Corrupt("header names an empty log window".into()));
         }
         Ok(header)
     }
@@ -194,27 +266,60 @@ const OP_SIZE: u8 = 3;
 const OP_PAGE: u8 = 4;
 const OP_PATCH: u8 = 5;
 
-/// A decoded commit record.
+/// What a record in the chain is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A commit: its operations take effect.
+    Commit = 1,
+    /// Carries no operations; says only where the chain continues (the commit that
+    /// follows did not fit in the reserved window).
+    Jump = 2,
+}
+
+/// A decoded record of the commit chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
+    pub kind: RecordKind,
+    /// The commit's sequence number (for a jump: that of the commit it leads to).
     pub seq: u64,
+    /// Random per open: records of an earlier session never chain to this one's.
     pub session: u64,
+    /// Generation of the header (checkpoint) the record follows.
+    pub epoch: u64,
     pub prev_crc: u32,
+    /// The slot where the next record goes.
+    pub next_slot: u64,
+    /// End of the run reserved for it.
+    pub window_end: u64,
     pub ops: Vec<Op>,
 }
 
 impl Record {
+    /// Encoded length, padded to a multiple of `RECORD_ALIGN`.
+    pub fn encoded_len(&self) -> u64 {
+        Record::encoded_len_of(&self.ops)
+    }
+
+    /// Encoded length of a record carrying `ops`.
+    pub fn encoded_len_of(ops: &[Op]) -> u64 {
+        let ops: usize = ops.iter().map(op_len).sum();
+        (RECORD_FIXED_LEN as u64 + ops as u64 + 4).div_ceil(RECORD_ALIGN) * RECORD_ALIGN
+    }
+
     /// Encode, padded to a multiple of `RECORD_ALIGN`; also returns the record's CRC.
     pub fn encode(&self) -> (Vec<u8>, u32) {
         let mut e = Encoder::default();
         e.u32(RECORD_MAGIC);
-        e.u16(RECORD_KIND_COMMIT);
+        e.u16(self.kind as u16);
         e.u16(0);
         e.u32(0); // total length, patched below
         e.u32(0); // payload length, patched below
         e.u64(self.seq);
         e.u64(self.session);
+        e.u64(self.epoch);
         e.u32(self.prev_crc);
+        e.u64(self.next_slot);
+        e.u64(self.window_end);
         e.u32(self.ops.len() as u32);
         for op in &self.ops {
             encode_op(&mut e, op);
@@ -222,6 +327,7 @@ impl Record {
         let mut buf = e.finish();
         let payload_len = buf.len();
         let total = (payload_len as u64 + 4).div_ceil(RECORD_ALIGN) * RECORD_ALIGN;
+        debug_assert_eq!(total, self.encoded_len());
         buf[8..12].copy_from_slice(&(total as u32).to_le_bytes());
         buf[12..16].copy_from_slice(&(payload_len as u32).to_le_bytes());
         let crc = crc32c::crc32c(&buf);
@@ -236,20 +342,15 @@ impl Record {
             return None;
         }
         let magic = u32::from_le_bytes(first[0..4].try_into().ok()?);
-        let kind = u16::from_le_bytes(first[4..6].try_into().ok()?);
         let total = u32::from_le_bytes(first[8..12].try_into().ok()?) as u64;
-        if magic != RECORD_MAGIC
-            || kind != RECORD_KIND_COMMIT
-            || total == 0
-            || !total.is_multiple_of(RECORD_ALIGN)
-        {
+        if magic != RECORD_MAGIC || total == 0 || !total.is_multiple_of(RECORD_ALIGN) {
             return None;
         }
         Some(total)
     }
 
     /// Decode a whole record and check its CRC; `None` for anything that is not an intact
-    /// record (a torn or never-written log position is not an error, it ends the log).
+    /// record (a torn or never-written position is not an error: the chain ends there).
     pub fn decode(buf: &[u8]) -> Option<(Record, u32)> {
         let total = Record::peek_len(buf)? as usize;
         if buf.len() < total {
@@ -264,11 +365,19 @@ impl Record {
         if crc != stored {
             return None;
         }
+        let kind = match u16::from_le_bytes(buf[4..6].try_into().ok()?) {
+            1 => RecordKind::Commit,
+            2 => RecordKind::Jump,
+            _ => return None,
+        };
         let mut d = Decoder::new(&buf[16..payload_len]);
         let decoded = (|| -> Result<Record> {
             let seq = d.u64()?;
             let session = d.u64()?;
+            let epoch = d.u64()?;
             let prev_crc = d.u32()?;
+            let next_slot = d.u64()?;
+            let window_end = d.u64()?;
             let count = d.u32()? as usize;
             let mut ops = Vec::with_capacity(count.min(1 << 16));
             for _ in 0..count {
@@ -276,13 +385,27 @@ impl Record {
             }
             d.expect_end()?;
             Ok(Record {
+                kind,
                 seq,
                 session,
+                epoch,
                 prev_crc,
+                next_slot,
+                window_end,
                 ops,
             })
         })();
         decoded.ok().map(|r| (r, crc))
+    }
+}
+
+fn op_len(op: &Op) -> usize {
+    match op {
+        Op::Create { name, .. } => 1 + 4 + 2 + name.len(),
+        Op::Delete { .. } => 1 + 4,
+        Op::Size { .. } => 1 + 4 + 8,
+        Op::Page { .. } => 1 + 4 + 8 + 8 + 4,
+        Op::Patch { bytes, .. } => 1 + 4 + 8 + 4 + 2 + bytes.len(),
     }
 }
 
@@ -574,9 +697,13 @@ mod tests {
     #[test]
     fn record_round_trips_and_rejects_any_flipped_bit() {
         let record = Record {
+            kind: RecordKind::Commit,
             seq: 7,
             session: 99,
+            epoch: 3,
             prev_crc: 5,
+            next_slot: 12,
+            window_end: 40,
             ops: vec![
                 Op::Create {
                     file: 1,
@@ -614,20 +741,32 @@ mod tests {
     }
 
     #[test]
+    fn a_record_without_operations_round_trips() {
+        let jump = Record {
+            kind: RecordKind::Jump,
+            seq: 2,
+            session: 1,
+            epoch: 1,
+            prev_crc: 9,
+            next_slot: 3,
+            window_end: 18,
+            ops: Vec::new(),
+        };
+        let (buf, crc) = jump.encode();
+        assert_eq!(buf.len() as u64, jump.encoded_len());
+        assert_eq!(Record::decode(&buf), Some((jump, crc)));
+    }
+
+    #[test]
     fn header_round_trips_and_classifies_damage() {
         let h = Header {
             page_size: 4096,
             store_id: 1,
             generation: 3,
-            checkpoint: CheckpointRef {
-                first_slot: 10,
-                len: 100,
-                crc: 7,
-                seq: 9,
-            },
+            checkpoint: CheckpointRef::new(&[(10, 1), (20, 2)], 100, 7, 9),
             log: LogRef {
                 first_slot: 0,
-                slots: 8,
+                window_end: 8,
                 seed: 11,
             },
         };

@@ -44,13 +44,16 @@ mod alloc;
 mod error;
 mod format;
 pub mod io;
+mod recovery;
 pub mod sim;
 mod state;
 mod store;
+mod txn;
 
 pub use error::{CommitError, Error, Result};
 pub use format::{FORMAT_VERSION, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
-pub use store::{FileId, Options, Snapshot, Stats, Store, Transaction};
+pub use store::{Options, Stats, Store};
+pub use txn::{FileId, PendingCommit, Snapshot, Transaction};
 
 /// Layout facts for tests and tools that inspect or damage store files deliberately.
 pub mod layout {

@@ -74,10 +74,40 @@ impl PageEntry {
 pub struct FileState {
     pub name: Arc<str>,
     pub size: u64,
-    /// One entry per page up to `size`, rounded up.
-    pub pages: imbl::Vector<PageEntry>,
+    /// Pages that are not plain zeros, by page number (all below `page_count()`). Sparse,
+    /// so memory follows the pages written, not the logical size.
+    pub pages: imbl::OrdMap<u64, PageEntry>,
     /// Sequence number of the last commit that created, resized or deleted the file.
     pub meta_seq: u64,
+}
+
+impl FileState {
+    pub fn new(name: &str, meta_seq: u64) -> FileState {
+        FileState {
+            name: name.into(),
+            size: 0,
+            pages: imbl::OrdMap::new(),
+            meta_seq,
+        }
+    }
+
+    /// Pages up to `size`, rounded up.
+    pub fn page_count(&self, page_size: u64) -> u64 {
+        self.size.div_ceil(page_size)
+    }
+
+    /// Set the size; returns the entries of pages that fall past the new end.
+    pub fn resize(&mut self, bytes: u64, page_size: u64) -> imbl::OrdMap<u64, PageEntry> {
+        self.size = bytes;
+        let end = self.page_count(page_size);
+        // `split` leaves out the key it splits at: that page is past the end too.
+        let (kept, mut dropped) = self.pages.split(&end);
+        if let Some(edge) = self.pages.get(&end) {
+            dropped.insert(end, edge.clone());
+        }
+        self.pages = kept;
+        dropped
+    }
 }
 
 /// One committed state of the whole store.
@@ -100,15 +130,21 @@ impl State {
             .map(|(id, _)| *id)
     }
 
-    pub fn entry(&self, file: u32, page: u64) -> Option<&PageEntry> {
-        self.files.get(&file)?.pages.get(page as usize)
+    /// The page's entry: `None` past the end of the file (or for a missing file), zeros for
+    /// a page within it that was never written.
+    pub fn entry(&self, file: u32, page: u64, page_size: u64) -> Option<&PageEntry> {
+        let f = self.files.get(&file)?;
+        if page >= f.page_count(page_size) {
+            return None;
+        }
+        Some(f.pages.get(&page).unwrap_or(&PageEntry::ZERO))
     }
 
     /// Every slot this state references.
     pub fn live_slots(&self) -> impl Iterator<Item = u64> + '_ {
         self.files
             .values()
-            .flat_map(|f| f.pages.iter().map(|p| p.slot).filter(|s| *s != NO_SLOT))
+            .flat_map(|f| f.pages.values().map(|p| p.slot).filter(|s| *s != NO_SLOT))
     }
 
     /// Apply a record's operations as commit `seq`. Slots this drops or replaces are pushed
@@ -124,13 +160,7 @@ impl State {
                             "record {seq} creates file {file} ({name:?}) which exists"
                         )));
                     }
-                    let state = FileState {
-                        name: name.as_str().into(),
-                        size: 0,
-                        pages: imbl::Vector::new(),
-                        meta_seq: seq,
-                    };
-                    self.files.insert(*file, state);
+                    self.files.insert(*file, FileState::new(name, seq));
                     self.next_file_id = self.next_file_id.max(file.saturating_add(1));
                 }
                 Op::Delete { file } => {
@@ -138,22 +168,12 @@ impl State {
                         .files
                         .remove(file)
                         .ok_or_else(|| invalid(format!("record {seq} deletes missing file {file}")))?;
-                    superseded.extend(gone.pages.iter().map(|p| p.slot).filter(|s| *s != NO_SLOT));
+                    superseded.extend(gone.pages.values().map(|p| p.slot).filter(|s| *s != NO_SLOT));
                 }
                 Op::Size { file, bytes } => {
                     let f = self.file_mut(*file, seq)?;
-                    let pages = bytes.div_ceil(page_size) as usize;
-                    if pages < f.pages.len() {
-                        let dropped = f.pages.split_off(pages);
-                        superseded.extend(dropped.iter().map(|p| p.slot).filter(|s| *s != NO_SLOT));
-                    }
-                    while f.pages.len() < pages {
-                        f.pages.push_back(PageEntry {
-                            seq,
-                            ..PageEntry::ZERO
-                        });
-                    }
-                    f.size = *bytes;
+                    let dropped = f.resize(*bytes, page_size);
+                    superseded.extend(dropped.values().map(|p| p.slot).filter(|s| *s != NO_SLOT));
                     f.meta_seq = seq;
                 }
                 Op::Page {
@@ -162,7 +182,7 @@ impl State {
                     slot,
                     crc,
                 } => {
-                    let entry = self.page_mut(*file, *page, seq)?;
+                    let entry = self.page_mut(*file, *page, seq, page_size)?;
                     if entry.slot != NO_SLOT && entry.slot != *slot {
                         superseded.push(entry.slot);
                     }
@@ -184,7 +204,7 @@ impl State {
                             "record {seq} patches past the end of page {page}"
                         )));
                     }
-                    let entry = self.page_mut(*file, *page, seq)?;
+                    let entry = self.page_mut(*file, *page, seq, page_size)?;
                     let base = entry.overlay.as_deref().cloned().unwrap_or_default();
                     entry.overlay = Some(Arc::new(base.merged(*offset, bytes)));
                     entry.seq = seq;
@@ -201,29 +221,29 @@ impl State {
             .ok_or_else(|| invalid(format!("record {seq} names missing file {file}")))
     }
 
-    fn page_mut(&mut self, file: u32, page: u64, seq: u64) -> Result<&mut PageEntry> {
+    fn page_mut(&mut self, file: u32, page: u64, seq: u64, page_size: u64) -> Result<&mut PageEntry> {
         let f = self.file_mut(file, seq)?;
-        f.pages.get_mut(page as usize).ok_or_else(|| {
-            invalid(format!(
+        if page >= f.page_count(page_size) {
+            return Err(invalid(format!(
                 "record {seq} maps page {page} of file {file} past its end"
-            ))
-        })
+            )));
+        }
+        Ok(f.pages.entry(page).or_insert(PageEntry::ZERO))
     }
 
     pub fn encode_checkpoint(&self) -> (Vec<u8>, u32) {
         let mut enc = CheckpointEncoder::new(self.seq, self.next_file_id, self.files.len() as u32);
+        let stored = |p: &PageEntry| p.slot != NO_SLOT || p.overlay.is_some();
         for (id, f) in &self.files {
-            let stored = f
-                .pages
-                .iter()
-                .filter(|p| p.slot != NO_SLOT || p.overlay.is_some())
-                .count();
-            enc.file(*id, &f.name, f.size, stored as u64);
-            for (n, p) in f.pages.iter().enumerate() {
-                if p.slot != NO_SLOT || p.overlay.is_some() {
-                    let overlay = p.overlay.as_deref().map(|o| o.ranges.as_slice()).unwrap_or(&[]);
-                    enc.page(n as u64, p.slot, p.crc, overlay);
-                }
+            enc.file(
+                *id,
+                &f.name,
+                f.size,
+                f.pages.values().filter(|p| stored(p)).count() as u64,
+            );
+            for (n, p) in f.pages.iter().filter(|(_, p)| stored(p)) {
+                let overlay = p.overlay.as_deref().map(|o| o.ranges.as_slice()).unwrap_or(&[]);
+                enc.page(*n, p.slot, p.crc, overlay);
             }
         }
         enc.finish()
@@ -233,21 +253,19 @@ impl State {
         let mut files = imbl::OrdMap::new();
         let mut next_file_id = ck.next_file_id;
         for cf in ck.files {
-            let page_count = cf.size.div_ceil(page_size);
-            let mut pages = vec![
-                PageEntry {
-                    seq: ck.seq,
-                    ..PageEntry::ZERO
-                };
-                page_count as usize
-            ];
+            let mut file = FileState {
+                size: cf.size,
+                meta_seq: ck.seq,
+                ..FileState::new(&cf.name, ck.seq)
+            };
+            let page_count = file.page_count(page_size);
             for cp in cf.pages {
-                let entry = pages.get_mut(cp.page as usize).ok_or_else(|| {
-                    invalid(format!(
+                if cp.page >= page_count {
+                    return Err(invalid(format!(
                         "checkpoint maps page {} of file {} past its end",
                         cp.page, cf.id
-                    ))
-                })?;
+                    )));
+                }
                 let overlay = if cp.overlay.is_empty() {
                     None
                 } else {
@@ -260,21 +278,21 @@ impl State {
                     }
                     Some(Arc::new(o))
                 };
-                *entry = PageEntry {
+                let entry = PageEntry {
                     slot: cp.slot,
                     crc: cp.crc,
                     seq: ck.seq,
                     overlay,
                 };
+                if file.pages.insert(cp.page, entry).is_some() {
+                    return Err(invalid(format!(
+                        "checkpoint maps page {} of file {} twice",
+                        cp.page, cf.id
+                    )));
+                }
             }
             next_file_id = next_file_id.max(cf.id.saturating_add(1));
-            let state = FileState {
-                name: cf.name.into(),
-                size: cf.size,
-                pages: pages.into_iter().collect(),
-                meta_seq: ck.seq,
-            };
-            if files.insert(cf.id, state).is_some() {
+            if files.insert(cf.id, file).is_some() {
                 return Err(invalid(format!("checkpoint lists file {} twice", cf.id)));
             }
         }
@@ -349,7 +367,7 @@ mod tests {
         assert_eq!(s.live_slots().collect::<Vec<_>>(), vec![20]);
         let (blob, _) = s.encode_checkpoint();
         let back = State::from_checkpoint(Checkpoint::decode(&blob).unwrap(), 512).unwrap();
-        assert_eq!(back.entry(1, 0).unwrap().slot, 20);
+        assert_eq!(back.entry(1, 0, 512).unwrap().slot, 20);
         assert_eq!(back.files[&1].size, 512);
     }
 

@@ -1,29 +1,31 @@
-//! The store: transactions, snapshots, group commit, checkpoints and recovery.
+//! The store: options, counters, the commit sequencer, group commit and checkpoints.
 
 use crate::alloc::SlotAllocator;
-use crate::error::{CommitError, Error, Result};
+use crate::error::{Error, Result};
 use crate::format::{
-    valid_page_size, Checkpoint, CheckpointRef, Header, LogRef, Op, Record, HEADER_BLOCK, HEADER_LEN,
-    MAX_NAME_LEN, NO_SLOT, RECORD_ALIGN, SLOT_BASE,
+    valid_page_size, CheckpointRef, Header, LogRef, Op, Record, RecordKind, HEADER_BLOCK,
+    MAX_CHECKPOINT_EXTENTS, SLOT_BASE,
 };
 use crate::io::{FileIo, StorageIo};
-use crate::state::{PageEntry, State};
+use crate::recovery::recover;
+use crate::state::State;
+use crate::txn::{Snapshot, Transaction};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-/// Settings. `page_size` and `log_capacity` take effect when a store is created; the rest
-/// apply to each open.
+/// Settings. `page_size` takes effect when a store is created; the rest apply to each open.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Page size in bytes: a power of two from 512 to 65536.
     pub page_size: u32,
     /// Commits between mapping checkpoints ("delayed checkpoint"); 0 checkpoints only when
-    /// the log is full, on `checkpoint()` and on `close()`.
+    /// `log_capacity` is reached, on `checkpoint()` and on `close()`.
     pub checkpoint_interval: u64,
-    /// Bytes of commit log; a full log forces a checkpoint.
+    /// Bytes of commit records since the last checkpoint that force a checkpoint: bounds
+    /// the work (and time) of recovery.
     pub log_capacity: u64,
     /// Bytes of page slots written at creation, so that commits do not grow the file.
     pub initial_capacity: u64,
@@ -33,6 +35,9 @@ pub struct Options {
     /// page was last written whole) is carried in the commit record instead of a new slot.
     /// 0 turns this off.
     pub embed_limit: usize,
+    /// Bytes reserved ahead of the commit chain, so that consecutive commits land next to
+    /// each other (each commit is then one contiguous write).
+    pub window_bytes: u64,
     /// Open without writing anything; commits fail with `Error::ReadOnly`.
     pub read_only: bool,
 }
@@ -42,10 +47,11 @@ impl Default for Options {
         Options {
             page_size: 4096,
             checkpoint_interval: 1000,
-            log_capacity: 8 << 20,
+            log_capacity: 64 << 20,
             initial_capacity: 64 << 20,
             growth_step: 64 << 20,
             embed_limit: 64,
+            window_bytes: 1 << 20,
             read_only: false,
         }
     }
@@ -59,10 +65,14 @@ pub struct Stats {
     pub commit_records: u64,
     /// Whole pages written to slots.
     pub pages_written: u64,
-    /// Page changes carried inside commit records instead of slots.
+    /// Pages changed only through overlays carried in commit records.
     pub pages_embedded: u64,
+    /// Commits whose record and pages did not fit the reserved run and took two writes.
+    pub jumps: u64,
     /// Bytes of pages, records, checkpoints and headers written (not preallocation).
     pub bytes_written: u64,
+    /// Calls that wrote (pwrite or the I/O layer's equivalent), preallocation excluded.
+    pub write_calls: u64,
     /// Bytes of zeros written to grow the file.
     pub bytes_preallocated: u64,
     /// Calls to fdatasync (or the I/O layer's equivalent).
@@ -80,57 +90,68 @@ pub struct Stats {
 }
 
 #[derive(Default)]
-struct Counters {
-    commit_records: AtomicU64,
-    pages_written: AtomicU64,
-    pages_embedded: AtomicU64,
-    bytes_written: AtomicU64,
-    bytes_preallocated: AtomicU64,
-    flushes: AtomicU64,
-    checkpoints: AtomicU64,
-    recoveries: AtomicU64,
-    records_replayed: AtomicU64,
-    conflicts: AtomicU64,
+pub(crate) struct Counters {
+    pub commit_records: AtomicU64,
+    pub pages_written: AtomicU64,
+    pub pages_embedded: AtomicU64,
+    pub jumps: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub write_calls: AtomicU64,
+    pub bytes_preallocated: AtomicU64,
+    pub flushes: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub recoveries: AtomicU64,
+    pub records_replayed: AtomicU64,
+    pub conflicts: AtomicU64,
 }
 
-fn bump(counter: &AtomicU64, by: u64) {
+pub(crate) fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
 }
 
 /// A failure-atomic page store. Cheap to clone; all clones share one open store.
 #[derive(Clone)]
 pub struct Store {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
-struct Shared {
-    io: Box<dyn StorageIo>,
-    page_size: u64,
-    opts: Options,
-    meta: Mutex<Meta>,
+pub(crate) struct Shared {
+    pub io: Box<dyn StorageIo>,
+    pub page_size: u64,
+    pub opts: Options,
+    pub meta: Mutex<Meta>,
     flush: Mutex<FlushState>,
     flushed: Condvar,
-    counters: Counters,
-    next_file_id: AtomicU32,
+    pub counters: Counters,
+    pub next_file_id: AtomicU32,
 }
 
 /// Everything commits and checkpoints change, under one lock held only for bookkeeping
 /// (page writes and flushes happen outside it).
-struct Meta {
-    state: Arc<State>,
-    header: Header,
-    alloc: SlotAllocator,
-    /// (superseded at seq, slot): still named by a record the log would replay.
-    awaiting_checkpoint: Vec<(u64, u64)>,
+pub(crate) struct Meta {
+    /// The latest sequenced state: commits build on it and are checked against it.
+    pub state: Arc<State>,
+    /// The latest state whose commits (and all before them) are written: what snapshots
+    /// and new transactions see. Pages are written after sequencing, outside the lock.
+    pub visible: Arc<State>,
+    /// Sequenced states not yet visible, and which of them are written.
+    pub unpublished: BTreeMap<u64, Arc<State>>,
+    pub written_early: BTreeSet<u64>,
+    pub header: Header,
+    pub alloc: SlotAllocator,
+    /// (superseded at seq, slot): still named by a record that recovery would replay.
+    pub awaiting_checkpoint: Vec<(u64, u64)>,
     /// (superseded at seq, slot): checkpointed, but a snapshot may still read it.
-    awaiting_readers: Vec<(u64, u64)>,
+    pub awaiting_readers: Vec<(u64, u64)>,
     /// Open snapshots by sequence number.
-    snapshots: BTreeMap<u64, usize>,
-    /// Byte offset in the log where the next record goes.
-    log_tail: u64,
-    prev_crc: u32,
-    session: u64,
-    commits_since_checkpoint: u64,
+    pub snapshots: BTreeMap<u64, usize>,
+    /// Where the next record goes, and the end of the run reserved for it.
+    pub head: u64,
+    pub window_end: u64,
+    pub prev_crc: u32,
+    pub session: u64,
+    pub commits_since_checkpoint: u64,
+    pub log_bytes_since_checkpoint: u64,
 }
 
 /// Group-commit state: which records are written, which are durable, who is flushing.
@@ -143,10 +164,38 @@ struct FlushState {
     poisoned: Option<String>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // No code path panics while holding these locks; if one ever did, the data is still
     // consistent at every unlock point, so recover rather than propagate the poison.
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn slot_offset(slot: u64, page_size: u64) -> u64 {
+    SLOT_BASE + slot * page_size
+}
+
+/// A sequenced commit, ready to be written.
+pub(crate) struct Sequenced {
+    pub seq: u64,
+    /// A jump record to write first, if the commit did not fit in the reserved window.
+    pub jump: Option<(u64, Vec<u8>)>,
+    /// (offset, bytes) of the commit record.
+    pub record: (u64, Vec<u8>),
+    pub record_slots: u64,
+    /// Where each buffered page goes, in the caller's order.
+    pub page_slots: Vec<u64>,
+    pub embedded_pages: u64,
+}
+
+/// Where a commit goes (see `Shared::sequence`).
+struct Placement {
+    start: u64,
+    end: u64,
+    jumped: bool,
+    page_slots: Vec<u64>,
+    new_head: u64,
+    next_slot: u64,
+    next_end: u64,
 }
 
 impl Store {
@@ -198,6 +247,9 @@ impl Store {
         let file = match OpenOptions::new().read(true).write(!opts.read_only).open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::NotFound(path.into())),
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+                return Err(Error::NotAStore(format!("{} is a directory", path.display())))
+            }
             Err(e) if is_permission(&e) && !opts.read_only => {
                 return Err(Error::NotWritable {
                     path: path.into(),
@@ -224,35 +276,27 @@ impl Store {
             return Err(Error::InvalidArgument("the medium is not empty".into()));
         }
         let page_size = opts.page_size as u64;
-        let log_slots = (opts.log_capacity.div_ceil(page_size)).max(1);
-        let empty = State::default();
-        let (blob, blob_crc) = empty.encode_checkpoint();
-        let blob_slots = (blob.len() as u64).div_ceil(page_size);
-        let capacity = (opts.initial_capacity / page_size).max(log_slots + blob_slots + 16);
+        let window = window_slots(opts);
+        let (blob, blob_crc) = State::default().encode_checkpoint();
+        let blob_slots = (blob.len() as u64).div_ceil(page_size).max(1);
+        let capacity = (opts.initial_capacity / page_size).max(blob_slots + window + 16);
         // Preallocate by writing: commits into written extents change no filesystem metadata.
-        write_zeros(io.as_ref(), 0, SLOT_BASE + capacity * page_size)?;
-        let blob_slot = log_slots;
-        io.write_at(&blob, slot_offset(blob_slot, page_size))
+        write_zeros(io.as_ref(), 0, slot_offset(capacity, page_size))?;
+        io.write_at(&blob, slot_offset(0, page_size))
             .map_err(|e| Error::io("writing the first checkpoint", e))?;
         let header = Header {
             page_size: opts.page_size,
             store_id: rand::random(),
             generation: 1,
-            checkpoint: CheckpointRef {
-                first_slot: blob_slot,
-                len: blob.len() as u64,
-                crc: blob_crc,
-                seq: 0,
-            },
+            checkpoint: CheckpointRef::new(&[(0, blob_slots)], blob.len() as u64, blob_crc, 0),
             log: LogRef {
-                first_slot: 0,
-                slots: log_slots,
+                first_slot: blob_slots,
+                window_end: blob_slots + window,
                 seed: rand::random(),
             },
         };
-        for generation in [0, 1] {
-            let copy = Header { generation, ..header };
-            io.write_at(&copy.encode(), Header::copy_offset(generation))
+        for copy in 0..2 {
+            io.write_at(&header.encode(), copy * HEADER_BLOCK)
                 .map_err(|e| Error::io("writing the header", e))?;
         }
         io.sync_data()
@@ -271,17 +315,38 @@ impl Store {
         }
         let last = recovered.state.seq;
         let next_file_id = recovered.state.next_file_id.max(1);
+        if !recovered.copies_agree && !opts.read_only {
+            // A crash fell between the two header writes of a checkpoint (or a copy is
+            // damaged): restore the duplicate before any slot is reused.
+            let encoded = recovered.header.encode();
+            for copy in [0, HEADER_BLOCK] {
+                io.write_at(&encoded, copy)
+                    .map_err(|e| Error::io("repairing a header copy", e))?;
+            }
+            io.sync_data()
+                .map_err(|e| Error::io("flushing the repaired header", e))?;
+        }
+        let state = Arc::new(recovered.state);
         let meta = Meta {
-            state: Arc::new(recovered.state),
+            visible: state.clone(),
+            unpublished: BTreeMap::new(),
+            written_early: BTreeSet::new(),
+            state,
             header: recovered.header,
             alloc: recovered.alloc,
-            awaiting_checkpoint: recovered.superseded.into_iter().map(|s| (last, s)).collect(),
+            awaiting_checkpoint: recovered
+                .awaiting_checkpoint
+                .into_iter()
+                .map(|s| (last, s))
+                .collect(),
             awaiting_readers: Vec::new(),
             snapshots: BTreeMap::new(),
-            log_tail: recovered.log_tail,
+            head: recovered.head,
+            window_end: recovered.window_end,
             prev_crc: recovered.prev_crc,
             session: rand::random(),
             commits_since_checkpoint: recovered.records_replayed,
+            log_bytes_since_checkpoint: recovered.log_bytes,
         };
         let flush = FlushState {
             written_upto: last,
@@ -309,36 +374,21 @@ impl Store {
     /// A read-only view of the latest committed state. It sees exactly one state, whatever
     /// commits afterwards; the slots it reads are not reused while it lives.
     pub fn snapshot(&self) -> Snapshot {
-        let mut meta = lock(&self.shared.meta);
-        let state = meta.state.clone();
-        *meta.snapshots.entry(state.seq).or_insert(0) += 1;
-        Snapshot {
-            shared: self.shared.clone(),
-            state,
-        }
+        Snapshot::new(self.shared.clone())
     }
 
     /// Begin a transaction on the latest committed state.
     pub fn begin(&self) -> Transaction {
-        let base = self.snapshot();
-        let work = (*base.state).clone();
-        Transaction {
-            base,
-            work,
-            own_slots: BTreeSet::new(),
-            dirty: BTreeSet::new(),
-            low_water: BTreeMap::new(),
-            created: BTreeSet::new(),
-            deleted: BTreeSet::new(),
-            finished: false,
-        }
+        Transaction::new(self.snapshot())
     }
 
     /// Write a mapping checkpoint now (also makes every sequenced commit durable).
     pub fn checkpoint(&self) -> Result<()> {
-        self.refuse_if_read_only()?;
+        if self.shared.opts.read_only {
+            return Err(Error::ReadOnly);
+        }
         let mut meta = lock(&self.shared.meta);
-        self.shared.checkpoint_locked(&mut meta, 0)
+        self.shared.checkpoint_locked(&mut meta)
     }
 
     /// Checkpoint if anything was committed since the last one, so the next open replays
@@ -349,7 +399,7 @@ impl Store {
         }
         let mut meta = lock(&self.shared.meta);
         if meta.commits_since_checkpoint > 0 {
-            self.shared.checkpoint_locked(&mut meta, 0)?;
+            self.shared.checkpoint_locked(&mut meta)?;
         }
         Ok(())
     }
@@ -376,7 +426,9 @@ impl Store {
             commit_records: get(&c.commit_records),
             pages_written: get(&c.pages_written),
             pages_embedded: get(&c.pages_embedded),
+            jumps: get(&c.jumps),
             bytes_written: get(&c.bytes_written),
+            write_calls: get(&c.write_calls),
             bytes_preallocated: get(&c.bytes_preallocated),
             flushes: get(&c.flushes),
             checkpoints: get(&c.checkpoints),
@@ -389,13 +441,10 @@ impl Store {
             slots_free,
         }
     }
+}
 
-    fn refuse_if_read_only(&self) -> Result<()> {
-        if self.shared.opts.read_only {
-            return Err(Error::ReadOnly);
-        }
-        Ok(())
-    }
+fn window_slots(opts: &Options) -> u64 {
+    (opts.window_bytes / opts.page_size as u64).max(2)
 }
 
 fn validate_options(opts: &Options) -> Result<()> {
@@ -404,11 +453,6 @@ fn validate_options(opts: &Options) -> Result<()> {
             "page size {} is not a power of two from 512 to 65536",
             opts.page_size
         )));
-    }
-    if opts.log_capacity < RECORD_ALIGN * 8 {
-        return Err(Error::InvalidArgument(
-            "log capacity must be at least 4 KiB".into(),
-        ));
     }
     Ok(())
 }
@@ -430,10 +474,6 @@ fn lock_file(file: &File, path: &Path, shared: bool) -> Result<()> {
     }
 }
 
-fn slot_offset(slot: u64, page_size: u64) -> u64 {
-    SLOT_BASE + slot * page_size
-}
-
 fn write_zeros(io: &dyn StorageIo, from: u64, to: u64) -> Result<()> {
     const CHUNK: u64 = 1 << 20;
     let zeros = vec![0u8; CHUNK as usize];
@@ -447,36 +487,29 @@ fn write_zeros(io: &dyn StorageIo, from: u64, to: u64) -> Result<()> {
     Ok(())
 }
 
-impl Shared {
-    fn read_slot(&self, entry: &PageEntry, buf: &mut [u8], what: impl Fn() -> String) -> Result<()> {
-        if entry.slot == NO_SLOT {
-            buf.fill(0);
-        } else {
-            self.io
-                .read_at(buf, slot_offset(entry.slot, self.page_size))
-                .map_err(|e| Error::io("reading a page", e))?;
-            if crc32c::crc32c(buf) != entry.crc {
-                return Err(Error::Corrupt(format!(
-                    "{} fails its checksum (slot {})",
-                    what(),
-                    entry.slot
-                )));
-            }
-        }
-        if let Some(overlay) = &entry.overlay {
-            overlay.apply_to(buf);
-        }
-        Ok(())
+/// Pages a commit changed only through overlays carried in its record.
+fn embedded_pages(ops: &[Op]) -> u64 {
+    let mut whole = BTreeSet::new();
+    let mut patched = BTreeSet::new();
+    for op in ops {
+        match op {
+            Op::Page { file, page, .. } => whole.insert((*file, *page)),
+            Op::Patch { file, page, .. } => patched.insert((*file, *page)),
+            _ => false,
+        };
     }
+    patched.difference(&whole).count() as u64
+}
 
-    fn check_poison(&self) -> Result<()> {
+impl Shared {
+    pub fn check_poison(&self) -> Result<()> {
         match &lock(&self.flush).poisoned {
             Some(why) => Err(Error::Poisoned(why.clone())),
             None => Ok(()),
         }
     }
 
-    fn poison(&self, why: String) {
+    pub fn poison(&self, why: String) {
         let mut f = lock(&self.flush);
         if f.poisoned.is_none() {
             f.poisoned = Some(why);
@@ -484,13 +517,39 @@ impl Shared {
         self.flushed.notify_all();
     }
 
-    /// Take one free slot, checkpointing or growing the file if there is none.
-    fn alloc_slot(&self, meta: &mut Meta) -> Result<u64> {
-        if let Some(slot) = meta.alloc.take_run(1) {
-            return Ok(slot);
+    pub fn write_counted(&self, data: &[u8], offset: u64, during: &'static str) -> Result<()> {
+        self.io.write_at(data, offset).map_err(|e| Error::io(during, e))?;
+        bump(&self.counters.bytes_written, data.len() as u64);
+        bump(&self.counters.write_calls, 1);
+        Ok(())
+    }
+
+    /// Free slots that commits adding pages must leave, so that on a full disk commits
+    /// that shrink the store, and the checkpoints that free space, still find room.
+    fn reserve(&self, meta: &Meta) -> u64 {
+        let pages: u64 = meta.state.files.values().map(|f| f.pages.len() as u64 + 4).sum();
+        // About what a checkpoint of the current mapping takes.
+        8 + (pages * 24).div_ceil(self.page_size)
+    }
+
+    /// After a commit took slots for pages: keep the reserve, growing the file if need be.
+    fn keep_reserve(&self, meta: &mut Meta) -> Result<()> {
+        let reserve = self.reserve(meta);
+        if meta.alloc.free_count() < reserve && !self.reclaim(meta)? || meta.alloc.free_count() < reserve {
+            self.grow(meta, reserve)?;
         }
-        if meta.awaiting_checkpoint.len() as u64 >= meta.alloc.capacity() / 4 {
-            self.checkpoint_locked(meta, 0)?;
+        Ok(())
+    }
+
+    /// Take one free slot for a page (one a large transaction spills early, or one that did
+    /// not fit next to its commit record), checkpointing or growing the file if need be.
+    pub fn alloc_slot(&self, meta: &mut Meta) -> Result<u64> {
+        if meta.alloc.free_count() > self.reserve(meta) {
+            if let Some(slot) = meta.alloc.take_run(1) {
+                return Ok(slot);
+            }
+        }
+        if self.reclaim(meta)? {
             if let Some(slot) = meta.alloc.take_run(1) {
                 return Ok(slot);
             }
@@ -509,6 +568,62 @@ impl Shared {
         meta.alloc
             .take_run(n)
             .ok_or_else(|| Error::Corrupt("no free run after growing".into()))
+    }
+
+    /// Slots for a checkpoint of `n` slots: one run if there is one, else the fewest runs
+    /// (longest first) the header can list, else grow the file.
+    fn alloc_extents(&self, meta: &mut Meta, n: u64) -> Result<Vec<(u64, u64)>> {
+        if let Some(first) = meta.alloc.take_run(n) {
+            return Ok(vec![(first, n)]);
+        }
+        if meta.alloc.free_count() >= n {
+            let mut extents = Vec::new();
+            let mut missing = n;
+            while missing > 0 && extents.len() < MAX_CHECKPOINT_EXTENTS {
+                let Some((first, got)) = meta.alloc.take_largest(missing) else {
+                    break;
+                };
+                extents.push((first, got));
+                missing -= got;
+            }
+            if missing == 0 {
+                return Ok(extents);
+            }
+            for (first, got) in extents {
+                meta.alloc.release(first, got);
+            }
+        }
+        Ok(vec![(self.alloc_run(meta, n)?, n)])
+    }
+
+    /// Reserve a run for the records and pages that follow: a full window if one is free,
+    /// else the largest free run of at least `min` slots, else grow.
+    fn new_window(&self, meta: &mut Meta, min: u64) -> Result<(u64, u64)> {
+        let want = window_slots(&self.opts).max(min);
+        for attempt in 0..2 {
+            if let Some(first) = meta.alloc.take_run(want) {
+                return Ok((first, first + want));
+            }
+            if meta.alloc.largest_run() >= min {
+                if let Some((first, len)) = meta.alloc.take_largest(want) {
+                    return Ok((first, first + len));
+                }
+            }
+            if attempt == 0 && !self.reclaim(meta)? {
+                break;
+            }
+        }
+        let first = self.alloc_run(meta, want)?;
+        Ok((first, first + want))
+    }
+
+    /// Before growing the file, free what a checkpoint would free. Returns whether it ran.
+    fn reclaim(&self, meta: &mut Meta) -> Result<bool> {
+        if meta.awaiting_checkpoint.is_empty() {
+            return Ok(false);
+        }
+        self.checkpoint_locked(meta)?;
+        Ok(true)
     }
 
     /// Extend the file by writing zeros, in a large step, and flush the new size once.
@@ -533,13 +648,171 @@ impl Shared {
         Ok(())
     }
 
-    fn write_counted(&self, data: &[u8], offset: u64, during: &'static str) -> Result<()> {
-        self.io.write_at(data, offset).map_err(|e| Error::io(during, e))?;
-        bump(&self.counters.bytes_written, data.len() as u64);
-        Ok(())
+    /// Give a commit its sequence number and its place in the chain, and make it the
+    /// latest state. `buffered` lists the `Page` operations (by index) whose pages the
+    /// caller holds; `Sequenced::page_slots` says where each goes. Nothing is written here.
+    ///
+    /// Placement, best first: record and pages contiguous at the head of the reserved
+    /// window (one write); the record at the head and the pages in free slots elsewhere (on
+    /// a fragmented store); a jump record at the head leading to a fresh window, when the
+    /// record itself does not fit.
+    pub fn sequence(&self, meta: &mut Meta, mut ops: Vec<Op>, buffered: &[usize]) -> Result<Sequenced> {
+        self.check_poison()?;
+        let interval = self.opts.checkpoint_interval;
+        if (interval > 0 && meta.commits_since_checkpoint >= interval)
+            || meta.log_bytes_since_checkpoint >= self.opts.log_capacity
+        {
+            // Checkpoints by policy are optional: with no room for one, commit anyway.
+            match self.checkpoint_locked(meta) {
+                Ok(()) | Err(Error::NoSpace) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let seq = meta.state.seq + 1;
+        let page_size = self.page_size;
+        let record_slots = Record::encoded_len_of(&ops).div_ceil(page_size);
+        let pages = buffered.len() as u64;
+        // Everything allocated here goes back if a later step fails.
+        let mut taken: Vec<(u64, u64)> = Vec::new();
+        let placed = (|| -> Result<Placement> {
+            let (start, end, jumped) = if meta.head + record_slots <= meta.window_end {
+                (meta.head, meta.window_end, false)
+            } else {
+                let (s, e) = self.new_window(meta, record_slots + pages + 1)?;
+                taken.push((s, e - s));
+                (s, e, true)
+            };
+            let page_slots: Vec<u64> = if start + record_slots + pages < end {
+                (0..pages).map(|i| start + record_slots + i).collect()
+            } else {
+                let mut slots = Vec::with_capacity(pages as usize);
+                for _ in 0..pages {
+                    let slot = self.alloc_slot(meta)?;
+                    taken.push((slot, 1));
+                    slots.push(slot);
+                }
+                slots
+            };
+            let contiguous = page_slots.first() == Some(&(start + record_slots));
+            let new_head = start + record_slots + if contiguous { pages } else { 0 };
+            let (next_slot, next_end) = if new_head < end {
+                (new_head, end)
+            } else {
+                let (s, e) = self.new_window(meta, 1)?;
+                taken.push((s, e - s));
+                (s, e)
+            };
+            Ok(Placement {
+                start,
+                end,
+                jumped,
+                page_slots,
+                new_head,
+                next_slot,
+                next_end,
+            })
+        })();
+        // Commits that add pages keep the reserve; others may use it.
+        let placed = placed.and_then(|p| {
+            if pages > 0 {
+                self.keep_reserve(meta).map(|()| p)
+            } else {
+                Ok(p)
+            }
+        });
+        let placement = match placed {
+            Ok(p) => p,
+            Err(e) => {
+                for (s, n) in taken {
+                    meta.alloc.release(s, n);
+                }
+                return Err(e);
+            }
+        };
+        for (&index, &slot) in buffered.iter().zip(&placement.page_slots) {
+            if let Some(Op::Page { slot: s, .. }) = ops.get_mut(index) {
+                *s = slot;
+            }
+        }
+        let mut next_state = (*meta.state).clone();
+        let mut superseded = Vec::new();
+        if let Err(e) = next_state.apply(&ops, seq, page_size, &mut superseded) {
+            for (s, n) in taken {
+                meta.alloc.release(s, n);
+            }
+            return Err(e);
+        }
+        // From here on nothing fails: the commit is sequenced.
+        let Placement {
+            start,
+            end,
+            jumped,
+            page_slots,
+            new_head,
+            next_slot,
+            next_end,
+        } = placement;
+        let mut prev_crc = meta.prev_crc;
+        let epoch = meta.header.generation;
+        let mut jump_write = None;
+        if jumped {
+            let jump = Record {
+                kind: RecordKind::Jump,
+                seq,
+                session: meta.session,
+                epoch,
+                prev_crc,
+                next_slot: start,
+                window_end: end,
+                ops: Vec::new(),
+            };
+            let (bytes, crc) = jump.encode();
+            jump_write = Some((slot_offset(meta.head, page_size), bytes));
+            meta.awaiting_checkpoint.push((seq, meta.head));
+            if meta.head + 1 < meta.window_end {
+                meta.alloc.release(meta.head + 1, meta.window_end - meta.head - 1);
+            }
+            prev_crc = crc;
+            meta.log_bytes_since_checkpoint += page_size;
+            bump(&self.counters.jumps, 1);
+        }
+        if next_slot != new_head && new_head < end {
+            meta.alloc.release(new_head, end - new_head);
+        }
+        let embedded = embedded_pages(&ops);
+        let record = Record {
+            kind: RecordKind::Commit,
+            seq,
+            session: meta.session,
+            epoch,
+            prev_crc,
+            next_slot,
+            window_end: next_end,
+            ops,
+        };
+        let (bytes, crc) = record.encode();
+        meta.awaiting_checkpoint
+            .extend((start..start + record_slots).map(|s| (seq, s)));
+        meta.awaiting_checkpoint
+            .extend(superseded.into_iter().map(|s| (seq, s)));
+        meta.head = next_slot;
+        meta.window_end = next_end;
+        meta.prev_crc = crc;
+        meta.state = Arc::new(next_state);
+        meta.unpublished.insert(seq, meta.state.clone());
+        meta.commits_since_checkpoint += 1;
+        meta.log_bytes_since_checkpoint += record_slots * page_size;
+        Ok(Sequenced {
+            seq,
+            jump: jump_write,
+            record: (slot_offset(start, page_size), bytes),
+            record_slots,
+            page_slots,
+            embedded_pages: embedded,
+        })
     }
 
-    /// Wait until every sequenced record has been written (so the log can restart).
+    /// Wait until every sequenced record has been written (so their slots can be freed).
     fn wait_all_written(&self, last_seq: u64) -> Result<()> {
         let mut f = lock(&self.flush);
         loop {
@@ -553,70 +826,55 @@ impl Shared {
         }
     }
 
-    /// Write the whole mapping to free slots and point the header at it with one flush.
-    /// Then the log restarts and slots superseded before it can be reused. The caller holds
-    /// the meta lock, so no commit is sequenced meanwhile.
-    fn checkpoint_locked(&self, meta: &mut Meta, min_log_bytes: u64) -> Result<()> {
+    /// Write the whole mapping to free slots and point the header at it, with one flush.
+    /// Then slots superseded before it can be reused. The caller holds the meta lock, so no
+    /// commit is sequenced meanwhile.
+    ///
+    /// The header goes to the copy its generation selects (the other durably holds the
+    /// previous generation) and is flushed; then it is duplicated into the other copy and
+    /// flushed again, and only then are slots freed. A crash leaves an intact copy of the
+    /// newest durable header, and damage to either copy later costs nothing.
+    pub fn checkpoint_locked(&self, meta: &mut Meta) -> Result<()> {
         let last_seq = meta.state.seq;
         self.wait_all_written(last_seq)?;
         let (blob, blob_crc) = meta.state.encode_checkpoint();
         let blob_slots = (blob.len() as u64).div_ceil(self.page_size).max(1);
-        let blob_first = self.alloc_run(meta, blob_slots)?;
-        let mut release_on_failure = vec![(blob_first, blob_slots)];
-        let result = (|| -> Result<Header> {
-            self.write_counted(
-                &blob,
-                slot_offset(blob_first, self.page_size),
-                "writing a checkpoint",
-            )?;
-            let mut log = LogRef {
+        let extents = self.alloc_extents(meta, blob_slots)?;
+        let header = Header {
+            generation: meta.header.generation + 1,
+            checkpoint: CheckpointRef::new(&extents, blob.len() as u64, blob_crc, last_seq),
+            log: LogRef {
+                first_slot: meta.head,
+                window_end: meta.window_end,
                 seed: rand::random(),
-                ..meta.header.log
-            };
-            if min_log_bytes > log.slots * self.page_size {
-                // A record larger than the log: move the log to a larger run.
-                let slots = (log.slots * 2).max(min_log_bytes.div_ceil(self.page_size));
-                let first = self.alloc_run(meta, slots)?;
-                release_on_failure.push((first, slots));
-                write_zeros(
-                    self.io.as_ref(),
-                    slot_offset(first, self.page_size),
-                    slot_offset(first + slots, self.page_size),
-                )?;
-                log = LogRef {
-                    first_slot: first,
-                    slots,
-                    seed: log.seed,
-                };
-            }
-            let header = Header {
-                generation: meta.header.generation + 1,
-                checkpoint: CheckpointRef {
-                    first_slot: blob_first,
-                    len: blob.len() as u64,
-                    crc: blob_crc,
-                    seq: last_seq,
-                },
-                log,
-                ..meta.header
-            };
+            },
+            ..meta.header
+        };
+        let encoded = header.encode();
+        let mut written = Ok(());
+        let mut piece = blob.as_slice();
+        for &(first, n) in &extents {
+            let take = piece.len().min((n * self.page_size) as usize);
+            let (now, rest) = piece.split_at(take);
+            written = written.and_then(|()| {
+                self.write_counted(now, slot_offset(first, self.page_size), "writing a checkpoint")
+            });
+            piece = rest;
+        }
+        let written = written.and_then(|()| {
             self.write_counted(
-                &header.encode(),
+                &encoded,
                 Header::copy_offset(header.generation),
                 "writing the header",
-            )?;
-            Ok(header)
-        })();
-        let header = match result {
-            Ok(h) => h,
-            Err(e) => {
-                // Nothing durable points at these slots yet.
-                for (first, n) in release_on_failure {
-                    meta.alloc.release(first, n);
-                }
-                return Err(e);
+            )
+        });
+        if let Err(e) = written {
+            // A torn copy is harmless: the other one durably holds the previous header.
+            for (first, n) in extents {
+                meta.alloc.release(first, n);
             }
-        };
+            return Err(e);
+        }
         if let Err(e) = self.io.sync_data() {
             self.poison(format!("flushing a checkpoint failed: {e}"));
             return Err(Error::io("flushing a checkpoint", e));
@@ -628,29 +886,40 @@ impl Shared {
             f.durable = f.durable.max(last_seq);
             self.flushed.notify_all();
         }
+        // Make the duplicate durable before any slot the old checkpoint needed is reused:
+        // then damage to either copy later can never roll back onto reused slots.
+        let other = Header::copy_offset(header.generation + 1);
+        let duplicated = self
+            .write_counted(&encoded, other, "writing the second header copy")
+            .and_then(|()| {
+                self.io
+                    .sync_data()
+                    .map_err(|e| Error::io("flushing the second header copy", e))
+            });
+        if let Err(e) = duplicated {
+            self.poison(format!("duplicating the header failed: {e}"));
+            return Err(e);
+        }
+        bump(&self.counters.flushes, 1);
         let old = meta.header;
-        meta.alloc.release(
-            old.checkpoint.first_slot,
-            (old.checkpoint.len.div_ceil(self.page_size)).max(1),
-        );
-        if old.log.first_slot != header.log.first_slot {
-            meta.alloc.release(old.log.first_slot, old.log.slots);
+        for &(first, n) in old.checkpoint.extents() {
+            meta.alloc.release(first, n);
         }
         meta.header = header;
-        meta.log_tail = 0;
         meta.prev_crc = header.log.seed;
         meta.commits_since_checkpoint = 0;
+        meta.log_bytes_since_checkpoint = 0;
         let covered = std::mem::take(&mut meta.awaiting_checkpoint);
         meta.awaiting_readers.extend(covered);
         release_unread(meta);
         Ok(())
     }
 
-    /// Group commit: mark `seq` written, then return once a flush covers it. One waiter at
-    /// a time flushes for everyone whose record is written.
-    fn wait_durable(&self, seq: u64, written: bool) -> Result<()> {
-        let mut f = lock(&self.flush);
-        if written {
+    /// Note that commit `seq` is written: flushes may now cover it, and once every earlier
+    /// commit is written too, new snapshots see it.
+    pub fn mark_written(&self, seq: u64) {
+        {
+            let mut f = lock(&self.flush);
             if seq == f.written_upto + 1 {
                 f.written_upto = seq;
                 while let Some(next) = f
@@ -667,6 +936,24 @@ impl Shared {
                 f.written_ahead.insert(seq);
             }
         }
+        let mut meta = lock(&self.meta);
+        meta.written_early.insert(seq);
+        loop {
+            let next = meta.visible.seq + 1;
+            if !meta.written_early.remove(&next) {
+                break;
+            }
+            match meta.unpublished.remove(&next) {
+                Some(state) => meta.visible = state,
+                None => break,
+            }
+        }
+    }
+
+    /// Group commit: return once a flush covers `seq`. One waiter at a time flushes for
+    /// every commit written so far.
+    pub fn wait_durable(&self, seq: u64) -> Result<()> {
+        let mut f = lock(&self.flush);
         loop {
             if f.durable >= seq {
                 return Ok(());
@@ -701,7 +988,7 @@ impl Shared {
 }
 
 /// Give back checkpointed slots that no open snapshot can read any more.
-fn release_unread(meta: &mut Meta) {
+pub(crate) fn release_unread(meta: &mut Meta) {
     let oldest_reader = meta.snapshots.keys().next().copied();
     let Meta {
         awaiting_readers,
@@ -716,802 +1003,4 @@ fn release_unread(meta: &mut Meta) {
         }
         still_read
     });
-}
-
-/// A read-only view of one committed state.
-pub struct Snapshot {
-    shared: Arc<Shared>,
-    state: Arc<State>,
-}
-
-impl Clone for Snapshot {
-    fn clone(&self) -> Snapshot {
-        *lock(&self.shared.meta)
-            .snapshots
-            .entry(self.state.seq)
-            .or_insert(0) += 1;
-        Snapshot {
-            shared: self.shared.clone(),
-            state: self.state.clone(),
-        }
-    }
-}
-
-impl Drop for Snapshot {
-    fn drop(&mut self) {
-        let mut meta = lock(&self.shared.meta);
-        let seq = self.state.seq;
-        if let Some(count) = meta.snapshots.get_mut(&seq) {
-            *count -= 1;
-            if *count == 0 {
-                meta.snapshots.remove(&seq);
-                release_unread(&mut meta);
-            }
-        }
-    }
-}
-
-/// Reading through a state: shared by snapshots and transactions.
-fn read_page_in(shared: &Shared, state: &State, file: FileId, page: u64, buf: &mut [u8]) -> Result<()> {
-    if buf.len() as u64 != shared.page_size {
-        return Err(Error::InvalidArgument(format!(
-            "buffer of {} bytes for pages of {}",
-            buf.len(),
-            shared.page_size
-        )));
-    }
-    let f = state.files.get(&file.0).ok_or(Error::NoSuchFile(file.0))?;
-    match f.pages.get(page as usize) {
-        Some(entry) => shared.read_slot(entry, buf, || format!("page {page} of {:?}", f.name)),
-        None => {
-            buf.fill(0);
-            Ok(())
-        }
-    }
-}
-
-/// Identifies a logical file within a store. Ids are never reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FileId(pub u32);
-
-impl Snapshot {
-    /// The sequence number of the commit this snapshot shows.
-    pub fn seq(&self) -> u64 {
-        self.state.seq
-    }
-
-    pub fn file(&self, name: &str) -> Option<FileId> {
-        self.state.file_by_name(name).map(FileId)
-    }
-
-    /// All logical files, by id.
-    pub fn files(&self) -> Vec<(FileId, String)> {
-        self.state
-            .files
-            .iter()
-            .map(|(id, f)| (FileId(*id), f.name.to_string()))
-            .collect()
-    }
-
-    /// Logical size in bytes.
-    pub fn file_size(&self, file: FileId) -> Result<u64> {
-        Ok(self
-            .state
-            .files
-            .get(&file.0)
-            .ok_or(Error::NoSuchFile(file.0))?
-            .size)
-    }
-
-    /// Read one page; pages past the end read as zeros.
-    pub fn read_page(&self, file: FileId, page: u64, buf: &mut [u8]) -> Result<()> {
-        read_page_in(&self.shared, &self.state, file, page, buf)
-    }
-}
-
-/// A set of page writes and file changes that commits atomically, or not at all.
-///
-/// Isolation: the transaction reads the state it began on plus its own writes. At commit,
-/// if another transaction committed since then a change to a page, size or file this one
-/// also changed, the commit fails with `Error::Conflict` (first committer wins).
-pub struct Transaction {
-    base: Snapshot,
-    work: State,
-    /// Slots this transaction wrote; private until commit, so rewritten in place.
-    own_slots: BTreeSet<u64>,
-    dirty: BTreeSet<(u32, u64)>,
-    /// Smallest size each pre-existing file had during the transaction.
-    low_water: BTreeMap<u32, u64>,
-    created: BTreeSet<u32>,
-    deleted: BTreeSet<u32>,
-    finished: bool,
-}
-
-/// Merge difference runs separated by fewer equal bytes than this.
-const DIFF_GAP: usize = 8;
-const MAX_OVERLAY_RANGES: usize = 8;
-
-/// Byte ranges where `new` differs from `old`.
-fn diff_ranges(old: &[u8], new: &[u8]) -> Vec<(usize, usize)> {
-    let mut ranges: Vec<(usize, usize)> = Vec::new();
-    for i in (0..old.len()).filter(|&i| old[i] != new[i]) {
-        match ranges.last_mut() {
-            Some((_, end)) if i < *end + DIFF_GAP => *end = i + 1,
-            _ => ranges.push((i, i + 1)),
-        }
-    }
-    ranges
-}
-
-impl Transaction {
-    fn shared(&self) -> &Shared {
-        &self.base.shared
-    }
-
-    /// The sequence number of the state this transaction began on.
-    pub fn base_seq(&self) -> u64 {
-        self.base.state.seq
-    }
-
-    pub fn file(&self, name: &str) -> Option<FileId> {
-        self.work.file_by_name(name).map(FileId)
-    }
-
-    pub fn files(&self) -> Vec<(FileId, String)> {
-        self.work
-            .files
-            .iter()
-            .map(|(id, f)| (FileId(*id), f.name.to_string()))
-            .collect()
-    }
-
-    pub fn file_size(&self, file: FileId) -> Result<u64> {
-        Ok(self
-            .work
-            .files
-            .get(&file.0)
-            .ok_or(Error::NoSuchFile(file.0))?
-            .size)
-    }
-
-    /// Read a page as this transaction sees it (its own writes included).
-    pub fn read_page(&self, file: FileId, page: u64, buf: &mut [u8]) -> Result<()> {
-        read_page_in(self.shared(), &self.work, file, page, buf)
-    }
-
-    fn writable(&self) -> Result<()> {
-        if self.shared().opts.read_only {
-            return Err(Error::ReadOnly);
-        }
-        Ok(())
-    }
-
-    /// Create an empty logical file.
-    pub fn create_file(&mut self, name: &str) -> Result<FileId> {
-        self.writable()?;
-        if name.is_empty() || name.len() > MAX_NAME_LEN || name.contains('\0') {
-            return Err(Error::InvalidArgument(format!(
-                "file names are 1 to {MAX_NAME_LEN} bytes without NUL"
-            )));
-        }
-        if self.work.file_by_name(name).is_some() {
-            return Err(Error::FileExists(name.to_string()));
-        }
-        let id = self.shared().next_file_id.fetch_add(1, Ordering::Relaxed);
-        let file = crate::state::FileState {
-            name: name.into(),
-            size: 0,
-            pages: imbl::Vector::new(),
-            meta_seq: 0,
-        };
-        self.work.files.insert(id, file);
-        self.created.insert(id);
-        Ok(FileId(id))
-    }
-
-    pub fn delete_file(&mut self, file: FileId) -> Result<()> {
-        self.writable()?;
-        self.work.files.remove(&file.0).ok_or(Error::NoSuchFile(file.0))?;
-        if !self.created.remove(&file.0) {
-            self.deleted.insert(file.0);
-        }
-        self.dirty.retain(|(f, _)| *f != file.0);
-        Ok(())
-    }
-
-    /// Set a file's logical size in bytes: pages past the end are dropped, pages added read
-    /// as zeros.
-    pub fn set_file_size(&mut self, file: FileId, bytes: u64) -> Result<()> {
-        self.writable()?;
-        let page_size = self.shared().page_size;
-        let f = self
-            .work
-            .files
-            .get_mut(&file.0)
-            .ok_or(Error::NoSuchFile(file.0))?;
-        if bytes.div_ceil(page_size) > u32::MAX as u64 {
-            return Err(Error::InvalidArgument(format!("file size {bytes} is too large")));
-        }
-        if bytes < f.size && !self.created.contains(&file.0) {
-            let low = self.low_water.entry(file.0).or_insert(f.size);
-            *low = (*low).min(bytes);
-        }
-        let pages = bytes.div_ceil(page_size) as usize;
-        if pages < f.pages.len() {
-            f.pages.truncate(pages);
-        }
-        while f.pages.len() < pages {
-            f.pages.push_back(PageEntry::ZERO);
-        }
-        f.size = bytes;
-        let kept = pages as u64;
-        self.dirty.retain(|(d, p)| *d != file.0 || *p < kept);
-        Ok(())
-    }
-
-    /// Write one whole page; writing past the end extends the file to include it.
-    pub fn write_page(&mut self, file: FileId, page: u64, data: &[u8]) -> Result<()> {
-        self.writable()?;
-        let page_size = self.shared().page_size;
-        if data.len() as u64 != page_size {
-            return Err(Error::InvalidArgument(format!(
-                "page write of {} bytes; pages are {page_size}",
-                data.len()
-            )));
-        }
-        let size = self
-            .work
-            .files
-            .get(&file.0)
-            .ok_or(Error::NoSuchFile(file.0))?
-            .size;
-        if (page + 1) * page_size > size {
-            self.set_file_size(file, (page + 1) * page_size)?;
-        }
-        let shared = self.base.shared.clone();
-        let current = self.work.entry(file.0, page).cloned().unwrap_or(PageEntry::ZERO);
-        let crc = crc32c::crc32c(data);
-        if current.slot != NO_SLOT && self.own_slots.contains(&current.slot) {
-            shared.write_counted(data, slot_offset(current.slot, page_size), "writing a page")?;
-            bump(&shared.counters.pages_written, 1);
-            self.set_entry(
-                file,
-                page,
-                PageEntry {
-                    slot: current.slot,
-                    crc,
-                    seq: 0,
-                    overlay: None,
-                },
-            );
-            return Ok(());
-        }
-        if shared.opts.embed_limit > 0 {
-            let mut old = vec![0u8; page_size as usize];
-            shared.read_slot(&current, &mut old, || format!("page {page} of file {}", file.0))?;
-            let ranges = diff_ranges(&old, data);
-            if ranges.is_empty() {
-                return Ok(());
-            }
-            let mut overlay = current.overlay.as_deref().cloned().unwrap_or_default();
-            for (start, end) in &ranges {
-                overlay = overlay.merged(*start as u32, &data[*start..*end]);
-            }
-            if overlay.total_bytes() <= shared.opts.embed_limit && overlay.ranges.len() <= MAX_OVERLAY_RANGES
-            {
-                self.set_entry(
-                    file,
-                    page,
-                    PageEntry {
-                        overlay: Some(Arc::new(overlay)),
-                        ..current
-                    },
-                );
-                return Ok(());
-            }
-        }
-        let slot = shared.alloc_slot(&mut lock(&shared.meta))?;
-        if let Err(e) = shared.write_counted(data, slot_offset(slot, page_size), "writing a page") {
-            lock(&shared.meta).alloc.release(slot, 1);
-            return Err(e);
-        }
-        bump(&shared.counters.pages_written, 1);
-        self.own_slots.insert(slot);
-        self.set_entry(
-            file,
-            page,
-            PageEntry {
-                slot,
-                crc,
-                seq: 0,
-                overlay: None,
-            },
-        );
-        Ok(())
-    }
-
-    fn set_entry(&mut self, file: FileId, page: u64, entry: PageEntry) {
-        if let Some(slot) = self
-            .work
-            .files
-            .get_mut(&file.0)
-            .and_then(|f| f.pages.get_mut(page as usize))
-        {
-            *slot = entry;
-            self.dirty.insert((file.0, page));
-        }
-    }
-
-    /// The record's operations: the net effect of this transaction on its base.
-    fn operations(&self) -> Vec<Op> {
-        let page_size = self.shared().page_size;
-        let base = &self.base.state;
-        let mut ops: Vec<Op> = self.deleted.iter().map(|&file| Op::Delete { file }).collect();
-        for &id in &self.created {
-            ops.push(Op::Create {
-                file: id,
-                name: self.work.files[&id].name.to_string(),
-            });
-        }
-        for (&id, f) in &self.work.files {
-            let before = if self.created.contains(&id) {
-                0
-            } else {
-                base.files.get(&id).map_or(0, |b| b.size)
-            };
-            let low = self.low_water.get(&id).copied().unwrap_or(before).min(before);
-            if low < before {
-                ops.push(Op::Size { file: id, bytes: low });
-            }
-            if f.size != low {
-                ops.push(Op::Size {
-                    file: id,
-                    bytes: f.size,
-                });
-            }
-        }
-        for &(id, page) in &self.dirty {
-            let Some(entry) = self.work.entry(id, page) else {
-                continue;
-            };
-            let before_size = if self.created.contains(&id) {
-                0
-            } else {
-                let size = base.files.get(&id).map_or(0, |b| b.size);
-                self.low_water.get(&id).copied().unwrap_or(size).min(size)
-            };
-            let prior = if page < before_size.div_ceil(page_size) {
-                base.entry(id, page)
-            } else {
-                None
-            };
-            let prior_slot = prior.map_or(NO_SLOT, |p| p.slot);
-            let prior_overlay = prior.and_then(|p| p.overlay.as_deref());
-            if entry.slot != prior_slot {
-                ops.push(Op::Page {
-                    file: id,
-                    page,
-                    slot: entry.slot,
-                    crc: entry.crc,
-                });
-            }
-            if let Some(overlay) = entry.overlay.as_deref() {
-                if entry.slot != prior_slot || Some(overlay) != prior_overlay {
-                    for (offset, bytes) in &overlay.ranges {
-                        ops.push(Op::Patch {
-                            file: id,
-                            page,
-                            offset: *offset,
-                            bytes: bytes.clone(),
-                        });
-                    }
-                }
-            }
-        }
-        ops
-    }
-
-    /// Describe the first change another commit made since `base` to something this
-    /// transaction changes.
-    fn find_conflict(&self, latest: &State, ops: &[Op]) -> Option<String> {
-        let base_seq = self.base.state.seq;
-        if latest.seq == base_seq {
-            return None;
-        }
-        for op in ops {
-            match op {
-                Op::Create { name, .. } if latest.file_by_name(name).is_some() => {
-                    return Some(format!("file name {name:?}"))
-                }
-                Op::Create { .. } => {}
-                Op::Delete { file }
-                | Op::Size { file, .. }
-                | Op::Page { file, .. }
-                | Op::Patch { file, .. } => {
-                    if self.created.contains(file) {
-                        continue;
-                    }
-                    let Some(f) = latest.files.get(file) else {
-                        return Some(format!("file {file} (deleted)"));
-                    };
-                    if f.meta_seq > base_seq {
-                        return Some(format!("the size of {:?}", f.name));
-                    }
-                    if let Op::Page { page, .. } | Op::Patch { page, .. } = op {
-                        if f.pages.get(*page as usize).is_none_or(|e| e.seq > base_seq) {
-                            return Some(format!("page {page} of {:?}", f.name));
-                        }
-                    }
-                }
-            }
-        }
-        None
-    }
-
-    /// Commit: returns once the transaction is durable. On error the transaction did not
-    /// take effect, unless `CommitError::seq` is set and a crash intervened (then it may).
-    pub fn commit(mut self) -> Result<u64, CommitError> {
-        self.finished = true;
-        let shared = self.base.shared.clone();
-        let fail = |error: Error| CommitError { seq: None, error };
-        let ops = self.operations();
-        if ops.is_empty() {
-            self.release_own_slots(&mut lock(&shared.meta));
-            let seq = self.base.state.seq;
-            shared.wait_durable(seq, false).map_err(fail)?;
-            return Ok(seq);
-        }
-        let (seq, record, position) = {
-            let mut meta = lock(&shared.meta);
-            let sequenced = (|| -> Result<(u64, Vec<u8>, u64)> {
-                shared.check_poison()?;
-                if let Some(what) = self.find_conflict(&meta.state, &ops) {
-                    bump(&shared.counters.conflicts, 1);
-                    return Err(Error::Conflict(what));
-                }
-                let seq = meta.state.seq + 1;
-                let mut record = Record {
-                    seq,
-                    session: meta.session,
-                    prev_crc: meta.prev_crc,
-                    ops,
-                };
-                let len = record.encode().0.len() as u64;
-                let log_bytes = meta.header.log.slots * shared.page_size;
-                let interval = shared.opts.checkpoint_interval;
-                if meta.log_tail + len > log_bytes
-                    || (interval > 0 && meta.commits_since_checkpoint >= interval)
-                {
-                    shared.checkpoint_locked(&mut meta, len)?;
-                    record.prev_crc = meta.prev_crc;
-                }
-                let (bytes, crc) = record.encode();
-                let mut next = (*meta.state).clone();
-                let mut superseded = Vec::new();
-                next.apply(&record.ops, seq, shared.page_size, &mut superseded)?;
-                let position = slot_offset(meta.header.log.first_slot, shared.page_size) + meta.log_tail;
-                meta.log_tail += bytes.len() as u64;
-                meta.prev_crc = crc;
-                meta.commits_since_checkpoint += 1;
-                meta.state = Arc::new(next);
-                meta.awaiting_checkpoint
-                    .extend(superseded.into_iter().map(|s| (seq, s)));
-                let mapped: BTreeSet<u64> = record
-                    .ops
-                    .iter()
-                    .filter_map(|op| match op {
-                        Op::Page { slot, .. } => Some(*slot),
-                        _ => None,
-                    })
-                    .collect();
-                self.own_slots.retain(|s| !mapped.contains(s));
-                Ok((seq, bytes, position))
-            })();
-            self.release_own_slots(&mut meta);
-            sequenced.map_err(fail)?
-        };
-        // The record is written outside the lock: concurrent committers write theirs at once.
-        if let Err(e) = shared.write_counted(&record, position, "writing a commit record") {
-            // A hole in the log would hide every later record: stop committing.
-            shared.poison(format!("writing commit record {seq} failed: {e}"));
-            return Err(CommitError {
-                seq: Some(seq),
-                error: e,
-            });
-        }
-        bump(&shared.counters.commit_records, 1);
-        shared.wait_durable(seq, true).map_err(|error| CommitError {
-            seq: Some(seq),
-            error,
-        })?;
-        Ok(seq)
-    }
-
-    /// Discard every change.
-    pub fn abort(mut self) {
-        self.finished = true;
-        let shared = self.base.shared.clone();
-        self.release_own_slots(&mut lock(&shared.meta));
-    }
-
-    fn release_own_slots(&mut self, meta: &mut Meta) {
-        for slot in std::mem::take(&mut self.own_slots) {
-            meta.alloc.release(slot, 1);
-        }
-        let embedded = self.dirty.iter().filter(|(f, p)| {
-            self.work
-                .entry(*f, *p)
-                .is_some_and(|e| e.overlay.is_some() && !self.created.contains(f))
-        });
-        if self.finished {
-            bump(&self.base.shared.counters.pages_embedded, embedded.count() as u64);
-        }
-    }
-}
-
-impl Drop for Transaction {
-    fn drop(&mut self) {
-        if !self.finished {
-            self.finished = true;
-            let shared = self.base.shared.clone();
-            for slot in std::mem::take(&mut self.own_slots) {
-                lock(&shared.meta).alloc.release(slot, 1);
-            }
-        }
-    }
-}
-
-/// What recovery found.
-struct Recovered {
-    header: Header,
-    state: State,
-    alloc: SlotAllocator,
-    superseded: Vec<u64>,
-    log_tail: u64,
-    prev_crc: u32,
-    records_replayed: u64,
-}
-
-/// Read the headers, load the newest intact checkpoint, replay the log's valid prefix.
-fn recover(io: &dyn StorageIo) -> Result<Recovered> {
-    let len = io
-        .size()
-        .map_err(|e| Error::io("reading the store's length", e))?;
-    let mut head = vec![0u8; len.min(SLOT_BASE) as usize];
-    io.read_at(&mut head, 0)
-        .map_err(|e| Error::io("reading the header", e))?;
-    let copies: Vec<Result<Header>> = [0u64, HEADER_BLOCK]
-        .iter()
-        .map(|&at| match head.get(at as usize..at as usize + HEADER_LEN) {
-            Some(bytes) => Header::decode(bytes),
-            None => Err(Error::NotAStore("file too short".into())),
-        })
-        .collect();
-    let mut valid: Vec<Header> = copies.iter().filter_map(|c| c.as_ref().ok().copied()).collect();
-    if valid.is_empty() {
-        return Err(match (&copies[0], &copies[1]) {
-            (Err(e @ Error::UnsupportedVersion { .. }), _)
-            | (_, Err(e @ Error::UnsupportedVersion { .. })) => Error::UnsupportedVersion {
-                found: version_of(e),
-                supported: crate::format::FORMAT_VERSION,
-            },
-            (Err(Error::NotAStore(_)), Err(Error::NotAStore(_))) if len >= HEADER_LEN as u64 => {
-                Error::NotAStore("the file does not begin with the onesync store magic".into())
-            }
-            (Err(Error::NotAStore(_)), Err(Error::NotAStore(_))) => Error::NotAStore(format!(
-                "the file is {len} bytes, too short to hold a store header"
-            )),
-            _ => Error::Corrupt("both header copies fail their checksums".into()),
-        });
-    }
-    if valid.len() == 2
-        && (valid[0].store_id != valid[1].store_id || valid[0].page_size != valid[1].page_size)
-    {
-        return Err(Error::Corrupt(
-            "the two header copies describe different stores".into(),
-        ));
-    }
-    if len < SLOT_BASE {
-        return Err(Error::Truncated(format!(
-            "{len} bytes, shorter than the {SLOT_BASE}-byte header area"
-        )));
-    }
-    valid.sort_by_key(|h| std::cmp::Reverse(h.generation));
-    let page_size = valid[0].page_size as u64;
-    let capacity = (len - SLOT_BASE) / page_size;
-    let damaged_copy = copies.iter().any(|c| c.is_err());
-    let mut last_error = None;
-    for (i, header) in valid.iter().enumerate() {
-        match load_checkpoint(io, header, capacity) {
-            Ok(state) => {
-                let fell_back = i > 0 || damaged_copy;
-                return replay(io, *header, state, capacity, fell_back);
-            }
-            Err(e @ Error::Truncated(_)) => return Err(e),
-            Err(e @ Error::Io { .. }) => return Err(e),
-            Err(e) => last_error = Some(e),
-        }
-    }
-    Err(last_error.unwrap_or_else(|| Error::Corrupt("no usable checkpoint".into())))
-}
-
-fn version_of(e: &Error) -> u32 {
-    match e {
-        Error::UnsupportedVersion { found, .. } => *found,
-        _ => 0,
-    }
-}
-
-fn load_checkpoint(io: &dyn StorageIo, header: &Header, capacity: u64) -> Result<State> {
-    let page_size = header.page_size as u64;
-    let ck = header.checkpoint;
-    let ck_slots = ck.len.div_ceil(page_size).max(1);
-    let end = ck.first_slot.checked_add(ck_slots);
-    let log_end = header.log.first_slot.checked_add(header.log.slots);
-    if end.is_none_or(|e| e > capacity) || log_end.is_none_or(|e| e > capacity) {
-        return Err(Error::Truncated(format!(
-            "the header names slots up to {} but the file holds {capacity}",
-            end.unwrap_or(u64::MAX).max(log_end.unwrap_or(u64::MAX))
-        )));
-    }
-    let mut blob = vec![0u8; ck.len as usize];
-    io.read_at(&mut blob, slot_offset(ck.first_slot, page_size))
-        .map_err(|e| Error::io("reading the checkpoint", e))?;
-    if crc32c::crc32c(&blob) != ck.crc {
-        return Err(Error::Corrupt(format!(
-            "the checkpoint of generation {} fails its checksum",
-            header.generation
-        )));
-    }
-    let decoded = Checkpoint::decode(&blob)?;
-    if decoded.seq != ck.seq {
-        return Err(Error::Corrupt(
-            "checkpoint and header disagree on the sequence number".into(),
-        ));
-    }
-    let state = State::from_checkpoint(decoded, page_size)?;
-    let slots: Vec<u64> = state.live_slots().collect();
-    if let Some(beyond) = slots.iter().find(|s| **s >= capacity) {
-        return Err(Error::Truncated(format!(
-            "a page lives in slot {beyond} but the file holds {capacity} slots"
-        )));
-    }
-    Ok(state)
-}
-
-/// Reads the log front to back in large chunks.
-struct LogReader<'a> {
-    io: &'a dyn StorageIo,
-    start: u64,
-    len: u64,
-    chunk_at: u64,
-    chunk: Vec<u8>,
-}
-
-impl LogReader<'_> {
-    const CHUNK: u64 = 1 << 20;
-
-    /// The intact record at `at`, with its CRC and length; `None` where the log ends.
-    fn record_at(&mut self, at: u64) -> Result<Option<(Record, u32, u64)>> {
-        let Some(first) = self.bytes(at, RECORD_ALIGN)? else {
-            return Ok(None);
-        };
-        let Some(len) = Record::peek_len(first) else {
-            return Ok(None);
-        };
-        let Some(bytes) = self.bytes(at, len)? else {
-            return Ok(None);
-        };
-        Ok(Record::decode(bytes).map(|(record, crc)| (record, crc, len)))
-    }
-
-    fn bytes(&mut self, at: u64, n: u64) -> Result<Option<&[u8]>> {
-        if at + n > self.len {
-            return Ok(None);
-        }
-        if at < self.chunk_at || at + n > self.chunk_at + self.chunk.len() as u64 {
-            let size = (self.len - at).min(Self::CHUNK.max(n));
-            self.chunk.resize(size as usize, 0);
-            self.io
-                .read_at(&mut self.chunk, self.start + at)
-                .map_err(|e| Error::io("reading the log", e))?;
-            self.chunk_at = at;
-        }
-        let from = (at - self.chunk_at) as usize;
-        Ok(Some(&self.chunk[from..from + n as usize]))
-    }
-}
-
-fn replay(
-    io: &dyn StorageIo,
-    header: Header,
-    mut state: State,
-    capacity: u64,
-    fell_back: bool,
-) -> Result<Recovered> {
-    let page_size = header.page_size as u64;
-    let mut log = LogReader {
-        io,
-        start: slot_offset(header.log.first_slot, page_size),
-        len: header.log.slots * page_size,
-        chunk_at: 0,
-        chunk: Vec::new(),
-    };
-    let mut tail = 0u64;
-    let mut prev_crc = header.log.seed;
-    let mut superseded = Vec::new();
-    let mut replayed = 0u64;
-    let mut page = vec![0u8; page_size as usize];
-    while let Some((record, crc, record_len)) = log.record_at(tail)? {
-        if record.prev_crc != prev_crc || record.seq != state.seq + 1 {
-            if tail == 0 && fell_back && record.seq > state.seq {
-                // The log was restarted by a checkpoint newer than the one we fell back to:
-                // rolling back to ours would silently drop commits.
-                return Err(Error::Corrupt(format!(
-                    "the newest header copy is damaged and the log holds commit {} from after the checkpoint it replaced; refusing to roll back",
-                    record.seq
-                )));
-            }
-            break;
-        }
-        let mut pages_intact = true;
-        for op in &record.ops {
-            if let Op::Page { slot, crc, .. } = op {
-                if *slot == NO_SLOT {
-                    continue;
-                }
-                if *slot >= capacity {
-                    return Err(Error::Truncated(format!(
-                        "commit {} maps a page to slot {slot} past the end of the file",
-                        record.seq
-                    )));
-                }
-                io.read_at(&mut page, slot_offset(*slot, page_size))
-                    .map_err(|e| Error::io("verifying a page", e))?;
-                if crc32c::crc32c(&page) != *crc && !cfg!(feature = "deliberately-broken-recovery") {
-                    pages_intact = false;
-                    break;
-                }
-            }
-        }
-        if !pages_intact {
-            break;
-        }
-        let mut next = state.clone();
-        next.apply(&record.ops, record.seq, page_size, &mut superseded)?;
-        state = next;
-        prev_crc = crc;
-        tail += record_len;
-        replayed += 1;
-    }
-    let live: Vec<u64> = state.live_slots().collect();
-    let mut used = live.clone();
-    used.sort_unstable();
-    used.dedup();
-    if used.len() != live.len() {
-        return Err(Error::Corrupt("two pages map to the same slot".into()));
-    }
-    let live_set: BTreeSet<u64> = used.iter().copied().collect();
-    superseded.retain(|s| !live_set.contains(s));
-    superseded.sort_unstable();
-    superseded.dedup();
-    let ck_slots = header.checkpoint.len.div_ceil(page_size).max(1);
-    let reserved = (header.checkpoint.first_slot..header.checkpoint.first_slot + ck_slots)
-        .chain(header.log.first_slot..header.log.first_slot + header.log.slots);
-    let alloc = SlotAllocator::new(
-        capacity,
-        used.iter()
-            .copied()
-            .chain(superseded.iter().copied())
-            .chain(reserved),
-    );
-    Ok(Recovered {
-        header,
-        state,
-        alloc,
-        superseded,
-        log_tail: tail,
-        prev_crc,
-        records_replayed: replayed,
-    })
 }

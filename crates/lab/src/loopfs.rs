@@ -1,0 +1,521 @@
+//! A throwaway filesystem on a loop device of its own.
+//!
+//! The point is the device counters: `/sys/block/loopN/stat` counts every request the
+//! filesystem sends down, its journal and metadata included, so a benchmark sees what a
+//! commit really costs the device and not just what the program asked for.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use tempfile::TempDir;
+
+const MIB: u64 = 1024 * 1024;
+
+/// The filesystems the lab knows how to make on a loop device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FsKind {
+    Ext4,
+    Xfs,
+    Btrfs,
+}
+
+impl FsKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FsKind::Ext4 => "ext4",
+            FsKind::Xfs => "xfs",
+            FsKind::Btrfs => "btrfs",
+        }
+    }
+
+    fn mkfs_program(self) -> &'static str {
+        match self {
+            FsKind::Ext4 => "mkfs.ext4",
+            FsKind::Xfs => "mkfs.xfs",
+            FsKind::Btrfs => "mkfs.btrfs",
+        }
+    }
+
+    /// Quiet, and overwrite whatever signature an earlier run left on a reused device.
+    /// ext4 also initializes its inode tables and journal now: by default a kernel thread
+    /// zeroes them after mount, and those writes would be billed to the first measurements.
+    fn mkfs_flags(self) -> &'static [&'static str] {
+        match self {
+            FsKind::Ext4 => &["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"],
+            FsKind::Xfs | FsKind::Btrfs => &["-q", "-f"],
+        }
+    }
+
+    /// The Debian package that ships the mkfs program.
+    fn package(self) -> &'static str {
+        match self {
+            FsKind::Ext4 => "e2fsprogs",
+            FsKind::Xfs => "xfsprogs",
+            FsKind::Btrfs => "btrfs-progs",
+        }
+    }
+
+    /// The smallest image each mkfs accepts (xfs refuses under 300 MiB, btrfs under ~114 MiB).
+    pub fn min_size_bytes(self) -> u64 {
+        match self {
+            FsKind::Ext4 => 16 * MIB,
+            FsKind::Xfs => 300 * MIB,
+            FsKind::Btrfs => 128 * MIB,
+        }
+    }
+}
+
+impl fmt::Display for FsKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Counters of one block device, from `/sys/block/NAME/stat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevCounters {
+    /// Write requests completed (field 4).
+    pub write_ios: u64,
+    /// 512-byte sectors written (field 6), whatever the device's real sector size.
+    pub sectors_written: u64,
+    /// Flush requests completed (field 15).
+    pub flushes: u64,
+}
+
+impl DevCounters {
+    /// The kernel reports sectors in 512-byte units regardless of the device.
+    pub const SECTOR_BYTES: u64 = 512;
+
+    /// Parses the contents of a `/sys/block/NAME/stat` file.
+    pub fn parse(stat: &str) -> Result<DevCounters> {
+        let fields: Vec<&str> = stat.split_whitespace().collect();
+        // Flush counters were added in Linux 5.5; without them flushes would read as 0.
+        if fields.len() < 17 {
+            bail!(
+                "block stat has {} fields, need 17 (flush counters need Linux 5.5 or later): {:?}",
+                fields.len(),
+                stat.trim()
+            );
+        }
+        let field = |index: usize| -> Result<u64> {
+            fields[index]
+                .parse()
+                .with_context(|| format!("block stat field {index} is not a number: {:?}", fields[index]))
+        };
+        Ok(DevCounters {
+            write_ios: field(4)?,
+            sectors_written: field(6)?,
+            flushes: field(15)?,
+        })
+    }
+
+    /// Reads the counters of a device by its kernel name, e.g. "loop3".
+    pub fn read(device_name: &str) -> Result<DevCounters> {
+        let path = Path::new("/sys/block").join(device_name).join("stat");
+        let stat = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        DevCounters::parse(&stat).with_context(|| format!("parsing {}", path.display()))
+    }
+
+    /// What happened between `before` and `self`.
+    pub fn delta(&self, before: &DevCounters) -> DevCounters {
+        DevCounters {
+            write_ios: self.write_ios.saturating_sub(before.write_ios),
+            sectors_written: self.sectors_written.saturating_sub(before.sectors_written),
+            flushes: self.flushes.saturating_sub(before.flushes),
+        }
+    }
+
+    pub fn bytes_written(&self) -> u64 {
+        self.sectors_written * Self::SECTOR_BYTES
+    }
+}
+
+/// A fresh filesystem on a sparse image file attached to a loop device, mounted in a
+/// temporary directory. Dropping it unmounts, detaches and deletes everything (best effort:
+/// failures are reported on stderr, and a still-mounted directory is left in place).
+pub struct LoopFs {
+    kind: FsKind,
+    /// Holds the image file and the mount point. `None` once handed back in `Drop`.
+    work_dir: Option<TempDir>,
+    mount_point: PathBuf,
+    /// "/dev/loopN", set once losetup has attached the image.
+    device_path: Option<PathBuf>,
+    /// "loopN"
+    device_name: String,
+    mounted: bool,
+}
+
+impl LoopFs {
+    /// Makes a `size_bytes` sparse image in a temporary directory (under `$TMPDIR`, or /tmp),
+    /// attaches it to a free loop device, makes a `kind` filesystem on it and mounts it.
+    pub fn create(kind: FsKind, size_bytes: u64) -> Result<LoopFs> {
+        check_prerequisites(kind)?;
+        if size_bytes < kind.min_size_bytes() {
+            bail!(
+                "{kind} needs an image of at least {} MiB, asked for {} MiB",
+                kind.min_size_bytes() / MIB,
+                size_bytes / MIB
+            );
+        }
+
+        let work_dir = tempfile::Builder::new()
+            .prefix("onesync-loopfs-")
+            .tempdir()
+            .context("making a temporary directory for the loop image")?;
+        let image_path = work_dir.path().join("disk.img");
+        let mount_point = work_dir.path().join("mnt");
+        fs::create_dir(&mount_point)
+            .with_context(|| format!("making mount point {}", mount_point.display()))?;
+        // set_len on a fresh file leaves it sparse: only what the filesystem writes takes space.
+        File::create(&image_path)
+            .and_then(|image| image.set_len(size_bytes))
+            .with_context(|| format!("making sparse image {}", image_path.display()))?;
+
+        // From here on, an early return drops `loop_fs`, which undoes whatever was done.
+        let mut loop_fs = LoopFs {
+            kind,
+            work_dir: Some(work_dir),
+            mount_point,
+            device_path: None,
+            device_name: String::new(),
+            mounted: false,
+        };
+
+        let attached = run(Command::new("losetup").arg("-f").arg("--show").arg(&image_path))?;
+        let device_path = PathBuf::from(attached.trim());
+        let device_name = device_path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .filter(|name| name.starts_with("loop"))
+            .ok_or_else(|| anyhow!("losetup printed {attached:?}, expected /dev/loopN"))?
+            .to_owned();
+        loop_fs.device_path = Some(device_path.clone());
+        loop_fs.device_name = device_name;
+
+        run(Command::new(kind.mkfs_program())
+            .args(kind.mkfs_flags())
+            .arg(&device_path))?;
+        run(Command::new("mount")
+            .arg("-t")
+            .arg(kind.name())
+            .arg(&device_path)
+            .arg(&loop_fs.mount_point))?;
+        loop_fs.mounted = true;
+        Ok(loop_fs)
+    }
+
+    pub fn kind(&self) -> FsKind {
+        self.kind
+    }
+
+    pub fn mount_point(&self) -> &Path {
+        &self.mount_point
+    }
+
+    /// The kernel's name for the device, e.g. "loop3".
+    pub fn device_name(&self) -> &str {
+        &self.device_name
+    }
+
+    /// Writes back the filesystem's dirty data first, so that what a program wrote before
+    /// this call is billed before it and not to whatever is measured next. The sync's own
+    /// flush (about one per call) lands in the counters read after it.
+    pub fn counters(&self) -> Result<DevCounters> {
+        self.sync()?;
+        DevCounters::read(&self.device_name)
+    }
+
+    fn sync(&self) -> Result<()> {
+        let dir = File::open(&self.mount_point)
+            .with_context(|| format!("opening {}", self.mount_point.display()))?;
+        // SAFETY: syncfs only reads the descriptor, which `dir` keeps open for the call.
+        let status = unsafe { libc::syncfs(dir.as_raw_fd()) };
+        if status != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("syncfs {}", self.mount_point.display()));
+        }
+        Ok(())
+    }
+
+    fn unmount(&mut self) -> Result<()> {
+        // A just-closed file can keep the mount busy for a moment; retry before giving up.
+        let mut last_error = None;
+        for attempt in 0..5 {
+            if attempt > 0 {
+                thread::sleep(Duration::from_millis(200));
+            }
+            match run(Command::new("umount").arg(&self.mount_point)) {
+                Ok(_) => {
+                    self.mounted = false;
+                    return Ok(());
+                }
+                Err(error) => last_error = Some(error),
+            }
+        }
+        // Detach it from the tree anyway, so the temporary directory can still be removed;
+        // the kernel finishes the unmount when the last user lets go.
+        run(Command::new("umount").arg("-l").arg(&self.mount_point))
+            .map(|_| self.mounted = false)
+            .map_err(|lazy_error| {
+                anyhow!(
+                    "{:#}; lazy unmount failed too: {lazy_error:#}",
+                    last_error.unwrap_or_else(|| anyhow!("umount failed"))
+                )
+            })
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        if self.mounted {
+            if let Err(error) = self.unmount() {
+                eprintln!(
+                    "onesync: warning: could not unmount {}: {error:#}",
+                    self.mount_point.display()
+                );
+            }
+        }
+        if let Some(device_path) = self.device_path.take() {
+            if let Err(error) = run(Command::new("losetup").arg("-d").arg(&device_path)) {
+                eprintln!(
+                    "onesync: warning: could not detach {}: {error:#}",
+                    device_path.display()
+                );
+            }
+        }
+        if let Some(work_dir) = self.work_dir.take() {
+            if self.mounted {
+                // Deleting would walk into the still-mounted filesystem: leave it for a human.
+                let kept = work_dir.keep();
+                eprintln!(
+                    "onesync: warning: left {} in place (still mounted)",
+                    kept.display()
+                );
+            } else if let Err(error) = work_dir.close() {
+                eprintln!("onesync: warning: could not remove the loop image directory: {error}");
+            }
+        }
+    }
+}
+
+/// Fails early, naming what is missing, instead of letting losetup or mount fail obscurely.
+fn check_prerequisites(kind: FsKind) -> Result<()> {
+    if !running_as_root() {
+        bail!("--fs needs root: loop devices and mount (run as root, or use --dir)");
+    }
+    for (program, package) in [("losetup", "mount"), ("mount", "mount"), ("umount", "mount")] {
+        require_program(program, package)?;
+    }
+    require_program(kind.mkfs_program(), kind.package())
+}
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Errors with an install hint when `program` is on neither $PATH nor the sbin directories
+/// (which a non-login root shell may lack on its PATH).
+pub fn require_program(program: &str, package: &str) -> Result<()> {
+    if find_program(program).is_some() {
+        Ok(())
+    } else {
+        bail!("{program} not found: apt-get install {package}")
+    }
+}
+
+fn find_program(program: &str) -> Option<PathBuf> {
+    let path_dirs = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let sbin_dirs = ["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from);
+    path_dirs
+        .into_iter()
+        .chain(sbin_dirs)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Runs a command to completion; on failure the error carries the command line and stderr.
+fn run(command: &mut Command) -> Result<String> {
+    let command_line = format!("{command:?}").replace('"', "");
+    let output = command
+        .output()
+        .with_context(|| format!("could not start `{command_line}`"))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        bail!("`{command_line}` failed ({}): {}", output.status, stderr.trim());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+
+    // A real /sys/block/loop0/stat line from this kind of machine.
+    const SAMPLE_STAT: &str = "     118        0     2268        7       70        0   136016        5        0       12       14        1        0  2097152        0        2        1\n";
+
+    #[test]
+    fn parses_write_sector_and_flush_fields() {
+        let counters = DevCounters::parse(SAMPLE_STAT).unwrap();
+        assert_eq!(
+            counters,
+            DevCounters {
+                write_ios: 70,
+                sectors_written: 136016,
+                flushes: 2
+            }
+        );
+        assert_eq!(counters.bytes_written(), 136016 * 512);
+    }
+
+    #[test]
+    fn rejects_stat_without_flush_fields() {
+        let old_kernel = "1 2 3 4 5 6 7 8 9 10 11";
+        let error = DevCounters::parse(old_kernel).unwrap_err();
+        assert!(format!("{error:#}").contains("Linux 5.5"), "{error:#}");
+    }
+
+    #[test]
+    fn delta_subtracts_and_never_underflows() {
+        let before = DevCounters {
+            write_ios: 10,
+            sectors_written: 100,
+            flushes: 3,
+        };
+        let after = DevCounters {
+            write_ios: 15,
+            sectors_written: 140,
+            flushes: 4,
+        };
+        assert_eq!(
+            after.delta(&before),
+            DevCounters {
+                write_ios: 5,
+                sectors_written: 40,
+                flushes: 1
+            }
+        );
+        assert_eq!(before.delta(&after), DevCounters::default());
+    }
+
+    #[test]
+    fn missing_program_names_the_package() {
+        let error = require_program("mkfs.onesync-does-not-exist", "some-progs").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "mkfs.onesync-does-not-exist not found: apt-get install some-progs"
+        );
+    }
+
+    /// Loop devices need root and the mkfs program; say why a test did nothing otherwise.
+    fn can_make(kind: FsKind) -> bool {
+        if !running_as_root() {
+            println!("note: skipping {kind} loop test: not root");
+            return false;
+        }
+        if find_program(kind.mkfs_program()).is_none() {
+            println!(
+                "note: skipping {kind} loop test: {} not installed",
+                kind.mkfs_program()
+            );
+            return false;
+        }
+        true
+    }
+
+    /// Makes the filesystem, writes and fdatasyncs a file, and checks the device saw it.
+    fn write_sync_and_count(kind: FsKind) {
+        if !can_make(kind) {
+            return;
+        }
+        let loop_fs = LoopFs::create(kind, 512 * MIB).unwrap();
+        let mount_point = loop_fs.mount_point().to_owned();
+        let device_name = loop_fs.device_name().to_owned();
+        assert!(device_name.starts_with("loop"), "{device_name}");
+        assert!(fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .contains(&mount_point.display().to_string()));
+
+        let before = loop_fs.counters().unwrap();
+        let file = File::create(mount_point.join("data")).unwrap();
+        let block = vec![0xA5u8; 4096];
+        for index in 0..16u64 {
+            file.write_all_at(&block, index * 4096).unwrap();
+            file.sync_data().unwrap();
+        }
+        drop(file);
+        let spent = loop_fs.counters().unwrap().delta(&before);
+        assert!(spent.write_ios >= 16, "{kind}: {spent:?}");
+        assert!(spent.bytes_written() >= 16 * 4096, "{kind}: {spent:?}");
+        assert!(spent.flushes >= 16, "{kind}: {spent:?}");
+
+        drop(loop_fs);
+        assert!(!mount_point.exists(), "{kind}: mount point left behind");
+        // The kernel finishes a detach once the last opener (here the just-unmounted
+        // filesystem) lets go, so give it a moment; another test may reuse the device.
+        let backing = Path::new("/sys/block")
+            .join(&device_name)
+            .join("loop/backing_file");
+        let our_image = mount_point.parent().unwrap().join("disk.img");
+        let still_ours = || {
+            fs::read_to_string(&backing)
+                .map(|file_name| file_name.starts_with(&our_image.display().to_string()))
+                .unwrap_or(false)
+        };
+        for _ in 0..50 {
+            if !still_ours() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        assert!(!still_ours(), "{kind}: {device_name} still attached to our image");
+    }
+
+    #[test]
+    fn ext4_counts_writes_and_flushes() {
+        write_sync_and_count(FsKind::Ext4);
+    }
+
+    #[test]
+    fn xfs_counts_writes_and_flushes() {
+        write_sync_and_count(FsKind::Xfs);
+    }
+
+    #[test]
+    fn btrfs_counts_writes_and_flushes() {
+        write_sync_and_count(FsKind::Btrfs);
+    }
+
+    #[test]
+    fn too_small_image_is_refused_with_the_minimum() {
+        if !can_make(FsKind::Xfs) {
+            return;
+        }
+        let error = LoopFs::create(FsKind::Xfs, 64 * MIB).err().unwrap();
+        assert!(error.to_string().contains("at least 300 MiB"), "{error:#}");
+    }
+
+    #[test]
+    fn smallest_ext4_mounts_and_drop_removes_everything() {
+        if !can_make(FsKind::Ext4) {
+            return;
+        }
+        let loop_fs = LoopFs::create(FsKind::Ext4, 16 * MIB).unwrap();
+        let mut file = File::create(loop_fs.mount_point().join("x")).unwrap();
+        file.write_all(b"hello").unwrap();
+        drop(file);
+        let work_dir = loop_fs.mount_point().parent().unwrap().to_owned();
+        drop(loop_fs);
+        assert!(!work_dir.exists());
+    }
+}

@@ -1,0 +1,346 @@
+//! Recovery: choose the newest intact header and checkpoint, then follow the chain of
+//! commit records from it while each record is intact, in sequence, on the chain, and its
+//! pages match their checksums.
+
+use crate::alloc::SlotAllocator;
+use crate::error::{Error, Result};
+use crate::format::{
+    Checkpoint, Header, Op, Record, RecordKind, FORMAT_VERSION, HEADER_BLOCK, HEADER_LEN, NO_SLOT,
+    RECORD_ALIGN, SLOT_BASE,
+};
+use crate::io::StorageIo;
+use crate::state::State;
+use crate::store::slot_offset;
+use std::collections::BTreeSet;
+
+/// What recovery found.
+pub(crate) struct Recovered {
+    pub header: Header,
+    pub state: State,
+    pub alloc: SlotAllocator,
+    /// Slots that replayed records name (their own, and pages they superseded): not free
+    /// until the next checkpoint.
+    pub awaiting_checkpoint: Vec<u64>,
+    pub head: u64,
+    pub window_end: u64,
+    pub prev_crc: u32,
+    pub records_replayed: u64,
+    pub log_bytes: u64,
+    /// Both header copies are intact and equal to `header`.
+    pub copies_agree: bool,
+}
+
+pub(crate) fn recover(io: &dyn StorageIo) -> Result<Recovered> {
+    let len = io
+        .size()
+        .map_err(|e| Error::io("reading the store's length", e))?;
+    let mut head = vec![0u8; len.min(SLOT_BASE) as usize];
+    io.read_at(&mut head, 0)
+        .map_err(|e| Error::io("reading the header", e))?;
+    let copies: Vec<Result<Header>> = [0u64, HEADER_BLOCK]
+        .iter()
+        .map(|&at| match head.get(at as usize..at as usize + HEADER_LEN) {
+            Some(bytes) => Header::decode(bytes),
+            None => Err(Error::NotAStore("file too short".into())),
+        })
+        .collect();
+    let mut valid: Vec<Header> = copies.iter().filter_map(|c| c.as_ref().ok().copied()).collect();
+    if valid.is_empty() {
+        if head.len() >= 16 && head[..16] == crate::format::MAGIC && len < SLOT_BASE {
+            return Err(Error::Truncated(format!(
+                "{len} bytes, shorter than the {SLOT_BASE}-byte header area"
+            )));
+        }
+        return Err(match (&copies[0], &copies[1]) {
+            (Err(Error::UnsupportedVersion { found, .. }), _)
+            | (_, Err(Error::UnsupportedVersion { found, .. })) => Error::UnsupportedVersion {
+                found: *found,
+                supported: FORMAT_VERSION,
+            },
+            (Err(Error::NotAStore(_)), Err(Error::NotAStore(_))) if len >= HEADER_LEN as u64 => {
+                Error::NotAStore("the file does not begin with the onesync store magic".into())
+            }
+            (Err(Error::NotAStore(_)), Err(Error::NotAStore(_))) => Error::NotAStore(format!(
+                "the file is {len} bytes, too short to hold a store header"
+            )),
+            _ => Error::Corrupt("both header copies fail their checksums".into()),
+        });
+    }
+    if valid.len() == 2
+        && (valid[0].store_id != valid[1].store_id || valid[0].page_size != valid[1].page_size)
+    {
+        return Err(Error::Corrupt(
+            "the two header copies describe different stores".into(),
+        ));
+    }
+    if len < SLOT_BASE {
+        return Err(Error::Truncated(format!(
+            "{len} bytes, shorter than the {SLOT_BASE}-byte header area"
+        )));
+    }
+    valid.sort_by_key(|h| std::cmp::Reverse(h.generation));
+    valid.dedup();
+    let page_size = valid[0].page_size as u64;
+    let capacity = (len - SLOT_BASE) / page_size;
+    let mut last_error = None;
+    // The newest header whose checkpoint is intact. An older one is used only when a crash
+    // cut a checkpoint short; `replay` refuses it if commits followed the newer one.
+    let damaged_copy = copies.iter().any(|c| c.is_err());
+    for (i, header) in valid.iter().enumerate() {
+        match load_checkpoint(io, header, capacity) {
+            Ok(state) => {
+                let copies_agree = copies.iter().all(|c| c.as_ref().ok() == Some(header));
+                let fell_back = i > 0 || damaged_copy;
+                return replay(io, *header, state, capacity, fell_back)
+                    .map(|r| Recovered { copies_agree, ..r });
+            }
+            Err(e @ (Error::Truncated(_) | Error::Io { .. })) => return Err(e),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| Error::Corrupt("no usable checkpoint".into())))
+}
+
+fn load_checkpoint(io: &dyn StorageIo, header: &Header, capacity: u64) -> Result<State> {
+    let page_size = header.page_size as u64;
+    let ck = header.checkpoint;
+    let needed = ck
+        .extents()
+        .iter()
+        .map(|&(first, n)| first.saturating_add(n))
+        .max()
+        .unwrap_or(0);
+    let needed = needed.max(header.log.window_end);
+    if needed > capacity {
+        return Err(Error::Truncated(format!(
+            "the header names slots up to {needed} but the file holds {capacity}"
+        )));
+    }
+    let mut blob = vec![0u8; ck.len as usize];
+    let mut at = 0usize;
+    for &(first, n) in ck.extents() {
+        let take = (blob.len() - at).min((n * page_size) as usize);
+        io.read_at(&mut blob[at..at + take], slot_offset(first, page_size))
+            .map_err(|e| Error::io("reading the checkpoint", e))?;
+        at += take;
+    }
+    if crc32c::crc32c(&blob) != ck.crc {
+        return Err(Error::Corrupt(format!(
+            "the checkpoint of generation {} fails its checksum",
+            header.generation
+        )));
+    }
+    let decoded = Checkpoint::decode(&blob)?;
+    if decoded.seq != ck.seq {
+        return Err(Error::Corrupt(
+            "checkpoint and header disagree on the sequence number".into(),
+        ));
+    }
+    let state = State::from_checkpoint(decoded, page_size)?;
+    if let Some(beyond) = state.live_slots().find(|s| *s >= capacity) {
+        return Err(Error::Truncated(format!(
+            "a page lives in slot {beyond} but the file holds {capacity} slots"
+        )));
+    }
+    Ok(state)
+}
+
+/// The intact record at `slot`, its CRC and its length; `None` where the chain ends.
+fn record_at(
+    io: &dyn StorageIo,
+    slot: u64,
+    page_size: u64,
+    capacity: u64,
+) -> Result<Option<(Record, u32, u64)>> {
+    if slot >= capacity {
+        return Ok(None);
+    }
+    let offset = slot_offset(slot, page_size);
+    let room = (capacity - slot) * page_size;
+    let mut first = vec![0u8; RECORD_ALIGN as usize];
+    io.read_at(&mut first, offset)
+        .map_err(|e| Error::io("reading a commit record", e))?;
+    let Some(len) = Record::peek_len(&first) else {
+        return Ok(None);
+    };
+    if len > room {
+        return Ok(None);
+    }
+    let mut bytes = first;
+    if len > RECORD_ALIGN {
+        bytes.resize(len as usize, 0);
+        io.read_at(&mut bytes[RECORD_ALIGN as usize..], offset + RECORD_ALIGN)
+            .map_err(|e| Error::io("reading a commit record", e))?;
+    }
+    Ok(Record::decode(&bytes).map(|(record, crc)| (record, crc, len)))
+}
+
+/// Whether every page a commit maps holds the content its record says.
+fn pages_intact(io: &dyn StorageIo, record: &Record, page_size: u64, capacity: u64) -> Result<bool> {
+    let mut page = vec![0u8; page_size as usize];
+    for op in &record.ops {
+        let Op::Page { slot, crc, .. } = op else { continue };
+        if *slot == NO_SLOT {
+            continue;
+        }
+        if *slot >= capacity {
+            return Err(Error::Truncated(format!(
+                "commit {} maps a page to slot {slot} past the end of the file",
+                record.seq
+            )));
+        }
+        io.read_at(&mut page, slot_offset(*slot, page_size))
+            .map_err(|e| Error::io("verifying a page", e))?;
+        if crc32c::crc32c(&page) != *crc && !cfg!(feature = "deliberately-broken-recovery") {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// `fell_back`: a header copy is damaged or the newest one's checkpoint was unusable, so a
+/// newer checkpoint may have existed; commits that follow it must not be rolled back.
+fn replay(
+    io: &dyn StorageIo,
+    header: Header,
+    mut state: State,
+    capacity: u64,
+    fell_back: bool,
+) -> Result<Recovered> {
+    let page_size = header.page_size as u64;
+    let epoch = header.generation;
+    let mut slot = header.log.first_slot;
+    let mut window_end = header.log.window_end;
+    let mut prev_crc = header.log.seed;
+    let mut chain_slots = Vec::new();
+    let mut superseded = Vec::new();
+    let mut replayed = 0u64;
+    let mut log_bytes = 0u64;
+    while let Some((record, crc, len)) = record_at(io, slot, page_size, capacity)? {
+        if record.epoch != epoch || record.prev_crc != prev_crc || record.seq != state.seq + 1 {
+            if fell_back && record.epoch > epoch {
+                // Records follow a checkpoint newer than the one we loaded, so its header
+                // was durable once: rolling back to ours would silently drop commits.
+                // (Without a fallback such a record can only be stale or forged.)
+                return Err(Error::Corrupt(format!(
+                    "commit {} follows checkpoint generation {}, whose header is damaged; refusing to roll back",
+                    record.seq, record.epoch
+                )));
+            }
+            break;
+        }
+        if record.next_slot >= record.window_end || record.window_end > capacity {
+            return Err(Error::Truncated(format!(
+                "commit {} reserves slots up to {} but the file holds {capacity}",
+                record.seq, record.window_end
+            )));
+        }
+        let record_slots = len.div_ceil(page_size);
+        if record.kind == RecordKind::Commit {
+            if !pages_intact(io, &record, page_size, capacity)? {
+                break;
+            }
+            let mut next = state.clone();
+            next.apply(&record.ops, record.seq, page_size, &mut superseded)?;
+            state = next;
+            replayed += 1;
+        }
+        chain_slots.extend(slot..slot + record_slots);
+        log_bytes += record_slots * page_size;
+        prev_crc = crc;
+        slot = record.next_slot;
+        window_end = record.window_end;
+    }
+    let live: Vec<u64> = state.live_slots().collect();
+    let mut used = live.clone();
+    used.sort_unstable();
+    used.dedup();
+    if used.len() != live.len() {
+        return Err(Error::Corrupt("two pages map to the same slot".into()));
+    }
+    let live_set: BTreeSet<u64> = used.iter().copied().collect();
+    let checkpoint_run: BTreeSet<u64> = header.checkpoint.slots().collect();
+    // Each slot has one role: a live page, the checkpoint, a record of the chain, or the
+    // reserved window. Records that say otherwise were not written by this store.
+    let roles_clash = chain_slots
+        .iter()
+        .any(|s| live_set.contains(s) || checkpoint_run.contains(s))
+        || (slot..window_end).any(|s| live_set.contains(&s) || checkpoint_run.contains(&s))
+        || checkpoint_run.iter().any(|s| live_set.contains(s));
+    if roles_clash {
+        return Err(Error::Corrupt(
+            "a slot is named for two roles (page, checkpoint, record, window)".into(),
+        ));
+    }
+    let mut awaiting: Vec<u64> = superseded
+        .into_iter()
+        .chain(chain_slots)
+        .filter(|s| !live_set.contains(s))
+        .collect();
+    awaiting.sort_unstable();
+    awaiting.dedup();
+    let reserved = checkpoint_run.into_iter().chain(slot..window_end);
+    let alloc = SlotAllocator::new(
+        capacity,
+        used.iter()
+            .copied()
+            .chain(awaiting.iter().copied())
+            .chain(reserved),
+    );
+    Ok(Recovered {
+        header,
+        state,
+        alloc,
+        awaiting_checkpoint: awaiting,
+        head: slot,
+        window_end,
+        prev_crc,
+        records_replayed: replayed,
+        log_bytes,
+        copies_agree: true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::format::{Header, Op, Record, HEADER_LEN};
+    use crate::sim::SimDisk;
+    use crate::store::slot_offset;
+    use crate::{Error, Options, Store};
+
+    /// A record with a valid CRC and chain that maps a page onto the checkpoint's slot was
+    /// not written by this store: open must refuse it, not hand the slot out twice.
+    #[test]
+    fn a_record_mapping_a_page_onto_the_checkpoint_is_corrupt() {
+        let opts = Options {
+            page_size: 512,
+            initial_capacity: 1 << 20,
+            ..Options::default()
+        };
+        let disk = SimDisk::new();
+        let store = Store::create_with_io(disk.io(), &opts).unwrap();
+        let mut t = store.begin();
+        let f = t.create_file("main").unwrap();
+        t.write_page(f, 0, &[7u8; 512]).unwrap();
+        t.commit().unwrap();
+        drop(store);
+        let image = disk.image();
+        let header = Header::decode(&image[..HEADER_LEN]).unwrap();
+        let at = slot_offset(header.log.first_slot, 512) as usize;
+        let (mut record, _) = Record::decode(&image[at..at + 512]).unwrap();
+        let target = header.checkpoint.first_slot;
+        let target_at = slot_offset(target, 512) as usize;
+        let target_crc = crc32c::crc32c(&image[target_at..target_at + 512]);
+        for op in &mut record.ops {
+            if let Op::Page { slot, crc, .. } = op {
+                *slot = target;
+                *crc = target_crc;
+            }
+        }
+        let (bytes, _) = record.encode();
+        let forged = SimDisk::from_image(image);
+        forged.corrupt(at as u64, &bytes);
+        let opened = Store::open_with_io(forged.io(), &opts);
+        assert!(matches!(opened, Err(Error::Corrupt(_))), "{:?}", opened.err());
+    }
+}

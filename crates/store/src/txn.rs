@@ -1,0 +1,709 @@
+//! Snapshots and transactions.
+
+use crate::error::{CommitError, Error, Result};
+use crate::format::{Op, MAX_NAME_LEN, NO_SLOT};
+use crate::state::{FileState, PageEntry, State};
+use crate::store::{bump, lock, release_unread, slot_offset, Meta, Shared};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Identifies a logical file within a store. Ids are never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FileId(pub u32);
+
+/// `slot` of a page this transaction holds in memory until it commits.
+const BUFFERED: u64 = NO_SLOT - 1;
+/// A transaction keeps at most this many bytes of pages in memory; past it, it writes them
+/// to slots early (they then cost a write request of their own at commit).
+const BUFFER_BYTES: u64 = 4 << 20;
+/// Merge difference runs separated by fewer equal bytes than this.
+const DIFF_GAP: usize = 8;
+const MAX_OVERLAY_RANGES: usize = 8;
+
+/// A commit that is sequenced and written but perhaps not yet durable.
+#[must_use = "a commit is durable only once `wait` returns"]
+pub struct PendingCommit {
+    shared: Arc<Shared>,
+    seq: u64,
+    /// False for a transaction that changed nothing (it waits for its base state).
+    sequenced: bool,
+}
+
+impl PendingCommit {
+    /// The commit's sequence number (for a transaction that changed nothing, that of the
+    /// state it began on).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Return once the commit is durable.
+    pub fn wait(self) -> Result<u64, CommitError> {
+        let seq = self.sequenced.then_some(self.seq);
+        self.shared
+            .wait_durable(self.seq)
+            .map_err(|error| CommitError { seq, error })?;
+        Ok(self.seq)
+    }
+}
+
+/// A read-only view of one committed state.
+pub struct Snapshot {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) state: Arc<State>,
+}
+
+impl Snapshot {
+    pub(crate) fn new(shared: Arc<Shared>) -> Snapshot {
+        let state = {
+            let mut meta = lock(&shared.meta);
+            let state = meta.visible.clone();
+            *meta.snapshots.entry(state.seq).or_insert(0) += 1;
+            state
+        };
+        Snapshot { shared, state }
+    }
+
+    /// The sequence number of the commit this snapshot shows.
+    pub fn seq(&self) -> u64 {
+        self.state.seq
+    }
+
+    pub fn file(&self, name: &str) -> Option<FileId> {
+        self.state.file_by_name(name).map(FileId)
+    }
+
+    /// All logical files, by id.
+    pub fn files(&self) -> Vec<(FileId, String)> {
+        self.state
+            .files
+            .iter()
+            .map(|(id, f)| (FileId(*id), f.name.to_string()))
+            .collect()
+    }
+
+    /// Logical size in bytes.
+    pub fn file_size(&self, file: FileId) -> Result<u64> {
+        Ok(self
+            .state
+            .files
+            .get(&file.0)
+            .ok_or(Error::NoSuchFile(file.0))?
+            .size)
+    }
+
+    /// Read one page; pages past the end read as zeros.
+    pub fn read_page(&self, file: FileId, page: u64, buf: &mut [u8]) -> Result<()> {
+        read_page_in(&self.shared, &self.state, file, page, buf)
+    }
+}
+
+impl Clone for Snapshot {
+    fn clone(&self) -> Snapshot {
+        *lock(&self.shared.meta)
+            .snapshots
+            .entry(self.state.seq)
+            .or_insert(0) += 1;
+        Snapshot {
+            shared: self.shared.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let mut meta = lock(&self.shared.meta);
+        let seq = self.state.seq;
+        if let Some(count) = meta.snapshots.get_mut(&seq) {
+            *count -= 1;
+            if *count == 0 {
+                meta.snapshots.remove(&seq);
+                release_unread(&mut meta);
+            }
+        }
+    }
+}
+
+/// Read a page's committed content: its slot (checked against its CRC) plus its overlay.
+fn read_entry(shared: &Shared, entry: &PageEntry, buf: &mut [u8], what: impl Fn() -> String) -> Result<()> {
+    if entry.slot == NO_SLOT {
+        buf.fill(0);
+    } else {
+        shared
+            .io
+            .read_at(buf, slot_offset(entry.slot, shared.page_size))
+            .map_err(|e| Error::io("reading a page", e))?;
+        if crc32c::crc32c(buf) != entry.crc {
+            return Err(Error::Corrupt(format!(
+                "{} fails its checksum (slot {})",
+                what(),
+                entry.slot
+            )));
+        }
+    }
+    if let Some(overlay) = &entry.overlay {
+        overlay.apply_to(buf);
+    }
+    Ok(())
+}
+
+fn read_page_in(shared: &Shared, state: &State, file: FileId, page: u64, buf: &mut [u8]) -> Result<()> {
+    if buf.len() as u64 != shared.page_size {
+        return Err(Error::InvalidArgument(format!(
+            "buffer of {} bytes for pages of {}",
+            buf.len(),
+            shared.page_size
+        )));
+    }
+    let f = state.files.get(&file.0).ok_or(Error::NoSuchFile(file.0))?;
+    match state.entry(file.0, page, shared.page_size) {
+        Some(entry) => read_entry(shared, entry, buf, || format!("page {page} of {:?}", f.name)),
+        None => {
+            buf.fill(0);
+            Ok(())
+        }
+    }
+}
+
+/// Byte ranges where `new` differs from `old`, or `None` once they cover more than `limit`.
+fn diff_ranges(old: &[u8], new: &[u8], limit: usize) -> Option<Vec<(usize, usize)>> {
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    let mut covered = 0;
+    for i in (0..old.len()).filter(|&i| old[i] != new[i]) {
+        match ranges.last_mut() {
+            Some((_, end)) if i < *end + DIFF_GAP => {
+                covered += i + 1 - *end;
+                *end = i + 1;
+            }
+            _ => {
+                ranges.push((i, i + 1));
+                covered += 1;
+            }
+        }
+        if covered > limit || ranges.len() > MAX_OVERLAY_RANGES {
+            return None;
+        }
+    }
+    Some(ranges)
+}
+
+/// A set of page writes and file changes that commits atomically, or not at all.
+///
+/// Isolation: the transaction reads the state it began on plus its own writes. At commit,
+/// if another transaction committed since then a change to a page, size or file this one
+/// also changed, the commit fails with `Error::Conflict` (first committer wins).
+pub struct Transaction {
+    base: Snapshot,
+    work: State,
+    /// Whole pages held until commit, written right after the commit record.
+    buffered: BTreeMap<(u32, u64), Vec<u8>>,
+    /// Slots this transaction wrote early; private until commit, so rewritten in place.
+    own_slots: BTreeSet<u64>,
+    dirty: BTreeSet<(u32, u64)>,
+    /// Smallest size each pre-existing file had during the transaction.
+    low_water: BTreeMap<u32, u64>,
+    created: BTreeSet<u32>,
+    deleted: BTreeSet<u32>,
+    finished: bool,
+}
+
+impl Transaction {
+    pub(crate) fn new(base: Snapshot) -> Transaction {
+        let work = (*base.state).clone();
+        Transaction {
+            base,
+            work,
+            buffered: BTreeMap::new(),
+            own_slots: BTreeSet::new(),
+            dirty: BTreeSet::new(),
+            low_water: BTreeMap::new(),
+            created: BTreeSet::new(),
+            deleted: BTreeSet::new(),
+            finished: false,
+        }
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.base.shared
+    }
+
+    /// The sequence number of the state this transaction began on.
+    pub fn base_seq(&self) -> u64 {
+        self.base.state.seq
+    }
+
+    pub fn file(&self, name: &str) -> Option<FileId> {
+        self.work.file_by_name(name).map(FileId)
+    }
+
+    pub fn files(&self) -> Vec<(FileId, String)> {
+        self.work
+            .files
+            .iter()
+            .map(|(id, f)| (FileId(*id), f.name.to_string()))
+            .collect()
+    }
+
+    pub fn file_size(&self, file: FileId) -> Result<u64> {
+        Ok(self
+            .work
+            .files
+            .get(&file.0)
+            .ok_or(Error::NoSuchFile(file.0))?
+            .size)
+    }
+
+    /// Read a page as this transaction sees it (its own writes included).
+    pub fn read_page(&self, file: FileId, page: u64, buf: &mut [u8]) -> Result<()> {
+        if let Some(data) = self.buffered.get(&(file.0, page)) {
+            if buf.len() != data.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "buffer of {} bytes for pages of {}",
+                    buf.len(),
+                    data.len()
+                )));
+            }
+            buf.copy_from_slice(data);
+            return Ok(());
+        }
+        read_page_in(self.shared(), &self.work, file, page, buf)
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.shared().opts.read_only {
+            return Err(Error::ReadOnly);
+        }
+        Ok(())
+    }
+
+    /// Create an empty logical file.
+    pub fn create_file(&mut self, name: &str) -> Result<FileId> {
+        self.writable()?;
+        if name.is_empty() || name.len() > MAX_NAME_LEN || name.contains('\0') {
+            return Err(Error::InvalidArgument(format!(
+                "file names are 1 to {MAX_NAME_LEN} bytes without NUL"
+            )));
+        }
+        if self.work.file_by_name(name).is_some() {
+            return Err(Error::FileExists(name.to_string()));
+        }
+        let id = self.shared().next_file_id.fetch_add(1, Ordering::Relaxed);
+        self.work.files.insert(id, FileState::new(name, 0));
+        self.created.insert(id);
+        Ok(FileId(id))
+    }
+
+    pub fn delete_file(&mut self, file: FileId) -> Result<()> {
+        self.writable()?;
+        self.work.files.remove(&file.0).ok_or(Error::NoSuchFile(file.0))?;
+        if !self.created.remove(&file.0) {
+            self.deleted.insert(file.0);
+        }
+        self.dirty.retain(|(f, _)| *f != file.0);
+        self.buffered.retain(|(f, _), _| *f != file.0);
+        Ok(())
+    }
+
+    /// Set a file's logical size in bytes: pages past the end are dropped, pages added read
+    /// as zeros.
+    pub fn set_file_size(&mut self, file: FileId, bytes: u64) -> Result<()> {
+        self.writable()?;
+        let page_size = self.shared().page_size;
+        let f = self
+            .work
+            .files
+            .get_mut(&file.0)
+            .ok_or(Error::NoSuchFile(file.0))?;
+        if bytes.div_ceil(page_size) > u32::MAX as u64 {
+            return Err(Error::InvalidArgument(format!("file size {bytes} is too large")));
+        }
+        if bytes < f.size && !self.created.contains(&file.0) {
+            let low = self.low_water.entry(file.0).or_insert(f.size);
+            *low = (*low).min(bytes);
+        }
+        f.resize(bytes, page_size);
+        let kept = bytes.div_ceil(page_size);
+        self.dirty.retain(|(d, p)| *d != file.0 || *p < kept);
+        self.buffered.retain(|(d, p), _| *d != file.0 || *p < kept);
+        Ok(())
+    }
+
+    /// Write one whole page; writing past the end extends the file to include it.
+    pub fn write_page(&mut self, file: FileId, page: u64, data: &[u8]) -> Result<()> {
+        self.writable()?;
+        let page_size = self.shared().page_size;
+        if data.len() as u64 != page_size {
+            return Err(Error::InvalidArgument(format!(
+                "page write of {} bytes; pages are {page_size}",
+                data.len()
+            )));
+        }
+        let size = self
+            .work
+            .files
+            .get(&file.0)
+            .ok_or(Error::NoSuchFile(file.0))?
+            .size;
+        if page
+            .checked_add(1)
+            .and_then(|n| n.checked_mul(page_size))
+            .is_none()
+        {
+            return Err(Error::InvalidArgument(format!("page number {page} is too large")));
+        }
+        if (page + 1) * page_size > size {
+            self.set_file_size(file, (page + 1) * page_size)?;
+        }
+        let shared = self.base.shared.clone();
+        let current = self
+            .work
+            .entry(file.0, page, page_size)
+            .cloned()
+            .unwrap_or(PageEntry::ZERO);
+        let crc = crc32c::crc32c(data);
+        if current.slot != NO_SLOT && self.own_slots.contains(&current.slot) {
+            shared.write_counted(data, slot_offset(current.slot, page_size), "writing a page")?;
+            bump(&shared.counters.pages_written, 1);
+            self.set_entry(
+                file,
+                page,
+                PageEntry {
+                    slot: current.slot,
+                    crc,
+                    seq: 0,
+                    overlay: None,
+                },
+            );
+            return Ok(());
+        }
+        if current.slot != BUFFERED && shared.opts.embed_limit > 0 {
+            let mut old = vec![0u8; page_size as usize];
+            // A page that cannot be read (damaged, say) is simply rewritten whole.
+            let readable = read_entry(&shared, &current, &mut old, String::new).is_ok();
+            if let Some(ranges) = diff_ranges(&old, data, shared.opts.embed_limit).filter(|_| readable) {
+                if ranges.is_empty() {
+                    return Ok(());
+                }
+                let mut overlay = current.overlay.as_deref().cloned().unwrap_or_default();
+                for (start, end) in &ranges {
+                    overlay = overlay.merged(*start as u32, &data[*start..*end]);
+                }
+                if overlay.total_bytes() <= shared.opts.embed_limit
+                    && overlay.ranges.len() <= MAX_OVERLAY_RANGES
+                {
+                    self.set_entry(
+                        file,
+                        page,
+                        PageEntry {
+                            overlay: Some(Arc::new(overlay)),
+                            ..current
+                        },
+                    );
+                    return Ok(());
+                }
+            }
+        }
+        self.buffered.insert((file.0, page), data.to_vec());
+        self.set_entry(
+            file,
+            page,
+            PageEntry {
+                slot: BUFFERED,
+                crc,
+                seq: 0,
+                overlay: None,
+            },
+        );
+        if self.buffered.len() as u64 * page_size > BUFFER_BYTES {
+            self.spill()?;
+        }
+        Ok(())
+    }
+
+    /// Write every buffered page to a slot of its own now, to bound memory.
+    fn spill(&mut self) -> Result<()> {
+        let shared = self.base.shared.clone();
+        let page_size = shared.page_size;
+        for ((file, page), data) in std::mem::take(&mut self.buffered) {
+            let slot = shared.alloc_slot(&mut lock(&shared.meta))?;
+            if let Err(e) = shared.write_counted(&data, slot_offset(slot, page_size), "writing a page") {
+                lock(&shared.meta).alloc.release(slot, 1);
+                return Err(e);
+            }
+            bump(&shared.counters.pages_written, 1);
+            self.own_slots.insert(slot);
+            let crc = crc32c::crc32c(&data);
+            self.set_entry(
+                FileId(file),
+                page,
+                PageEntry {
+                    slot,
+                    crc,
+                    seq: 0,
+                    overlay: None,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Record a page's new entry (the caller has made sure the page is within the file).
+    fn set_entry(&mut self, file: FileId, page: u64, entry: PageEntry) {
+        if let Some(f) = self.work.files.get_mut(&file.0) {
+            f.pages.insert(page, entry);
+            self.dirty.insert((file.0, page));
+        }
+    }
+
+    /// The record's operations (the net effect of this transaction on its base) and the
+    /// indexes of the `Page` operations whose pages are buffered.
+    fn operations(&self) -> (Vec<Op>, Vec<usize>) {
+        let page_size = self.shared().page_size;
+        let base = &self.base.state;
+        let mut ops: Vec<Op> = self.deleted.iter().map(|&file| Op::Delete { file }).collect();
+        for &id in &self.created {
+            ops.push(Op::Create {
+                file: id,
+                name: self.work.files[&id].name.to_string(),
+            });
+        }
+        // Size before this transaction's pages apply: the base size, cut to any truncation.
+        let size_before_pages = |id: u32| -> u64 {
+            if self.created.contains(&id) {
+                return 0;
+            }
+            let size = base.files.get(&id).map_or(0, |b| b.size);
+            self.low_water.get(&id).copied().unwrap_or(size).min(size)
+        };
+        for (&id, f) in &self.work.files {
+            let before = if self.created.contains(&id) {
+                0
+            } else {
+                base.files.get(&id).map_or(0, |b| b.size)
+            };
+            let low = size_before_pages(id);
+            if low < before {
+                ops.push(Op::Size { file: id, bytes: low });
+            }
+            if f.size != low {
+                ops.push(Op::Size {
+                    file: id,
+                    bytes: f.size,
+                });
+            }
+        }
+        let mut buffered = Vec::new();
+        for &(id, page) in &self.dirty {
+            let Some(entry) = self.work.entry(id, page, page_size) else {
+                continue;
+            };
+            let prior = if page < size_before_pages(id).div_ceil(page_size) {
+                base.entry(id, page, page_size)
+            } else {
+                None
+            };
+            let prior_slot = prior.map_or(NO_SLOT, |p| p.slot);
+            let prior_overlay = prior.and_then(|p| p.overlay.as_deref());
+            if entry.slot != prior_slot {
+                if entry.slot == BUFFERED {
+                    buffered.push(ops.len());
+                }
+                ops.push(Op::Page {
+                    file: id,
+                    page,
+                    slot: entry.slot,
+                    crc: entry.crc,
+                });
+            }
+            if let Some(overlay) = entry.overlay.as_deref() {
+                if entry.slot != prior_slot || Some(overlay) != prior_overlay {
+                    for (offset, bytes) in &overlay.ranges {
+                        ops.push(Op::Patch {
+                            file: id,
+                            page,
+                            offset: *offset,
+                            bytes: bytes.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        (ops, buffered)
+    }
+
+    /// Describe the first change another commit made since `base` to something this
+    /// transaction changes.
+    fn find_conflict(&self, latest: &State, ops: &[Op]) -> Option<String> {
+        let base_seq = self.base.state.seq;
+        if latest.seq == base_seq {
+            return None;
+        }
+        for op in ops {
+            match op {
+                Op::Create { name, .. } if latest.file_by_name(name).is_some() => {
+                    return Some(format!("file name {name:?}"))
+                }
+                Op::Create { .. } => {}
+                Op::Delete { file }
+                | Op::Size { file, .. }
+                | Op::Page { file, .. }
+                | Op::Patch { file, .. } => {
+                    if self.created.contains(file) {
+                        continue;
+                    }
+                    let Some(f) = latest.files.get(file) else {
+                        return Some(format!("file {file} (deleted)"));
+                    };
+                    if f.meta_seq > base_seq {
+                        return Some(format!("the size of {:?}", f.name));
+                    }
+                    if let Op::Page { page, .. } | Op::Patch { page, .. } = op {
+                        if f.pages.get(page).is_some_and(|e| e.seq > base_seq) {
+                            return Some(format!("page {page} of {:?}", f.name));
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Commit: returns once the transaction is durable. On error the transaction did not
+    /// take effect, unless `CommitError::seq` is set and a crash intervened (then it may).
+    pub fn commit(self) -> Result<u64, CommitError> {
+        self.commit_without_waiting()?.wait()
+    }
+
+    /// The first half of `commit`: sequence and write the transaction, so that it is visible
+    /// to new snapshots and transactions, without waiting for the flush. The caller can
+    /// release its own locks, then call [`PendingCommit::wait`], which returns once the
+    /// transaction is durable (sharing a flush with whoever commits meanwhile).
+    pub fn commit_without_waiting(mut self) -> Result<PendingCommit, CommitError> {
+        self.finished = true;
+        let shared = self.base.shared.clone();
+        let fail = |error: Error| CommitError { seq: None, error };
+        let (ops, buffered_ops) = self.operations();
+        if ops.is_empty() {
+            self.release_own_slots(&mut lock(&shared.meta));
+            let seq = self.base.state.seq;
+            return Ok(PendingCommit {
+                shared,
+                seq,
+                sequenced: false,
+            });
+        }
+        let mut pages = Vec::with_capacity(buffered_ops.len());
+        for &index in &buffered_ops {
+            if let Op::Page { file, page, .. } = &ops[index] {
+                match self.buffered.remove(&(*file, *page)) {
+                    Some(data) => pages.push(data),
+                    None => {
+                        return Err(fail(Error::Corrupt(format!(
+                            "buffered page {page} of file {file} is missing"
+                        ))))
+                    }
+                }
+            }
+        }
+        let sequenced = {
+            let mut meta = lock(&shared.meta);
+            let result = match self.find_conflict(&meta.state, &ops) {
+                Some(what) => {
+                    bump(&shared.counters.conflicts, 1);
+                    Err(Error::Conflict(what))
+                }
+                None => {
+                    let mapped: BTreeSet<u64> = ops
+                        .iter()
+                        .filter_map(|op| {
+                            if let Op::Page { slot, .. } = op {
+                                Some(*slot)
+                            } else {
+                                None
+                            }
+                        })
+                        .collect();
+                    let result = shared.sequence(&mut meta, ops, &buffered_ops);
+                    if result.is_ok() {
+                        // Early-written slots the commit maps now belong to the store.
+                        self.own_slots.retain(|s| !mapped.contains(s));
+                    }
+                    result
+                }
+            };
+            self.release_own_slots(&mut meta);
+            result.map_err(fail)?
+        };
+        let seq = sequenced.seq;
+        let page_size = shared.page_size as usize;
+        // The record, then the pages: runs of consecutive slots go out as one write, and the
+        // first run joins the record when it follows it directly (the usual case).
+        let mut writes: Vec<(u64, Vec<u8>)> = sequenced.jump.into_iter().collect();
+        let (record_offset, mut record_bytes) = sequenced.record;
+        let record_end = record_offset + sequenced.record_slots * shared.page_size;
+        let first_joins = sequenced
+            .page_slots
+            .first()
+            .is_some_and(|s| slot_offset(*s, shared.page_size) == record_end);
+        if first_joins {
+            record_bytes.resize(sequenced.record_slots as usize * page_size, 0);
+        }
+        writes.push((record_offset, record_bytes));
+        let mut run_next_slot = None;
+        for (i, (page, &slot)) in pages.iter().zip(&sequenced.page_slots).enumerate() {
+            let joins = match run_next_slot {
+                Some(next) => next == slot,
+                None => i == 0 && first_joins,
+            };
+            match writes.last_mut() {
+                Some((_, bytes)) if joins => bytes.extend_from_slice(page),
+                _ => writes.push((slot_offset(slot, shared.page_size), page.clone())),
+            }
+            run_next_slot = Some(slot + 1);
+        }
+        // Written outside the lock: concurrent committers write theirs at the same time.
+        for (offset, bytes) in &writes {
+            if let Err(e) = shared.write_counted(bytes, *offset, "writing a commit") {
+                // A hole in the chain would hide every later commit: stop committing.
+                shared.poison(format!("writing commit {seq} failed: {e}"));
+                return Err(CommitError {
+                    seq: Some(seq),
+                    error: e,
+                });
+            }
+        }
+        bump(&shared.counters.commit_records, 1);
+        bump(&shared.counters.pages_written, pages.len() as u64);
+        bump(&shared.counters.pages_embedded, sequenced.embedded_pages);
+        shared.mark_written(seq);
+        Ok(PendingCommit {
+            shared,
+            seq,
+            sequenced: true,
+        })
+    }
+
+    /// Discard every change.
+    pub fn abort(mut self) {
+        self.finished = true;
+        let shared = self.base.shared.clone();
+        self.release_own_slots(&mut lock(&shared.meta));
+    }
+
+    fn release_own_slots(&mut self, meta: &mut Meta) {
+        for slot in std::mem::take(&mut self.own_slots) {
+            meta.alloc.release(slot, 1);
+        }
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.finished = true;
+            let shared = self.base.shared.clone();
+            self.release_own_slots(&mut lock(&shared.meta));
+        }
+    }
+}

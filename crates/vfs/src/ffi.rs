@@ -1,0 +1,324 @@
+//! Hand-declared C layouts and constants from `sqlite3.h` / `sqlite3ext.h`.
+//!
+//! This crate deliberately does not depend on `libsqlite3-sys`: every type
+//! SQLite and this VFS exchange is declared here, and every SQLite function
+//! is reached through a pointer handed over at registration time (see
+//! [`crate::ApiTable`]). The layouts are checked against the system headers
+//! by `tests/layout.rs` (field offsets, struct sizes and constant values).
+//!
+//! Names follow the C spelling so that a field here can be compared 1:1 with
+//! `offsetof(struct ..., field)` in C.
+#![allow(non_camel_case_types, non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+/// `sqlite3_int64`.
+pub type sqlite3_int64 = i64;
+
+/// `sqlite3_syscall_ptr`: `void (*)(void)`.
+pub type sqlite3_syscall_ptr = Option<unsafe extern "C" fn()>;
+
+/// `struct sqlite3_file`: the base "class" every VFS file subclasses.
+#[repr(C)]
+pub struct sqlite3_file {
+    pub pMethods: *const sqlite3_io_methods,
+}
+
+/// `struct sqlite3_io_methods`, version 3 (all fields through `xUnfetch`).
+#[repr(C)]
+pub struct sqlite3_io_methods {
+    pub iVersion: c_int,
+    pub xClose: Option<unsafe extern "C" fn(*mut sqlite3_file) -> c_int>,
+    pub xRead: Option<unsafe extern "C" fn(*mut sqlite3_file, *mut c_void, c_int, sqlite3_int64) -> c_int>,
+    pub xWrite: Option<unsafe extern "C" fn(*mut sqlite3_file, *const c_void, c_int, sqlite3_int64) -> c_int>,
+    pub xTruncate: Option<unsafe extern "C" fn(*mut sqlite3_file, sqlite3_int64) -> c_int>,
+    pub xSync: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
+    pub xFileSize: Option<unsafe extern "C" fn(*mut sqlite3_file, *mut sqlite3_int64) -> c_int>,
+    pub xLock: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
+    pub xUnlock: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
+    pub xCheckReservedLock: Option<unsafe extern "C" fn(*mut sqlite3_file, *mut c_int) -> c_int>,
+    pub xFileControl: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int, *mut c_void) -> c_int>,
+    pub xSectorSize: Option<unsafe extern "C" fn(*mut sqlite3_file) -> c_int>,
+    pub xDeviceCharacteristics: Option<unsafe extern "C" fn(*mut sqlite3_file) -> c_int>,
+    // version 2
+    pub xShmMap:
+        Option<unsafe extern "C" fn(*mut sqlite3_file, c_int, c_int, c_int, *mut *mut c_void) -> c_int>,
+    pub xShmLock: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int, c_int, c_int) -> c_int>,
+    pub xShmBarrier: Option<unsafe extern "C" fn(*mut sqlite3_file)>,
+    pub xShmUnmap: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
+    // version 3
+    pub xFetch:
+        Option<unsafe extern "C" fn(*mut sqlite3_file, sqlite3_int64, c_int, *mut *mut c_void) -> c_int>,
+    pub xUnfetch: Option<unsafe extern "C" fn(*mut sqlite3_file, sqlite3_int64, *mut c_void) -> c_int>,
+}
+
+/// `xDlSym`'s return type: `void (*)(void)`.
+pub type DlSymResult = Option<unsafe extern "C" fn()>;
+
+/// `struct sqlite3_vfs`, version 3 (all fields through `xNextSystemCall`).
+#[repr(C)]
+pub struct sqlite3_vfs {
+    pub iVersion: c_int,
+    pub szOsFile: c_int,
+    pub mxPathname: c_int,
+    pub pNext: *mut sqlite3_vfs,
+    pub zName: *const c_char,
+    pub pAppData: *mut c_void,
+    pub xOpen: Option<
+        unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char, *mut sqlite3_file, c_int, *mut c_int) -> c_int,
+    >,
+    pub xDelete: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char, c_int) -> c_int>,
+    pub xAccess: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char, c_int, *mut c_int) -> c_int>,
+    pub xFullPathname:
+        Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char, c_int, *mut c_char) -> c_int>,
+    pub xDlOpen: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char) -> *mut c_void>,
+    pub xDlError: Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int, *mut c_char)>,
+    pub xDlSym: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *mut c_void, *const c_char) -> DlSymResult>,
+    pub xDlClose: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *mut c_void)>,
+    pub xRandomness: Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int, *mut c_char) -> c_int>,
+    pub xSleep: Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int) -> c_int>,
+    pub xCurrentTime: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *mut f64) -> c_int>,
+    pub xGetLastError: Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int, *mut c_char) -> c_int>,
+    // version 2
+    pub xCurrentTimeInt64: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *mut sqlite3_int64) -> c_int>,
+    // version 3
+    pub xSetSystemCall:
+        Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char, sqlite3_syscall_ptr) -> c_int>,
+    pub xGetSystemCall: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char) -> sqlite3_syscall_ptr>,
+    pub xNextSystemCall: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char) -> *const c_char>,
+}
+
+/// `sqlite3_vfs_find`.
+pub type VfsFindFn = unsafe extern "C" fn(*const c_char) -> *mut sqlite3_vfs;
+/// `sqlite3_vfs_register`.
+pub type VfsRegisterFn = unsafe extern "C" fn(*mut sqlite3_vfs, c_int) -> c_int;
+/// `sqlite3_libversion_number`.
+pub type LibversionNumberFn = unsafe extern "C" fn() -> c_int;
+/// `sqlite3_malloc`.
+pub type MallocFn = unsafe extern "C" fn(c_int) -> *mut c_void;
+
+/// A slot of `sqlite3_api_routines` this crate never calls. Every slot is one
+/// function pointer wide; only the position matters.
+pub type Slot = Option<unsafe extern "C" fn()>;
+
+/// The leading part of `struct sqlite3_api_routines` from `sqlite3ext.h`,
+/// through `vfs_register` (slot 142), the last routine this crate uses.
+///
+/// SQLite only ever appends to this struct, so a prefix is valid for every
+/// SQLite that can load extensions. The order was generated from the header
+/// and is re-checked field by field against `offsetof()` in `tests/layout.rs`.
+/// This type is only ever read through a pointer SQLite hands us; never
+/// construct or copy it.
+#[repr(C)]
+pub struct sqlite3_api_routines {
+    /*   0 */ pub aggregate_context: Slot,
+    /*   1 */ pub aggregate_count: Slot,
+    /*   2 */ pub bind_blob: Slot,
+    /*   3 */ pub bind_double: Slot,
+    /*   4 */ pub bind_int: Slot,
+    /*   5 */ pub bind_int64: Slot,
+    /*   6 */ pub bind_null: Slot,
+    /*   7 */ pub bind_parameter_count: Slot,
+    /*   8 */ pub bind_parameter_index: Slot,
+    /*   9 */ pub bind_parameter_name: Slot,
+    /*  10 */ pub bind_text: Slot,
+    /*  11 */ pub bind_text16: Slot,
+    /*  12 */ pub bind_value: Slot,
+    /*  13 */ pub busy_handler: Slot,
+    /*  14 */ pub busy_timeout: Slot,
+    /*  15 */ pub changes: Slot,
+    /*  16 */ pub close: Slot,
+    /*  17 */ pub collation_needed: Slot,
+    /*  18 */ pub collation_needed16: Slot,
+    /*  19 */ pub column_blob: Slot,
+    /*  20 */ pub column_bytes: Slot,
+    /*  21 */ pub column_bytes16: Slot,
+    /*  22 */ pub column_count: Slot,
+    /*  23 */ pub column_database_name: Slot,
+    /*  24 */ pub column_database_name16: Slot,
+    /*  25 */ pub column_decltype: Slot,
+    /*  26 */ pub column_decltype16: Slot,
+    /*  27 */ pub column_double: Slot,
+    /*  28 */ pub column_int: Slot,
+    /*  29 */ pub column_int64: Slot,
+    /*  30 */ pub column_name: Slot,
+    /*  31 */ pub column_name16: Slot,
+    /*  32 */ pub column_origin_name: Slot,
+    /*  33 */ pub column_origin_name16: Slot,
+    /*  34 */ pub column_table_name: Slot,
+    /*  35 */ pub column_table_name16: Slot,
+    /*  36 */ pub column_text: Slot,
+    /*  37 */ pub column_text16: Slot,
+    /*  38 */ pub column_type: Slot,
+    /*  39 */ pub column_value: Slot,
+    /*  40 */ pub commit_hook: Slot,
+    /*  41 */ pub complete: Slot,
+    /*  42 */ pub complete16: Slot,
+    /*  43 */ pub create_collation: Slot,
+    /*  44 */ pub create_collation16: Slot,
+    /*  45 */ pub create_function: Slot,
+    /*  46 */ pub create_function16: Slot,
+    /*  47 */ pub create_module: Slot,
+    /*  48 */ pub data_count: Slot,
+    /*  49 */ pub db_handle: Slot,
+    /*  50 */ pub declare_vtab: Slot,
+    /*  51 */ pub enable_shared_cache: Slot,
+    /*  52 */ pub errcode: Slot,
+    /*  53 */ pub errmsg: Slot,
+    /*  54 */ pub errmsg16: Slot,
+    /*  55 */ pub exec: Slot,
+    /*  56 */ pub expired: Slot,
+    /*  57 */ pub finalize: Slot,
+    /*  58 */ pub free: Slot,
+    /*  59 */ pub free_table: Slot,
+    /*  60 */ pub get_autocommit: Slot,
+    /*  61 */ pub get_auxdata: Slot,
+    /*  62 */ pub get_table: Slot,
+    /*  63 */ pub global_recover: Slot,
+    /*  64 */ pub interruptx: Slot,
+    /*  65 */ pub last_insert_rowid: Slot,
+    /*  66 */ pub libversion: Slot,
+    /*  67 */ pub libversion_number: Option<LibversionNumberFn>,
+    /*  68 */ pub malloc: Option<MallocFn>,
+    /*  69 */ pub mprintf: Slot,
+    /*  70 */ pub open: Slot,
+    /*  71 */ pub open16: Slot,
+    /*  72 */ pub prepare: Slot,
+    /*  73 */ pub prepare16: Slot,
+    /*  74 */ pub profile: Slot,
+    /*  75 */ pub progress_handler: Slot,
+    /*  76 */ pub realloc: Slot,
+    /*  77 */ pub reset: Slot,
+    /*  78 */ pub result_blob: Slot,
+    /*  79 */ pub result_double: Slot,
+    /*  80 */ pub result_error: Slot,
+    /*  81 */ pub result_error16: Slot,
+    /*  82 */ pub result_int: Slot,
+    /*  83 */ pub result_int64: Slot,
+    /*  84 */ pub result_null: Slot,
+    /*  85 */ pub result_text: Slot,
+    /*  86 */ pub result_text16: Slot,
+    /*  87 */ pub result_text16be: Slot,
+    /*  88 */ pub result_text16le: Slot,
+    /*  89 */ pub result_value: Slot,
+    /*  90 */ pub rollback_hook: Slot,
+    /*  91 */ pub set_authorizer: Slot,
+    /*  92 */ pub set_auxdata: Slot,
+    /*  93 */ pub xsnprintf: Slot,
+    /*  94 */ pub step: Slot,
+    /*  95 */ pub table_column_metadata: Slot,
+    /*  96 */ pub thread_cleanup: Slot,
+    /*  97 */ pub total_changes: Slot,
+    /*  98 */ pub trace: Slot,
+    /*  99 */ pub transfer_bindings: Slot,
+    /* 100 */ pub update_hook: Slot,
+    /* 101 */ pub user_data: Slot,
+    /* 102 */ pub value_blob: Slot,
+    /* 103 */ pub value_bytes: Slot,
+    /* 104 */ pub value_bytes16: Slot,
+    /* 105 */ pub value_double: Slot,
+    /* 106 */ pub value_int: Slot,
+    /* 107 */ pub value_int64: Slot,
+    /* 108 */ pub value_numeric_type: Slot,
+    /* 109 */ pub value_text: Slot,
+    /* 110 */ pub value_text16: Slot,
+    /* 111 */ pub value_text16be: Slot,
+    /* 112 */ pub value_text16le: Slot,
+    /* 113 */ pub value_type: Slot,
+    /* 114 */ pub vmprintf: Slot,
+    /* 115 */ pub overload_function: Slot,
+    /* 116 */ pub prepare_v2: Slot,
+    /* 117 */ pub prepare16_v2: Slot,
+    /* 118 */ pub clear_bindings: Slot,
+    /* 119 */ pub create_module_v2: Slot,
+    /* 120 */ pub bind_zeroblob: Slot,
+    /* 121 */ pub blob_bytes: Slot,
+    /* 122 */ pub blob_close: Slot,
+    /* 123 */ pub blob_open: Slot,
+    /* 124 */ pub blob_read: Slot,
+    /* 125 */ pub blob_write: Slot,
+    /* 126 */ pub create_collation_v2: Slot,
+    /* 127 */ pub file_control: Slot,
+    /* 128 */ pub memory_highwater: Slot,
+    /* 129 */ pub memory_used: Slot,
+    /* 130 */ pub mutex_alloc: Slot,
+    /* 131 */ pub mutex_enter: Slot,
+    /* 132 */ pub mutex_free: Slot,
+    /* 133 */ pub mutex_leave: Slot,
+    /* 134 */ pub mutex_try: Slot,
+    /* 135 */ pub open_v2: Slot,
+    /* 136 */ pub release_memory: Slot,
+    /* 137 */ pub result_error_nomem: Slot,
+    /* 138 */ pub result_error_toobig: Slot,
+    /* 139 */ pub sleep: Slot,
+    /* 140 */ pub soft_heap_limit: Slot,
+    /* 141 */ pub vfs_find: Option<VfsFindFn>,
+    /* 142 */ pub vfs_register: Option<VfsRegisterFn>,
+}
+
+/// Index (in pointer-sized slots) of each routine this crate reads from
+/// `sqlite3_api_routines`, as counted in `sqlite3ext.h`.
+pub const API_SLOT_LIBVERSION_NUMBER: usize = 67;
+/// See [`API_SLOT_LIBVERSION_NUMBER`].
+pub const API_SLOT_MALLOC: usize = 68;
+/// See [`API_SLOT_LIBVERSION_NUMBER`].
+pub const API_SLOT_VFS_FIND: usize = 141;
+/// See [`API_SLOT_LIBVERSION_NUMBER`].
+pub const API_SLOT_VFS_REGISTER: usize = 142;
+
+// Result codes.
+pub const SQLITE_OK: c_int = 0;
+pub const SQLITE_ERROR: c_int = 1;
+pub const SQLITE_INTERNAL: c_int = 2;
+pub const SQLITE_NOMEM: c_int = 7;
+pub const SQLITE_IOERR: c_int = 10;
+pub const SQLITE_NOTFOUND: c_int = 12;
+pub const SQLITE_CANTOPEN: c_int = 14;
+pub const SQLITE_MISUSE: c_int = 21;
+pub const SQLITE_IOERR_READ: c_int = SQLITE_IOERR | (1 << 8);
+pub const SQLITE_IOERR_SHORT_READ: c_int = SQLITE_IOERR | (2 << 8);
+pub const SQLITE_IOERR_WRITE: c_int = SQLITE_IOERR | (3 << 8);
+pub const SQLITE_IOERR_TRUNCATE: c_int = SQLITE_IOERR | (6 << 8);
+pub const SQLITE_IOERR_DELETE: c_int = SQLITE_IOERR | (10 << 8);
+pub const SQLITE_IOERR_NOMEM: c_int = SQLITE_IOERR | (12 << 8);
+pub const SQLITE_IOERR_SHMMAP: c_int = SQLITE_IOERR | (21 << 8);
+pub const SQLITE_IOERR_DELETE_NOENT: c_int = SQLITE_IOERR | (23 << 8);
+pub const SQLITE_OK_LOAD_PERMANENTLY: c_int = SQLITE_OK | (1 << 8);
+
+// xOpen flags.
+pub const SQLITE_OPEN_READONLY: c_int = 0x0000_0001;
+pub const SQLITE_OPEN_READWRITE: c_int = 0x0000_0002;
+pub const SQLITE_OPEN_CREATE: c_int = 0x0000_0004;
+pub const SQLITE_OPEN_DELETEONCLOSE: c_int = 0x0000_0008;
+pub const SQLITE_OPEN_EXCLUSIVE: c_int = 0x0000_0010;
+pub const SQLITE_OPEN_MAIN_DB: c_int = 0x0000_0100;
+pub const SQLITE_OPEN_TEMP_DB: c_int = 0x0000_0200;
+pub const SQLITE_OPEN_TRANSIENT_DB: c_int = 0x0000_0400;
+pub const SQLITE_OPEN_MAIN_JOURNAL: c_int = 0x0000_0800;
+pub const SQLITE_OPEN_TEMP_JOURNAL: c_int = 0x0000_1000;
+pub const SQLITE_OPEN_SUBJOURNAL: c_int = 0x0000_2000;
+pub const SQLITE_OPEN_SUPER_JOURNAL: c_int = 0x0000_4000;
+pub const SQLITE_OPEN_WAL: c_int = 0x0008_0000;
+
+// Lock levels.
+pub const SQLITE_LOCK_NONE: c_int = 0;
+pub const SQLITE_LOCK_SHARED: c_int = 1;
+pub const SQLITE_LOCK_RESERVED: c_int = 2;
+pub const SQLITE_LOCK_PENDING: c_int = 3;
+pub const SQLITE_LOCK_EXCLUSIVE: c_int = 4;
+
+// xAccess flags.
+pub const SQLITE_ACCESS_EXISTS: c_int = 0;
+pub const SQLITE_ACCESS_READWRITE: c_int = 1;
+pub const SQLITE_ACCESS_READ: c_int = 2;
+
+// Device characteristics and file controls a later main-db backend needs.
+pub const SQLITE_IOCAP_ATOMIC: c_int = 0x0000_0001;
+pub const SQLITE_IOCAP_SAFE_APPEND: c_int = 0x0000_0200;
+pub const SQLITE_IOCAP_SEQUENTIAL: c_int = 0x0000_0400;
+pub const SQLITE_IOCAP_POWERSAFE_OVERWRITE: c_int = 0x0000_1000;
+pub const SQLITE_IOCAP_BATCH_ATOMIC: c_int = 0x0000_4000;
+pub const SQLITE_FCNTL_VFSNAME: c_int = 12;
+pub const SQLITE_FCNTL_BEGIN_ATOMIC_WRITE: c_int = 31;
+pub const SQLITE_FCNTL_COMMIT_ATOMIC_WRITE: c_int = 32;
+pub const SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE: c_int = 33;

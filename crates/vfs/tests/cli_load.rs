@@ -1,0 +1,103 @@
+//! The extension path: loads the `libonesync.so` built for this test run into
+//! SQLites this crate was not compiled against: the system `sqlite3` CLI and,
+//! when installed, apsw's bundled SQLite (scripts/apsw_check.py).
+//! Each part is skipped, saying so, when its program is not installed.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// target/<profile>/libonesync.so: cargo builds the cdylib alongside the
+/// rlib this test links, one directory above the test binary.
+fn cdylib() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let lib = dir.join("libonesync.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    lib
+}
+
+fn have(program: &str, arg: &str) -> bool {
+    Command::new(program)
+        .arg(arg)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn loads_into_the_system_sqlite3_cli() {
+    if !have("sqlite3", "--version") {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+        return;
+    }
+    let lib = cdylib();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.db");
+    // `.load` with the path minus ".so": SQLite appends the suffix and derives
+    // the entry point sqlite3_onesync_init from the file name.
+    let lib_arg = lib.with_extension("");
+    let script = format!(
+        ".load {lib}\n\
+         .open 'file:{db}?vfs=onesync'\n\
+         CREATE TABLE t(a);\n\
+         BEGIN;\n\
+         INSERT INTO t VALUES (1), (2), (3);\n\
+         .shell ls {dir}\n\
+         ROLLBACK;\n\
+         SELECT 'rows', count(*) FROM t;\n\
+         BEGIN; INSERT INTO t VALUES (42); COMMIT;\n\
+         SELECT 'value', a FROM t;\n\
+         PRAGMA integrity_check;\n",
+        lib = lib_arg.display(),
+        db = db.display(),
+        dir = dir.path().display(),
+    );
+    let out = Command::new("sqlite3")
+        .arg(":memory:")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(script.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.is_empty(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines, ["x.db", "rows|0", "value|42", "ok"], "stdout:\n{stdout}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["x.db"]);
+}
+
+#[test]
+fn loads_into_apsw_bundled_sqlite() {
+    let has_apsw = Command::new("python3")
+        .args(["-c", "import apsw"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_apsw {
+        eprintln!("SKIPPED: python3 with apsw not installed (pip install apsw)");
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/apsw_check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(cdylib())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("apsw: OK"),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,187 @@
+//! Checks the hand-declared C layouts in `src/ffi.rs` against the system's
+//! `sqlite3.h` / `sqlite3ext.h` (Debian: libsqlite3-dev): a C probe prints
+//! `offsetof`/`sizeof`/constant values, and each must equal the Rust side.
+//!
+//! For `sqlite3_api_routines` the field names are read from `src/ffi.rs` in
+//! declaration order, so a field declared in the wrong slot, or a slot
+//! missing, fails here by name.
+
+use std::collections::BTreeMap;
+use std::mem::{offset_of, size_of};
+use std::path::Path;
+use std::process::Command;
+
+use onesync::ffi::*;
+
+const HEADER: &str = "/usr/include/sqlite3ext.h";
+
+macro_rules! rust_offsets {
+    ($map:ident, $ty:ident: $($field:ident),+ $(,)?) => {
+        $( $map.insert(format!("{}.{}", stringify!($ty), stringify!($field)), offset_of!($ty, $field) as i64); )+
+        $map.insert(format!("sizeof.{}", stringify!($ty)), size_of::<$ty>() as i64);
+    };
+}
+
+macro_rules! rust_consts {
+    ($map:ident: $($name:ident),+ $(,)?) => {
+        $( $map.insert(stringify!($name).to_owned(), $name as i64); )+
+    };
+}
+
+/// `pub NAME:` fields of `pub struct $name {` in src/ffi.rs, in order.
+fn declared_fields(src: &str, name: &str) -> Vec<String> {
+    let start = src
+        .find(&format!("pub struct {name} {{"))
+        .expect("struct declared");
+    let body = &src[start..];
+    let body = &body[..body.find("\n}").expect("struct end")];
+    body.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let l = l.trim();
+            let l = l
+                .strip_prefix("/*")
+                .map_or(l, |r| r.split("*/").nth(1).unwrap_or("").trim());
+            l.strip_prefix("pub ")?.split(':').next().map(str::to_owned)
+        })
+        .collect()
+}
+
+#[test]
+fn layouts_and_constants_match_the_sqlite_headers() {
+    if !Path::new(HEADER).exists() {
+        eprintln!("SKIPPED: {HEADER} not installed (apt-get install libsqlite3-dev)");
+        return;
+    }
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/ffi.rs")).unwrap();
+    let api_fields = declared_fields(&src, "sqlite3_api_routines");
+    assert_eq!(api_fields.len(), 143, "slots through vfs_register");
+    let vfs_fields = declared_fields(&src, "sqlite3_vfs");
+    let io_fields = declared_fields(&src, "sqlite3_io_methods");
+    let file_fields = declared_fields(&src, "sqlite3_file");
+
+    let mut rust = BTreeMap::new();
+    // Every api slot is one pointer wide, so slot i sits at i * pointer size.
+    let ptr = size_of::<usize>() as i64;
+    for (i, f) in api_fields.iter().enumerate() {
+        rust.insert(format!("sqlite3_api_routines.{f}"), i as i64 * ptr);
+    }
+    // The routines actually called, checked by real offset_of! too.
+    let used = [
+        (
+            "libversion_number",
+            offset_of!(sqlite3_api_routines, libversion_number),
+            API_SLOT_LIBVERSION_NUMBER,
+        ),
+        (
+            "malloc",
+            offset_of!(sqlite3_api_routines, malloc),
+            API_SLOT_MALLOC,
+        ),
+        (
+            "vfs_find",
+            offset_of!(sqlite3_api_routines, vfs_find),
+            API_SLOT_VFS_FIND,
+        ),
+        (
+            "vfs_register",
+            offset_of!(sqlite3_api_routines, vfs_register),
+            API_SLOT_VFS_REGISTER,
+        ),
+    ];
+    for (name, off, slot) in used {
+        assert_eq!(off as i64, slot as i64 * ptr, "{name}");
+        assert_eq!(
+            rust[&format!("sqlite3_api_routines.{name}")],
+            off as i64,
+            "{name}"
+        );
+    }
+    assert_eq!(size_of::<sqlite3_api_routines>() as i64, 143 * ptr);
+
+    rust_offsets!(rust, sqlite3_file: pMethods);
+    rust_offsets!(rust, sqlite3_io_methods:
+        iVersion, xClose, xRead, xWrite, xTruncate, xSync, xFileSize, xLock, xUnlock,
+        xCheckReservedLock, xFileControl, xSectorSize, xDeviceCharacteristics,
+        xShmMap, xShmLock, xShmBarrier, xShmUnmap, xFetch, xUnfetch);
+    rust_offsets!(rust, sqlite3_vfs:
+        iVersion, szOsFile, mxPathname, pNext, zName, pAppData, xOpen, xDelete, xAccess,
+        xFullPathname, xDlOpen, xDlError, xDlSym, xDlClose, xRandomness, xSleep,
+        xCurrentTime, xGetLastError, xCurrentTimeInt64, xSetSystemCall, xGetSystemCall,
+        xNextSystemCall);
+    rust_consts!(rust:
+        SQLITE_OK, SQLITE_ERROR, SQLITE_INTERNAL, SQLITE_NOMEM, SQLITE_IOERR, SQLITE_NOTFOUND,
+        SQLITE_CANTOPEN, SQLITE_MISUSE, SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ,
+        SQLITE_IOERR_WRITE, SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_DELETE, SQLITE_IOERR_NOMEM,
+        SQLITE_IOERR_SHMMAP, SQLITE_IOERR_DELETE_NOENT, SQLITE_OK_LOAD_PERMANENTLY,
+        SQLITE_OPEN_READONLY, SQLITE_OPEN_READWRITE, SQLITE_OPEN_CREATE,
+        SQLITE_OPEN_DELETEONCLOSE, SQLITE_OPEN_EXCLUSIVE, SQLITE_OPEN_MAIN_DB,
+        SQLITE_OPEN_TEMP_DB, SQLITE_OPEN_TRANSIENT_DB, SQLITE_OPEN_MAIN_JOURNAL,
+        SQLITE_OPEN_TEMP_JOURNAL, SQLITE_OPEN_SUBJOURNAL, SQLITE_OPEN_SUPER_JOURNAL,
+        SQLITE_OPEN_WAL, SQLITE_LOCK_NONE, SQLITE_LOCK_SHARED, SQLITE_LOCK_RESERVED,
+        SQLITE_LOCK_PENDING, SQLITE_LOCK_EXCLUSIVE, SQLITE_ACCESS_EXISTS,
+        SQLITE_ACCESS_READWRITE, SQLITE_ACCESS_READ, SQLITE_IOCAP_ATOMIC,
+        SQLITE_IOCAP_SAFE_APPEND, SQLITE_IOCAP_SEQUENTIAL, SQLITE_IOCAP_POWERSAFE_OVERWRITE,
+        SQLITE_IOCAP_BATCH_ATOMIC, SQLITE_FCNTL_VFSNAME, SQLITE_FCNTL_BEGIN_ATOMIC_WRITE,
+        SQLITE_FCNTL_COMMIT_ATOMIC_WRITE, SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE);
+
+    // The same keys, computed by the C compiler from the headers.
+    let mut c =
+        String::from("#include <stdio.h>\n#include <stddef.h>\n#include <sqlite3ext.h>\nint main(void){\n");
+    for (ty, fields) in [
+        ("sqlite3_api_routines", &api_fields),
+        ("sqlite3_vfs", &vfs_fields),
+        ("sqlite3_io_methods", &io_fields),
+        ("sqlite3_file", &file_fields),
+    ] {
+        for f in fields {
+            c += &format!("printf(\"{ty}.{f} %ld\\n\", (long)offsetof(struct {ty}, {f}));\n");
+        }
+        if ty != "sqlite3_api_routines" {
+            c += &format!("printf(\"sizeof.{ty} %ld\\n\", (long)sizeof(struct {ty}));\n");
+        }
+    }
+    for key in rust.keys().filter(|k| k.starts_with("SQLITE_")) {
+        c += &format!("printf(\"{key} %ld\\n\", (long)({key}));\n");
+    }
+    c += "return 0;}\n";
+
+    let dir = tempfile::tempdir().unwrap();
+    let probe_c = dir.path().join("probe.c");
+    let probe = dir.path().join("probe");
+    std::fs::write(&probe_c, c).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let status = Command::new(&cc)
+        .arg(&probe_c)
+        .arg("-o")
+        .arg(&probe)
+        .status()
+        .expect("run cc");
+    assert!(
+        status.success(),
+        "probe failed to compile: a field name is not in the header?"
+    );
+    let out = Command::new(&probe).output().unwrap();
+    let c_values: BTreeMap<String, i64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_owned(), v.parse().unwrap())
+        })
+        .collect();
+
+    let mut mismatches = Vec::new();
+    for (k, v) in &rust {
+        match c_values.get(k) {
+            Some(cv) if cv == v => {}
+            other => mismatches.push(format!("{k}: rust {v}, C {other:?}")),
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "layout mismatches:\n{}",
+        mismatches.join("\n")
+    );
+    println!("{} offsets, sizes and constants match {HEADER}", rust.len());
+}
