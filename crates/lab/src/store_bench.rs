@@ -411,6 +411,9 @@ fn bench_recovery(dir: &Path, pages: u64, records: u64, seed: u64) -> Result<Rec
         // 0: no checkpoint by count, so every record is still in the log at open.
         checkpoint_interval: 0,
         log_capacity: defaults.log_capacity.max(log_for_records),
+        // Room for the pages and for every record with its page, so that the store never
+        // has to reclaim space (a checkpoint) before the open being timed.
+        initial_capacity: (pages + 3 * records + 1024) * PAGE_SIZE as u64,
         ..defaults
     };
     let path = dir.join("recovery.store");

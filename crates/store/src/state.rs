@@ -96,17 +96,16 @@ impl FileState {
         self.size.div_ceil(page_size)
     }
 
-    /// Set the size; returns the entries of pages that fall past the new end.
-    pub fn resize(&mut self, bytes: u64, page_size: u64) -> imbl::OrdMap<u64, PageEntry> {
+    /// Set the size; returns the entries of pages that fall past the new end. Costs
+    /// O(dropped · log n): growing touches nothing.
+    pub fn resize(&mut self, bytes: u64, page_size: u64) -> Vec<PageEntry> {
         self.size = bytes;
         let end = self.page_count(page_size);
-        // `split` leaves out the key it splits at: that page is past the end too.
-        let (kept, mut dropped) = self.pages.split(&end);
-        if let Some(edge) = self.pages.get(&end) {
-            dropped.insert(end, edge.clone());
-        }
-        self.pages = kept;
-        dropped
+        let doomed: Vec<u64> = self.pages.range(end..).map(|(page, _)| *page).collect();
+        doomed
+            .into_iter()
+            .filter_map(|page| self.pages.remove(&page))
+            .collect()
     }
 }
 
@@ -173,7 +172,7 @@ impl State {
                 Op::Size { file, bytes } => {
                     let f = self.file_mut(*file, seq)?;
                     let dropped = f.resize(*bytes, page_size);
-                    superseded.extend(dropped.values().map(|p| p.slot).filter(|s| *s != NO_SLOT));
+                    superseded.extend(dropped.iter().map(|p| p.slot).filter(|s| *s != NO_SLOT));
                     f.meta_seq = seq;
                 }
                 Op::Page {

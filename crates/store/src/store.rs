@@ -15,6 +15,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Settings. `page_size` takes effect when a store is created; the rest apply to each open.
 #[derive(Debug, Clone)]
@@ -157,12 +158,25 @@ pub(crate) struct Meta {
 /// Group-commit state: which records are written, which are durable, who is flushing.
 #[derive(Default)]
 struct FlushState {
+    /// Highest sequence number handed out: commits up to it will be written shortly.
+    sequenced: u64,
+    /// Transactions holding changes that have not been written yet: likely committers.
+    active_writers: usize,
+    /// Commits the last flush covered: more than one means committers run concurrently.
+    last_batch: u64,
     written_upto: u64,
     written_ahead: BTreeSet<u64>,
     durable: u64,
     leader_active: bool,
     poisoned: Option<String>,
 }
+
+/// How long a flush leader waits at most for commits on their way.
+const GATHER_WAIT: Duration = Duration::from_micros(200);
+
+/// When the last flush covered several commits, the next leader waits at least this long
+/// for the others to come round again (they are typically a few microseconds away).
+const MIN_GATHER: Duration = Duration::from_micros(40);
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // No code path panics while holding these locks; if one ever did, the data is still
@@ -349,6 +363,7 @@ impl Store {
             log_bytes_since_checkpoint: recovered.log_bytes,
         };
         let flush = FlushState {
+            sequenced: last,
             written_upto: last,
             durable: last,
             ..FlushState::default()
@@ -800,6 +815,7 @@ impl Shared {
         meta.prev_crc = crc;
         meta.state = Arc::new(next_state);
         meta.unpublished.insert(seq, meta.state.clone());
+        lock(&self.flush).sequenced = seq;
         meta.commits_since_checkpoint += 1;
         meta.log_bytes_since_checkpoint += record_slots * page_size;
         Ok(Sequenced {
@@ -826,6 +842,22 @@ impl Shared {
         }
     }
 
+    /// Flush now if commits up to `seq` are written but not all durable yet.
+    fn make_durable(&self, seq: u64) -> Result<()> {
+        if lock(&self.flush).durable >= seq {
+            return Ok(());
+        }
+        if let Err(e) = self.io.sync_data() {
+            self.poison(format!("fdatasync failed: {e}"));
+            return Err(Error::io("flushing commits before a checkpoint", e));
+        }
+        bump(&self.counters.flushes, 1);
+        let mut f = lock(&self.flush);
+        f.durable = f.durable.max(seq);
+        self.flushed.notify_all();
+        Ok(())
+    }
+
     /// Write the whole mapping to free slots and point the header at it, with one flush.
     /// Then slots superseded before it can be reused. The caller holds the meta lock, so no
     /// commit is sequenced meanwhile.
@@ -837,6 +869,10 @@ impl Shared {
     pub fn checkpoint_locked(&self, meta: &mut Meta) -> Result<()> {
         let last_seq = meta.state.seq;
         self.wait_all_written(last_seq)?;
+        // The checkpoint names pages of every commit so far. A power cut may persist the
+        // writes since the last flush in any order, so those pages must be durable before
+        // the header that names them can be.
+        self.make_durable(last_seq)?;
         let (blob, blob_crc) = meta.state.encode_checkpoint();
         let blob_slots = (blob.len() as u64).div_ceil(self.page_size).max(1);
         let extents = self.alloc_extents(meta, blob_slots)?;
@@ -915,6 +951,18 @@ impl Shared {
         Ok(())
     }
 
+    /// A transaction began holding changes (`true`) or stopped (`false`: written, aborted or
+    /// failed).
+    pub fn note_active_writer(&self, began: bool) {
+        let mut f = lock(&self.flush);
+        if began {
+            f.active_writers += 1;
+        } else {
+            f.active_writers = f.active_writers.saturating_sub(1);
+            self.flushed.notify_all();
+        }
+    }
+
     /// Note that commit `seq` is written: flushes may now cover it, and once every earlier
     /// commit is written too, new snapshots see it.
     pub fn mark_written(&self, seq: u64) {
@@ -963,6 +1011,29 @@ impl Shared {
             }
             if !f.leader_active && f.written_upto >= seq {
                 f.leader_active = true;
+                // Let commits that are on their way (sequenced, or transactions holding
+                // changes) land so this flush covers them too; bounded, and a lone committer
+                // never waits (PostgreSQL's commit_delay with commit_siblings, adaptively).
+                let started = Instant::now();
+                let deadline = started + GATHER_WAIT;
+                let floor = if f.last_batch > 1 {
+                    started + MIN_GATHER
+                } else {
+                    started
+                };
+                loop {
+                    let now = Instant::now();
+                    let on_their_way = f.written_upto < f.sequenced || f.active_writers > 0 || now < floor;
+                    if !on_their_way || now >= deadline || f.poisoned.is_some() {
+                        break;
+                    }
+                    let until = if now < floor { floor } else { deadline };
+                    f = self
+                        .flushed
+                        .wait_timeout(f, until - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
                 let target = f.written_upto;
                 drop(f);
                 let result = self.io.sync_data();
@@ -971,6 +1042,7 @@ impl Shared {
                 match result {
                     Ok(()) => {
                         bump(&self.counters.flushes, 1);
+                        f.last_batch = target.saturating_sub(f.durable);
                         f.durable = f.durable.max(target);
                     }
                     Err(e) => {

@@ -206,11 +206,19 @@ pub struct Transaction {
     created: BTreeSet<u32>,
     deleted: BTreeSet<u32>,
     finished: bool,
+    /// Counted among the store's likely committers (see `Shared::note_active_writer`).
+    counted_active: bool,
 }
 
 impl Transaction {
     pub(crate) fn new(base: Snapshot) -> Transaction {
         let work = (*base.state).clone();
+        // A transaction is begun to write: count it as a likely committer from the start,
+        // so a flush leader waits for it briefly (see `Shared::wait_durable`).
+        let read_only = base.shared.opts.read_only;
+        if !read_only {
+            base.shared.note_active_writer(true);
+        }
         Transaction {
             base,
             work,
@@ -221,6 +229,7 @@ impl Transaction {
             created: BTreeSet::new(),
             deleted: BTreeSet::new(),
             finished: false,
+            counted_active: !read_only,
         }
     }
 
@@ -275,6 +284,12 @@ impl Transaction {
             return Err(Error::ReadOnly);
         }
         Ok(())
+    }
+
+    fn stop_counting_active(&mut self) {
+        if std::mem::take(&mut self.counted_active) {
+            self.base.shared.note_active_writer(false);
+        }
     }
 
     /// Create an empty logical file.
@@ -677,6 +692,7 @@ impl Transaction {
         bump(&shared.counters.pages_written, pages.len() as u64);
         bump(&shared.counters.pages_embedded, sequenced.embedded_pages);
         shared.mark_written(seq);
+        self.stop_counting_active();
         Ok(PendingCommit {
             shared,
             seq,
@@ -700,6 +716,8 @@ impl Transaction {
 
 impl Drop for Transaction {
     fn drop(&mut self) {
+        // Committed (already uncounted), aborted, failed or abandoned: no longer on its way.
+        self.stop_counting_active();
         if !self.finished {
             self.finished = true;
             let shared = self.base.shared.clone();

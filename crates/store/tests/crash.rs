@@ -421,3 +421,25 @@ fn replay_one() {
         .unwrap_or(1);
     run_case(seed, threads).unwrap();
 }
+
+/// Repeat one case many times (thread timing varies): `ONESYNC_CRASH_SEED=N cargo test --test crash repeat_one -- --ignored`.
+#[test]
+#[ignore]
+fn repeat_one() {
+    let seed: u64 = std::env::var("ONESYNC_CRASH_SEED")
+        .expect("set ONESYNC_CRASH_SEED")
+        .parse()
+        .unwrap();
+    let mut failures = Vec::new();
+    for _ in 0..300 {
+        if let Err(e) = run_case(seed, 3) {
+            failures.push(e);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of 300 failed; first: {}",
+        failures.len(),
+        failures[0]
+    );
+}

@@ -6,9 +6,11 @@
 //! or, for static use, by the host from its own linked SQLite
 //! ([`api_table_from_sys!`](crate::api_table_from_sys)).
 
-use std::ffi::c_char;
+use std::ffi::{c_char, c_int, CStr, CString};
 
-use crate::ffi::{sqlite3_api_routines, LibversionNumberFn, MallocFn, VfsFindFn, VfsRegisterFn};
+use crate::ffi::{
+    sqlite3_api_routines, LibversionNumberFn, LogFn, MallocFn, UriParameterFn, VfsFindFn, VfsRegisterFn,
+};
 
 /// The SQLite routines this crate calls, all taken from one SQLite library.
 #[derive(Clone, Copy, Debug)]
@@ -17,6 +19,8 @@ pub struct ApiTable {
     pub(crate) vfs_register: VfsRegisterFn,
     pub(crate) libversion_number: LibversionNumberFn,
     pub(crate) malloc: Option<MallocFn>,
+    pub(crate) log: Option<LogFn>,
+    pub(crate) uri_parameter: Option<UriParameterFn>,
 }
 
 impl ApiTable {
@@ -38,7 +42,27 @@ impl ApiTable {
             vfs_register,
             libversion_number,
             malloc: None,
+            log: None,
+            uri_parameter: None,
         }
+    }
+
+    /// Adds the optional routines: `sqlite3_malloc` (error strings handed to
+    /// SQLite), `sqlite3_log` (messages for the user) and
+    /// `sqlite3_uri_parameter` (the `db=` parameter naming a logical database).
+    ///
+    /// # Safety
+    /// Each pointer must be that routine of the same SQLite as [`ApiTable::new`]'s.
+    pub unsafe fn with_optional(
+        mut self,
+        malloc: Option<MallocFn>,
+        log: Option<LogFn>,
+        uri_parameter: Option<UriParameterFn>,
+    ) -> Self {
+        self.malloc = malloc;
+        self.log = log;
+        self.uri_parameter = uri_parameter;
+        self
     }
 
     /// Reads the routines this crate needs out of the table SQLite passes to
@@ -56,6 +80,8 @@ impl ApiTable {
             vfs_register: api.vfs_register?,
             libversion_number: api.libversion_number?,
             malloc: api.malloc,
+            log: api.log,
+            uri_parameter: api.uri_parameter,
         })
     }
 
@@ -64,6 +90,33 @@ impl ApiTable {
         // SAFETY: `ApiTable` is only built from genuine SQLite routines
         // (`new`'s and `from_routines`' contracts); this one takes no arguments.
         unsafe { (self.libversion_number)() }
+    }
+
+    /// Sends `msg` to SQLite's error log (`sqlite3_log`), where a host that
+    /// installed `SQLITE_CONFIG_LOG` sees it.
+    pub(crate) fn log(&self, code: c_int, msg: &str) {
+        let (Some(log), Ok(msg)) = (self.log, CString::new(msg.replace('\0', " "))) else {
+            return;
+        };
+        // SAFETY: `log` is this SQLite's `sqlite3_log`; "%s" consumes exactly
+        // the one NUL-terminated string passed.
+        unsafe { log(code, c"%s".as_ptr(), msg.as_ptr()) };
+    }
+
+    /// `sqlite3_uri_parameter(filename, key)`.
+    ///
+    /// # Safety
+    /// `filename` must be a filename SQLite passed to `xOpen` (it reads the
+    /// URI parameters stored after it).
+    pub(crate) unsafe fn uri_parameter(&self, filename: *const c_char, key: &CStr) -> Option<String> {
+        let f = self.uri_parameter?;
+        if filename.is_null() {
+            return None;
+        }
+        // SAFETY: per the contract; `key` is NUL-terminated.
+        let value = unsafe { f(filename, key.as_ptr()) };
+        // SAFETY: SQLite returns null or a NUL-terminated string inside `filename`'s block.
+        (!value.is_null()).then(|| unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned())
     }
 
     /// Copies `msg` into memory from `sqlite3_malloc`, for an `*pzErrMsg`
@@ -119,12 +172,18 @@ macro_rules! api_table_from_sys {
             // SAFETY: takes no arguments.
             unsafe { $($sys)::+::sqlite3_libversion_number() }
         }
-        // SAFETY: the three wrappers above call the host's own linked SQLite.
+        // SAFETY: the wrappers above and the routines below are the host's own
+        // linked SQLite.
         unsafe {
             $crate::ApiTable::new(
                 __onesync_vfs_find,
                 __onesync_vfs_register,
                 __onesync_libversion_number,
+            )
+            .with_optional(
+                Some($($sys)::+::sqlite3_malloc as $crate::ffi::MallocFn),
+                Some($($sys)::+::sqlite3_log as $crate::ffi::LogFn),
+                Some($($sys)::+::sqlite3_uri_parameter as $crate::ffi::UriParameterFn),
             )
         }
     }};

@@ -387,6 +387,12 @@ pub struct Opened {
 /// Chooses the backend for each main database file the VFS opens.
 pub trait MainDbFactory: Send + Sync {
     fn open(&self, req: &OpenRequest) -> IoResult<Opened>;
+    /// Whether journals are private to the handle that opened them (never
+    /// visible to xAccess/xDelete or other connections). True for a backend
+    /// that commits atomically itself, where no journal can ever be hot.
+    fn private_journals(&self) -> bool {
+        false
+    }
 }
 
 /// The first backend: the underlying VFS, unchanged.

@@ -94,6 +94,10 @@ pub type VfsFindFn = unsafe extern "C" fn(*const c_char) -> *mut sqlite3_vfs;
 pub type VfsRegisterFn = unsafe extern "C" fn(*mut sqlite3_vfs, c_int) -> c_int;
 /// `sqlite3_libversion_number`.
 pub type LibversionNumberFn = unsafe extern "C" fn() -> c_int;
+/// `sqlite3_log`: a printf-style format and its arguments.
+pub type LogFn = unsafe extern "C" fn(c_int, *const c_char, ...);
+/// `sqlite3_uri_parameter`.
+pub type UriParameterFn = unsafe extern "C" fn(*const c_char, *const c_char) -> *const c_char;
 /// `sqlite3_malloc`.
 pub type MallocFn = unsafe extern "C" fn(c_int) -> *mut c_void;
 
@@ -102,7 +106,7 @@ pub type MallocFn = unsafe extern "C" fn(c_int) -> *mut c_void;
 pub type Slot = Option<unsafe extern "C" fn()>;
 
 /// The leading part of `struct sqlite3_api_routines` from `sqlite3ext.h`,
-/// through `vfs_register` (slot 142), the last routine this crate uses.
+/// through `uri_parameter` (slot 189), the last routine this crate uses.
 ///
 /// SQLite only ever appends to this struct, so a prefix is valid for every
 /// SQLite that can load extensions. The order was generated from the header
@@ -254,6 +258,53 @@ pub struct sqlite3_api_routines {
     /* 140 */ pub soft_heap_limit: Slot,
     /* 141 */ pub vfs_find: Option<VfsFindFn>,
     /* 142 */ pub vfs_register: Option<VfsRegisterFn>,
+    /* 143 */ pub vfs_unregister: Slot,
+    /* 144 */ pub xthreadsafe: Slot,
+    /* 145 */ pub result_zeroblob: Slot,
+    /* 146 */ pub result_error_code: Slot,
+    /* 147 */ pub test_control: Slot,
+    /* 148 */ pub randomness: Slot,
+    /* 149 */ pub context_db_handle: Slot,
+    /* 150 */ pub extended_result_codes: Slot,
+    /* 151 */ pub limit: Slot,
+    /* 152 */ pub next_stmt: Slot,
+    /* 153 */ pub sql: Slot,
+    /* 154 */ pub status: Slot,
+    /* 155 */ pub backup_finish: Slot,
+    /* 156 */ pub backup_init: Slot,
+    /* 157 */ pub backup_pagecount: Slot,
+    /* 158 */ pub backup_remaining: Slot,
+    /* 159 */ pub backup_step: Slot,
+    /* 160 */ pub compileoption_get: Slot,
+    /* 161 */ pub compileoption_used: Slot,
+    /* 162 */ pub create_function_v2: Slot,
+    /* 163 */ pub db_config: Slot,
+    /* 164 */ pub db_mutex: Slot,
+    /* 165 */ pub db_status: Slot,
+    /* 166 */ pub extended_errcode: Slot,
+    /* 167 */ pub log: Option<LogFn>,
+    /* 168 */ pub soft_heap_limit64: Slot,
+    /* 169 */ pub sourceid: Slot,
+    /* 170 */ pub stmt_status: Slot,
+    /* 171 */ pub strnicmp: Slot,
+    /* 172 */ pub unlock_notify: Slot,
+    /* 173 */ pub wal_autocheckpoint: Slot,
+    /* 174 */ pub wal_checkpoint: Slot,
+    /* 175 */ pub wal_hook: Slot,
+    /* 176 */ pub blob_reopen: Slot,
+    /* 177 */ pub vtab_config: Slot,
+    /* 178 */ pub vtab_on_conflict: Slot,
+    /* 179 */ pub close_v2: Slot,
+    /* 180 */ pub db_filename: Slot,
+    /* 181 */ pub db_readonly: Slot,
+    /* 182 */ pub db_release_memory: Slot,
+    /* 183 */ pub errstr: Slot,
+    /* 184 */ pub stmt_busy: Slot,
+    /* 185 */ pub stmt_readonly: Slot,
+    /* 186 */ pub stricmp: Slot,
+    /* 187 */ pub uri_boolean: Slot,
+    /* 188 */ pub uri_int64: Slot,
+    /* 189 */ pub uri_parameter: Option<UriParameterFn>,
 }
 
 /// Index (in pointer-sized slots) of each routine this crate reads from
@@ -265,16 +316,27 @@ pub const API_SLOT_MALLOC: usize = 68;
 pub const API_SLOT_VFS_FIND: usize = 141;
 /// See [`API_SLOT_LIBVERSION_NUMBER`].
 pub const API_SLOT_VFS_REGISTER: usize = 142;
+/// See [`API_SLOT_LIBVERSION_NUMBER`].
+pub const API_SLOT_LOG: usize = 167;
+/// See [`API_SLOT_LIBVERSION_NUMBER`].
+pub const API_SLOT_URI_PARAMETER: usize = 189;
+/// Number of slots declared.
+pub const API_SLOTS_DECLARED: usize = 190;
 
 // Result codes.
 pub const SQLITE_OK: c_int = 0;
 pub const SQLITE_ERROR: c_int = 1;
 pub const SQLITE_INTERNAL: c_int = 2;
+pub const SQLITE_BUSY: c_int = 5;
+pub const SQLITE_READONLY: c_int = 8;
 pub const SQLITE_NOMEM: c_int = 7;
 pub const SQLITE_IOERR: c_int = 10;
 pub const SQLITE_NOTFOUND: c_int = 12;
 pub const SQLITE_CANTOPEN: c_int = 14;
 pub const SQLITE_MISUSE: c_int = 21;
+pub const SQLITE_NOTADB: c_int = 26;
+pub const SQLITE_FULL: c_int = 13;
+pub const SQLITE_IOERR_FSYNC: c_int = SQLITE_IOERR | (4 << 8);
 pub const SQLITE_IOERR_READ: c_int = SQLITE_IOERR | (1 << 8);
 pub const SQLITE_IOERR_SHORT_READ: c_int = SQLITE_IOERR | (2 << 8);
 pub const SQLITE_IOERR_WRITE: c_int = SQLITE_IOERR | (3 << 8);
@@ -319,6 +381,8 @@ pub const SQLITE_IOCAP_SEQUENTIAL: c_int = 0x0000_0400;
 pub const SQLITE_IOCAP_POWERSAFE_OVERWRITE: c_int = 0x0000_1000;
 pub const SQLITE_IOCAP_BATCH_ATOMIC: c_int = 0x0000_4000;
 pub const SQLITE_FCNTL_VFSNAME: c_int = 12;
+pub const SQLITE_FCNTL_PRAGMA: c_int = 14;
+pub const SQLITE_FCNTL_PDB: c_int = 30;
 pub const SQLITE_FCNTL_BEGIN_ATOMIC_WRITE: c_int = 31;
 pub const SQLITE_FCNTL_COMMIT_ATOMIC_WRITE: c_int = 32;
 pub const SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE: c_int = 33;

@@ -14,6 +14,7 @@ pub mod ffi;
 mod file;
 mod guard;
 mod memfile;
+mod store_db;
 mod vfs;
 
 use std::ffi::{c_char, c_int, c_void};
@@ -22,6 +23,7 @@ pub use api::ApiTable;
 pub use backend::{
     DbBackend, IoResult, LockLevel, MainDbFactory, OpenRequest, Opened, PassThrough, PassThroughFactory,
 };
+pub use store_db::{store_stats_json, StoreFactory, DEFAULT_LOGICAL_DB, STORE_PAGE_SIZE};
 pub use vfs::{
     register_static, register_with, stats, RegisterError, RegisterOptions, Registered, Stats,
     MIN_SQLITE_VERSION, VFS_NAME,

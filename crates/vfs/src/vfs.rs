@@ -24,6 +24,7 @@ use crate::ffi::{
 use crate::file::{self, OnesyncFile};
 use crate::guard::guard;
 use crate::memfile::{is_journal_name, MemFile, MemStore};
+use crate::store_db::StoreFactory;
 
 /// The name the extension entry point registers.
 pub const VFS_NAME: &str = "onesync";
@@ -42,7 +43,9 @@ pub struct RegisterOptions {
     pub name: String,
     /// Make it SQLite's default VFS. The extension entry point never does.
     pub make_default: bool,
-    /// Opens main database files. [`PassThroughFactory`] for now.
+    /// Opens main database files. The default here is [`PassThroughFactory`]
+    /// (files passed through unchanged, for tests and comparisons);
+    /// [`register_static`] and the extension use [`StoreFactory`].
     pub main_db: Box<dyn MainDbFactory>,
 }
 
@@ -142,7 +145,13 @@ static REGISTERED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 /// `api`: the static path, for a host that links SQLite itself and fills the
 /// table from it (see [`api_table_from_sys!`](crate::api_table_from_sys)).
 pub fn register_static(api: &ApiTable) -> Result<Registered, RegisterError> {
-    register_with(api, RegisterOptions::default())
+    register_with(
+        api,
+        RegisterOptions {
+            main_db: Box::new(StoreFactory::new(*api)),
+            ..RegisterOptions::default()
+        },
+    )
 }
 
 /// Registers a VFS with the SQLite behind `api`. Idempotent per name: if that
@@ -304,6 +313,9 @@ unsafe fn open_backend(
         counter.fetch_add(1, Relaxed);
         // SAFETY: per this function's contract.
         let file = match unsafe { name_bytes(name) } {
+            // A store-backed database's journal serves only its own handle's
+            // rollback: no other connection may ever treat it as hot.
+            _ if state.main_db.private_journals() => MemFile::anonymous(),
             None => MemFile::anonymous(),
             Some(key) => {
                 let create = flags & SQLITE_OPEN_CREATE != 0;
@@ -377,6 +389,8 @@ unsafe extern "C" fn x_delete(vfs: *mut sqlite3_vfs, name: *const c_char, sync_d
                 state.counters.memory_deletes.fetch_add(1, Relaxed);
                 return SQLITE_OK;
             }
+            // Private journals were never in the table: deleting one is done.
+            Ok(false) if is_journal_name(key) && state.main_db.private_journals() => return SQLITE_OK,
             Ok(false) if is_journal_name(key) => return SQLITE_IOERR_DELETE_NOENT,
             Ok(false) => {}
             Err(rc) => return rc,

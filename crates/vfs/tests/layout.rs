@@ -55,7 +55,11 @@ fn layouts_and_constants_match_the_sqlite_headers() {
     }
     let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/ffi.rs")).unwrap();
     let api_fields = declared_fields(&src, "sqlite3_api_routines");
-    assert_eq!(api_fields.len(), 143, "slots through vfs_register");
+    assert_eq!(
+        api_fields.len(),
+        API_SLOTS_DECLARED,
+        "slots through uri_parameter"
+    );
     let vfs_fields = declared_fields(&src, "sqlite3_vfs");
     let io_fields = declared_fields(&src, "sqlite3_io_methods");
     let file_fields = declared_fields(&src, "sqlite3_file");
@@ -88,6 +92,12 @@ fn layouts_and_constants_match_the_sqlite_headers() {
             offset_of!(sqlite3_api_routines, vfs_register),
             API_SLOT_VFS_REGISTER,
         ),
+        ("log", offset_of!(sqlite3_api_routines, log), API_SLOT_LOG),
+        (
+            "uri_parameter",
+            offset_of!(sqlite3_api_routines, uri_parameter),
+            API_SLOT_URI_PARAMETER,
+        ),
     ];
     for (name, off, slot) in used {
         assert_eq!(off as i64, slot as i64 * ptr, "{name}");
@@ -97,7 +107,10 @@ fn layouts_and_constants_match_the_sqlite_headers() {
             "{name}"
         );
     }
-    assert_eq!(size_of::<sqlite3_api_routines>() as i64, 143 * ptr);
+    assert_eq!(
+        size_of::<sqlite3_api_routines>() as i64,
+        API_SLOTS_DECLARED as i64 * ptr
+    );
 
     rust_offsets!(rust, sqlite3_file: pMethods);
     rust_offsets!(rust, sqlite3_io_methods:
@@ -110,7 +123,7 @@ fn layouts_and_constants_match_the_sqlite_headers() {
         xCurrentTime, xGetLastError, xCurrentTimeInt64, xSetSystemCall, xGetSystemCall,
         xNextSystemCall);
     rust_consts!(rust:
-        SQLITE_OK, SQLITE_ERROR, SQLITE_INTERNAL, SQLITE_NOMEM, SQLITE_IOERR, SQLITE_NOTFOUND,
+        SQLITE_OK, SQLITE_ERROR, SQLITE_INTERNAL, SQLITE_FULL, SQLITE_BUSY, SQLITE_READONLY, SQLITE_NOTADB, SQLITE_IOERR_FSYNC, SQLITE_NOMEM, SQLITE_IOERR, SQLITE_NOTFOUND,
         SQLITE_CANTOPEN, SQLITE_MISUSE, SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ,
         SQLITE_IOERR_WRITE, SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_DELETE, SQLITE_IOERR_NOMEM,
         SQLITE_IOERR_SHMMAP, SQLITE_IOERR_DELETE_NOENT, SQLITE_OK_LOAD_PERMANENTLY,
@@ -122,7 +135,7 @@ fn layouts_and_constants_match_the_sqlite_headers() {
         SQLITE_LOCK_PENDING, SQLITE_LOCK_EXCLUSIVE, SQLITE_ACCESS_EXISTS,
         SQLITE_ACCESS_READWRITE, SQLITE_ACCESS_READ, SQLITE_IOCAP_ATOMIC,
         SQLITE_IOCAP_SAFE_APPEND, SQLITE_IOCAP_SEQUENTIAL, SQLITE_IOCAP_POWERSAFE_OVERWRITE,
-        SQLITE_IOCAP_BATCH_ATOMIC, SQLITE_FCNTL_VFSNAME, SQLITE_FCNTL_BEGIN_ATOMIC_WRITE,
+        SQLITE_IOCAP_BATCH_ATOMIC, SQLITE_FCNTL_VFSNAME, SQLITE_FCNTL_PRAGMA, SQLITE_FCNTL_PDB, SQLITE_FCNTL_BEGIN_ATOMIC_WRITE,
         SQLITE_FCNTL_COMMIT_ATOMIC_WRITE, SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE);
 
     // The same keys, computed by the C compiler from the headers.

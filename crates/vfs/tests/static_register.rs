@@ -27,6 +27,30 @@ fn open(path: &Path) -> Connection {
     Connection::open_with_flags_and_vfs(path, OpenFlags::default(), VFS_NAME).expect("open via onesync")
 }
 
+/// The pass-through main-db backend under its own name: the journal
+/// behaviour these tests check is the VFS's, whatever serves the database.
+const PASSTHROUGH: &str = "onesync-passthrough";
+
+fn passthrough() -> ApiTable {
+    let api = registered();
+    let opts = onesync::RegisterOptions {
+        name: PASSTHROUGH.to_owned(),
+        make_default: false,
+        main_db: Box::new(onesync::PassThroughFactory),
+    };
+    onesync::register_with(&api, opts).expect("register pass-through");
+    api
+}
+
+fn now_pt(api: &ApiTable) -> Stats {
+    stats(api, PASSTHROUGH).expect("registered by this crate")
+}
+
+fn open_pt(path: &Path) -> Connection {
+    Connection::open_with_flags_and_vfs(path, OpenFlags::default(), PASSTHROUGH)
+        .expect("open via pass-through")
+}
+
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
@@ -50,17 +74,17 @@ fn registration_is_idempotent_and_not_default() {
 
 #[test]
 fn rollback_journal_is_in_memory_and_rollback_works() {
-    let api = registered();
+    let api = passthrough();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.db");
-    let conn = open(&path);
+    let conn = open_pt(&path);
     conn.execute_batch("CREATE TABLE t(a)").unwrap();
-    let before = now(&api);
+    let before = now_pt(&api);
 
     conn.execute_batch("BEGIN; INSERT INTO t VALUES (1), (2), (3);")
         .unwrap();
     let during = names(dir.path());
-    let mid = now(&api);
+    let mid = now_pt(&api);
     conn.execute_batch("ROLLBACK").unwrap();
     let n: i64 = conn
         .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
@@ -74,7 +98,7 @@ fn rollback_journal_is_in_memory_and_rollback_works() {
 
     conn.execute_batch("BEGIN; INSERT INTO t VALUES (42); COMMIT;")
         .unwrap();
-    let after = now(&api);
+    let after = now_pt(&api);
     assert!(
         after.memory_deletes > before.memory_deletes,
         "journal deleted from memory"
@@ -161,23 +185,23 @@ fn multi_database_commit_uses_an_in_memory_super_journal() {
 
 #[test]
 fn wal_mode_passes_through() {
-    let api = registered();
+    let api = passthrough();
     let dir = tempfile::tempdir().unwrap();
-    let conn = open(&dir.path().join("w.db"));
+    let conn = open_pt(&dir.path().join("w.db"));
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
         .unwrap();
     assert_eq!(mode, "wal");
-    let before = now(&api);
+    let before = now_pt(&api);
     conn.execute_batch("CREATE TABLE t(a); INSERT INTO t VALUES (1);")
         .unwrap();
     assert!(names(dir.path()).contains(&"w.db-wal".to_owned()));
-    let other = open(&dir.path().join("w.db"));
+    let other = open_pt(&dir.path().join("w.db"));
     let n: i64 = other
         .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
         .unwrap();
     assert_eq!(n, 1);
-    assert!(now(&api).main_db_opens > before.main_db_opens);
+    assert!(now_pt(&api).main_db_opens > before.main_db_opens);
 }
 
 #[test]

@@ -1,0 +1,243 @@
+//! The store backend through rusqlite's bundled SQLite (static registration):
+//! SQL semantics, ATTACH in one store, refused pragmas, page sizes, bad input,
+//! several connections, stats.
+
+use std::path::Path;
+
+use onesync::{api_table_from_sys, register_static, VFS_NAME};
+use rusqlite::{Connection, OpenFlags};
+
+fn open(path: &Path) -> Connection {
+    register_static(&api_table_from_sys!(rusqlite::ffi)).expect("register onesync");
+    let conn =
+        Connection::open_with_flags_and_vfs(path, OpenFlags::default(), VFS_NAME).expect("open via onesync");
+    conn.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+    conn
+}
+
+fn count(conn: &Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+fn integrity(conn: &Connection) {
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
+
+#[test]
+fn rollback_savepoints_statement_rollback_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    {
+        let conn = open(&path);
+        conn.execute_batch("CREATE TABLE t(a INTEGER UNIQUE, b); INSERT INTO t VALUES (1, 'x'), (2, 'y');")
+            .unwrap();
+        conn.execute_batch("BEGIN; INSERT INTO t VALUES (3, 'z'); ROLLBACK;")
+            .unwrap();
+        assert_eq!(count(&conn, "SELECT count(*) FROM t"), 2);
+        conn.execute_batch(
+            "SAVEPOINT a; INSERT INTO t VALUES (10, 'a'); SAVEPOINT b; INSERT INTO t VALUES (11, 'b');
+             ROLLBACK TO b; RELEASE a;",
+        )
+        .unwrap();
+        assert_eq!(count(&conn, "SELECT sum(a) FROM t WHERE a >= 10"), 10);
+        let err = conn
+            .execute_batch("INSERT INTO t VALUES (20, 'p'), (21, 'q'), (1, 'dup'), (22, 'r')")
+            .unwrap_err();
+        assert!(err.to_string().contains("UNIQUE"), "{err}");
+        assert_eq!(
+            count(&conn, "SELECT count(*) FROM t WHERE a >= 20"),
+            0,
+            "statement rolled back"
+        );
+        // Spill many pages inside a transaction, then roll it back.
+        conn.execute_batch(
+            "PRAGMA cache_size = 10; BEGIN;
+             WITH RECURSIVE n(i) AS (SELECT 100 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)
+             INSERT INTO t SELECT i, randomblob(500) FROM n; ROLLBACK;",
+        )
+        .unwrap();
+        assert_eq!(count(&conn, "SELECT count(*) FROM t"), 3);
+        integrity(&conn);
+    }
+    let mut header = [0u8; 8];
+    std::io::Read::read_exact(&mut std::fs::File::open(&path).unwrap(), &mut header).unwrap();
+    assert_ne!(
+        &header[..6],
+        b"SQLite",
+        "the file is a store, not a plain SQLite database"
+    );
+    let conn = open(&path);
+    assert_eq!(
+        count(&conn, "SELECT count(*) FROM t"),
+        3,
+        "data present after reopen"
+    );
+    integrity(&conn);
+}
+
+#[test]
+fn attached_database_in_the_same_store_commits_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let conn = open(&path);
+    let aux = format!("file:{}?vfs={VFS_NAME}&db=aux", path.display());
+    conn.execute("ATTACH ?1 AS aux", [&aux]).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE main.acct(id INTEGER PRIMARY KEY, bal); CREATE TABLE aux.acct(id INTEGER PRIMARY KEY, bal);
+         INSERT INTO main.acct VALUES (1, 100); INSERT INTO aux.acct VALUES (1, 0);",
+    )
+    .unwrap();
+    conn.execute_batch(
+        "BEGIN; UPDATE main.acct SET bal = bal - 30; UPDATE aux.acct SET bal = bal + 30; COMMIT;",
+    )
+    .unwrap();
+    conn.execute_batch("BEGIN; UPDATE main.acct SET bal = 0; UPDATE aux.acct SET bal = 0; ROLLBACK;")
+        .unwrap();
+    drop(conn);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "one file: the store"
+    );
+    let conn = open(&path);
+    conn.execute("ATTACH ?1 AS aux", [&aux]).unwrap();
+    assert_eq!(count(&conn, "SELECT bal FROM main.acct"), 70);
+    assert_eq!(count(&conn, "SELECT bal FROM aux.acct"), 30);
+    let check: String = conn
+        .query_row("PRAGMA aux.integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    integrity(&conn);
+}
+
+#[test]
+fn wal_and_off_are_refused_others_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = open(&dir.path().join("w.db"));
+    conn.execute_batch("CREATE TABLE t(a)").unwrap();
+    for mode in ["WAL", "OFF"] {
+        let err = conn
+            .query_row(&format!("PRAGMA journal_mode = {mode}"), [], |r| {
+                r.get::<_, String>(0)
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("not supported"), "{mode}: {err}");
+    }
+    for mode in ["truncate", "persist", "memory", "delete"] {
+        let got: String = conn
+            .query_row(&format!("PRAGMA journal_mode = {mode}"), [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(got, mode);
+        conn.execute("INSERT INTO t VALUES (?1)", [mode]).unwrap();
+    }
+    assert_eq!(count(&conn, "SELECT count(*) FROM t"), 4);
+}
+
+#[test]
+fn sqlite_page_sizes_other_than_the_store_page_size() {
+    for page_size in [1024, 8192, 65536] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        {
+            let conn = open(&path);
+            conn.execute_batch(&format!(
+                "PRAGMA page_size = {page_size}; CREATE TABLE t(a, b);
+                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+                 INSERT INTO t SELECT i, randomblob(300) FROM n;
+                 DELETE FROM t WHERE a % 3 = 0; VACUUM;"
+            ))
+            .unwrap();
+            integrity(&conn);
+        }
+        let conn = open(&path);
+        assert_eq!(count(&conn, "PRAGMA page_size"), page_size);
+        assert_eq!(count(&conn, "SELECT count(*) FROM t"), 2000 - 666);
+        integrity(&conn);
+    }
+}
+
+#[test]
+fn a_plain_sqlite_file_is_refused_and_left_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE t(a); INSERT INTO t VALUES (1);")
+        .unwrap();
+    let before = std::fs::read(&path).unwrap();
+    register_static(&api_table_from_sys!(rusqlite::ffi)).unwrap();
+    let result = Connection::open_with_flags_and_vfs(&path, OpenFlags::default(), VFS_NAME)
+        .and_then(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0)));
+    let err = result.unwrap_err();
+    assert!(err.to_string().contains("not a database"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "byte-identical");
+}
+
+#[test]
+fn a_reader_keeps_its_snapshot_while_a_writer_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.db");
+    let writer = open(&path);
+    writer
+        .execute_batch("CREATE TABLE t(a); INSERT INTO t VALUES (1);")
+        .unwrap();
+    let reader = open(&path);
+    reader.execute_batch("BEGIN").unwrap();
+    assert_eq!(count(&reader, "SELECT count(*) FROM t"), 1);
+    writer
+        .execute_batch("INSERT INTO t VALUES (2); INSERT INTO t VALUES (3);")
+        .unwrap();
+    assert_eq!(count(&reader, "SELECT count(*) FROM t"), 1, "old snapshot");
+    reader.execute_batch("COMMIT").unwrap();
+    assert_eq!(count(&reader, "SELECT count(*) FROM t"), 3, "new snapshot");
+
+    // Threads, one connection each, all committing.
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let conn = open(&path);
+                for i in 0..50 {
+                    conn.execute("INSERT INTO t VALUES (?1)", [t * 1000 + i]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(count(&writer, "SELECT count(*) FROM t"), 203);
+    integrity(&writer);
+}
+
+#[test]
+fn onesync_stats_is_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = open(&dir.path().join("j.db"));
+    conn.execute_batch("CREATE TABLE t(a); INSERT INTO t VALUES (1);")
+        .unwrap();
+    let json: String = conn.query_row("PRAGMA onesync_stats", [], |r| r.get(0)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(v["commit_records"].as_u64().unwrap() >= 2, "{json}");
+    assert_eq!(v["page_size"].as_u64(), Some(4096));
+}
+
+#[test]
+fn batch_atomic_write_is_compiled_in_and_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = open(&dir.path().join("b.db"));
+    let batch: i64 = conn
+        .query_row(
+            "SELECT sqlite_compileoption_used('ENABLE_BATCH_ATOMIC_WRITE')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    println!("bundled SQLite ENABLE_BATCH_ATOMIC_WRITE: {batch}");
+    conn.execute_batch("CREATE TABLE t(a); BEGIN; INSERT INTO t VALUES (1); COMMIT;")
+        .unwrap();
+    assert_eq!(count(&conn, "SELECT count(*) FROM t"), 1);
+}
