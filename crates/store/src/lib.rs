@@ -6,20 +6,22 @@
 //!
 //! ## How a commit works
 //! Pages are written out of place, to free *slots*; committed pages are never overwritten.
-//! A commit then appends a checksummed *commit record* to the log (its sequence number, each
-//! page it maps with the CRC-32C of that page's content, new logical sizes) and issues one
-//! `fdatasync`. Recovery replays records in order from the last *mapping checkpoint* and
-//! stops at the first record that is missing, torn, out of sequence, or whose pages do not
-//! match their checksums. Checkpoints, taken every `checkpoint_interval` commits, write the
-//! mapping table only; no data page is ever copied. The file is preallocated by writing and
-//! grows in large steps, so a commit's flush journals no filesystem metadata.
+//! A commit writes its *commit record* (its sequence number, each page it maps with the
+//! CRC-32C of that page's content, new logical sizes, and where the next record will go)
+//! followed by its pages as one contiguous write, then issues one `fdatasync`. Records form a
+//! chain through the slots, starting from the last *mapping checkpoint*; recovery follows it
+//! and stops at the first record that is missing, torn, out of sequence, off the chain, or
+//! whose pages do not match their checksums. Checkpoints, taken every `checkpoint_interval`
+//! commits, write the mapping table only; no data page is ever copied. The file is
+//! preallocated by writing and grows in large steps, so a commit's flush journals no
+//! filesystem metadata.
 //!
 //! Small changes (SQLite's change counter on page 1, say) are carried in the commit record as
 //! an overlay on the page instead of a new slot (`Options::embed_limit`).
 //!
-//! Commits from several threads take consecutive places in the log from a sequencer, write
-//! their records concurrently and share flushes: whichever committer finds no flush under way
-//! flushes for every record written so far (group commit).
+//! Commits from several threads take consecutive places in the chain from a sequencer, write
+//! concurrently and share flushes: one committer flushes for every commit written so far
+//! (group commit).
 //!
 //! ## Durability contract
 //! After a crash at any instant, opening the store yields exactly the state after some prefix

@@ -550,7 +550,10 @@ impl Shared {
     /// After a commit took slots for pages: keep the reserve, growing the file if need be.
     fn keep_reserve(&self, meta: &mut Meta) -> Result<()> {
         let reserve = self.reserve(meta);
-        if meta.alloc.free_count() < reserve && !self.reclaim(meta)? || meta.alloc.free_count() < reserve {
+        if meta.alloc.free_count() < reserve {
+            self.reclaim(meta)?;
+        }
+        if meta.alloc.free_count() < reserve {
             self.grow(meta, reserve)?;
         }
         Ok(())
