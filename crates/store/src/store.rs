@@ -122,7 +122,12 @@ pub(crate) struct Shared {
     pub opts: Options,
     pub meta: Mutex<Meta>,
     flush: Mutex<FlushState>,
-    flushed: Condvar,
+    /// Signalled when `durable` advances or a flush ends (waiters recheck, one may lead).
+    durable_changed: Condvar,
+    /// Signalled when commits are written or writers drop out (a gathering leader and
+    /// checkpoints wait on it). Two condvars keep waiters for durability asleep while
+    /// other commits are merely written.
+    written_changed: Condvar,
     pub counters: Counters,
     pub next_file_id: AtomicU32,
 }
@@ -375,7 +380,8 @@ impl Store {
                 opts: opts.clone(),
                 meta: Mutex::new(meta),
                 flush: Mutex::new(flush),
-                flushed: Condvar::new(),
+                durable_changed: Condvar::new(),
+                written_changed: Condvar::new(),
                 counters,
                 next_file_id: AtomicU32::new(next_file_id),
             }),
@@ -529,7 +535,8 @@ impl Shared {
         if f.poisoned.is_none() {
             f.poisoned = Some(why);
         }
-        self.flushed.notify_all();
+        self.durable_changed.notify_all();
+        self.written_changed.notify_all();
     }
 
     pub fn write_counted(&self, data: &[u8], offset: u64, during: &'static str) -> Result<()> {
@@ -841,7 +848,7 @@ impl Shared {
             if f.written_upto >= last_seq {
                 return Ok(());
             }
-            f = self.flushed.wait(f).unwrap_or_else(|e| e.into_inner());
+            f = self.written_changed.wait(f).unwrap_or_else(|e| e.into_inner());
         }
     }
 
@@ -857,7 +864,7 @@ impl Shared {
         bump(&self.counters.flushes, 1);
         let mut f = lock(&self.flush);
         f.durable = f.durable.max(seq);
-        self.flushed.notify_all();
+        self.durable_changed.notify_all();
         Ok(())
     }
 
@@ -923,7 +930,7 @@ impl Shared {
         {
             let mut f = lock(&self.flush);
             f.durable = f.durable.max(last_seq);
-            self.flushed.notify_all();
+            self.durable_changed.notify_all();
         }
         // Make the duplicate durable before any slot the old checkpoint needed is reused:
         // then damage to either copy later can never roll back onto reused slots.
@@ -962,7 +969,7 @@ impl Shared {
             f.active_writers += 1;
         } else {
             f.active_writers = f.active_writers.saturating_sub(1);
-            self.flushed.notify_all();
+            self.written_changed.notify_all();
         }
     }
 
@@ -982,7 +989,7 @@ impl Shared {
                     f.written_ahead.remove(&next);
                     f.written_upto = next;
                 }
-                self.flushed.notify_all();
+                self.written_changed.notify_all();
             } else if seq > f.written_upto {
                 f.written_ahead.insert(seq);
             }
@@ -1032,7 +1039,7 @@ impl Shared {
                     }
                     let until = if now < floor { floor } else { deadline };
                     f = self
-                        .flushed
+                        .written_changed
                         .wait_timeout(f, until - now)
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
@@ -1054,10 +1061,10 @@ impl Shared {
                         }
                     }
                 }
-                self.flushed.notify_all();
+                self.durable_changed.notify_all();
                 continue;
             }
-            f = self.flushed.wait(f).unwrap_or_else(|e| e.into_inner());
+            f = self.durable_changed.wait(f).unwrap_or_else(|e| e.into_inner());
         }
     }
 }
