@@ -1,8 +1,13 @@
 //! `onesync`: the lab around the onesync store (workloads, meters, reports).
 
+mod bank;
+mod concurrency;
+mod convert;
+mod kill_torture;
 mod loopfs;
 mod meter;
 mod progress;
+mod sqlite;
 mod store_bench;
 
 use std::process::ExitCode;
@@ -13,7 +18,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "onesync",
     version,
-    about = "The onesync lab: benchmarks and meters for the onesync page store"
+    about = "The onesync lab: benchmarks, meters, crash torture and conversions for the onesync page store and its SQLite VFS"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -25,15 +30,35 @@ enum Command {
     /// Measure the store's commit rate, flushes and bytes per commit (1 and 4 threads), a raw
     /// pwrite+fdatasync baseline and recovery time; with --fs also the device's view
     StoreBench(store_bench::StoreBenchArgs),
+    /// Copy the database inside a onesync store out to a new plain SQLite file (checked with
+    /// PRAGMA integrity_check)
+    Export(convert::ExportArgs),
+    /// Copy a plain SQLite file into a new onesync store, to open as file:DB?vfs=onesync
+    /// (checked with PRAGMA integrity_check through the onesync VFS)
+    Import(convert::ImportArgs),
+    /// Kill a child running bank transfers through SQLite with SIGKILL at random moments;
+    /// after each kill check integrity, conservation of money and every reported commit
+    VfsKillTorture(kill_torture::KillTortureArgs),
+    /// Transactions per second of one-row inserts through the onesync VFS from 1 thread and
+    /// from N threads, checking each COMMIT is durable when it returns
+    VfsConcurrency(concurrency::ConcurrencyArgs),
+    /// The child process of vfs-kill-torture (not for direct use)
+    #[command(name = "__transfer-child", hide = true)]
+    TransferChild(kill_torture::TransferChildArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match &cli.command {
-        Command::StoreBench(args) => store_bench::run(args),
+        Command::StoreBench(args) => store_bench::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Export(args) => convert::export(args).map(|()| ExitCode::SUCCESS),
+        Command::Import(args) => convert::import(args).map(|()| ExitCode::SUCCESS),
+        Command::VfsKillTorture(args) => kill_torture::run(args),
+        Command::VfsConcurrency(args) => concurrency::run(args),
+        Command::TransferChild(args) => kill_torture::run_child(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(error) => {
             eprintln!("onesync: error: {error:#}");
             ExitCode::FAILURE

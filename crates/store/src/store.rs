@@ -219,22 +219,36 @@ struct Placement {
 
 impl Store {
     /// Create a new store file. Fails if `path` exists.
+    ///
+    /// The store is built under a temporary name in the same directory, flushed, and only
+    /// then linked to `path` (which fails rather than replace anything): a crash during
+    /// creation leaves no file at `path`, never a half-made one. A crash can leave a
+    /// `.NAME.onesync-creating-*` file behind, which is safe to delete.
     pub fn create(path: impl AsRef<Path>, opts: &Options) -> Result<Store> {
         let path = path.as_ref();
         validate_options(opts)?;
         if opts.read_only {
             return Err(Error::InvalidArgument("cannot create a store read-only".into()));
         }
+        if path.exists() {
+            return Err(Error::AlreadyExists(path.into()));
+        }
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temp = dir.join(format!(".{name}.onesync-creating-{:016x}", rand::random::<u64>()));
         let file = match OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(path)
+            .open(&temp)
         {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(Error::AlreadyExists(path.into()))
-            }
             Err(e) if is_permission(&e) => {
                 return Err(Error::NotWritable {
                     path: path.into(),
@@ -243,17 +257,18 @@ impl Store {
             }
             Err(e) => return Err(Error::io("creating the store file", e)),
         };
-        lock_file(&file, path, false)?;
-        let store = Store::create_with_io(Box::new(FileIo::new(file)), opts);
-        if store.is_err() {
-            // Leave nothing half-made behind for a later open to trip over.
-            let _ = std::fs::remove_file(path);
-        }
-        let store = store?;
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
+        let built = lock_file(&file, path, false)
+            .and_then(|()| Store::create_with_io(Box::new(FileIo::new(file)), opts))
+            .and_then(|store| match std::fs::hard_link(&temp, path) {
+                Ok(()) => Ok(store),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    Err(Error::AlreadyExists(path.into()))
+                }
+                Err(e) => Err(Error::io("linking the new store into place", e)),
+            });
+        // Whatever happened, the temporary name goes (the store keeps its open file).
+        let _ = std::fs::remove_file(&temp);
+        let store = built?;
         File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::io("flushing the directory of the new store", e))?;

@@ -225,10 +225,44 @@ fn onesync_stats_is_json() {
     assert_eq!(v["page_size"].as_u64(), Some(4096));
 }
 
+/// The bundled SQLite is built with SQLITE_ENABLE_BATCH_ATOMIC_WRITE
+/// (`.cargo/config.toml` sets LIBSQLITE3_FLAGS for libsqlite3-sys), and onesync
+/// advertises SQLITE_IOCAP_BATCH_ATOMIC, so a commit of a non-empty database
+/// goes through SQLITE_FCNTL_BEGIN/COMMIT_ATOMIC_WRITE with no rollback
+/// journal at all. Observable: SQLite then keeps the journal in its own
+/// memory and never opens one through the VFS (`Stats::journal_opens` stays
+/// put), while the commit still reaches the store (a new commit record) and
+/// survives a reopen. Controls, where SQLite cannot use a batch: the first
+/// transaction of an empty database and a two-database commit (super
+/// journal) do open a journal through the VFS.
+///
+/// Uses its own registration (same store backend, another VFS name) so that
+/// tests running in parallel in this process don't move its counters.
 #[test]
 fn batch_atomic_write_is_compiled_in_and_used() {
+    const NAME: &str = "onesync-batch-test";
+    let api = api_table_from_sys!(rusqlite::ffi);
+    register_static(&api).unwrap();
+    onesync::register_with(
+        &api,
+        onesync::RegisterOptions {
+            name: NAME.to_owned(),
+            make_default: false,
+            main_db: Box::new(onesync::StoreFactory::new(api)),
+        },
+    )
+    .expect("register the batch-test VFS");
+    let journals = || onesync::stats(&api, NAME).expect("registered").journal_opens;
+    let commits = |conn: &Connection| -> u64 {
+        let json: String = conn.query_row("PRAGMA onesync_stats", [], |r| r.get(0)).unwrap();
+        serde_json::from_str::<serde_json::Value>(&json).unwrap()["commit_records"]
+            .as_u64()
+            .unwrap()
+    };
+
     let dir = tempfile::tempdir().unwrap();
-    let conn = open(&dir.path().join("b.db"));
+    let path = dir.path().join("b.db");
+    let conn = Connection::open_with_flags_and_vfs(&path, OpenFlags::default(), NAME).unwrap();
     let batch: i64 = conn
         .query_row(
             "SELECT sqlite_compileoption_used('ENABLE_BATCH_ATOMIC_WRITE')",
@@ -236,8 +270,64 @@ fn batch_atomic_write_is_compiled_in_and_used() {
             |r| r.get(0),
         )
         .unwrap();
-    println!("bundled SQLite ENABLE_BATCH_ATOMIC_WRITE: {batch}");
-    conn.execute_batch("CREATE TABLE t(a); BEGIN; INSERT INTO t VALUES (1); COMMIT;")
+    assert_eq!(
+        batch, 1,
+        "the bundled SQLite lacks SQLITE_ENABLE_BATCH_ATOMIC_WRITE: is LIBSQLITE3_FLAGS \
+         from .cargo/config.toml reaching libsqlite3-sys's build script?"
+    );
+
+    // Control: an empty database (dbSize 0) cannot batch; SQLite opens its journal.
+    let j0 = journals();
+    conn.execute_batch("CREATE TABLE t(a)").unwrap();
+    let j1 = journals();
+    assert!(
+        j1 > j0,
+        "the first write to an empty database opens a journal through the VFS"
+    );
+
+    // Batch commits: no journal through the VFS, one store commit each.
+    let c1 = commits(&conn);
+    conn.execute_batch("BEGIN; INSERT INTO t VALUES (1); COMMIT;")
         .unwrap();
-    assert_eq!(count(&conn, "SELECT count(*) FROM t"), 1);
+    for i in 2..=10 {
+        conn.execute("INSERT INTO t VALUES (?1)", [i]).unwrap();
+    }
+    conn.execute_batch("BEGIN; UPDATE t SET a = a * 10; COMMIT;")
+        .unwrap();
+    let j2 = journals();
+    let c2 = commits(&conn);
+    println!("journal opens: {j0} -> {j1} (empty db) -> {j2} (11 batch commits); store commits {c1} -> {c2}");
+    assert_eq!(
+        j2, j1,
+        "commits of a non-empty database opened a rollback journal through the VFS: \
+         SQLite did not use BEGIN/COMMIT_ATOMIC_WRITE"
+    );
+    assert_eq!(c2 - c1, 11, "each batch commit is one store commit");
+    // A rolled-back transaction (journal in SQLite's memory) still rolls back.
+    conn.execute_batch("BEGIN; DELETE FROM t; ROLLBACK;").unwrap();
+    assert_eq!(count(&conn, "SELECT count(*) FROM t"), 10);
+    assert_eq!(commits(&conn), c2, "a rollback commits nothing");
+
+    // Control: a two-database commit needs a super-journal; no batch.
+    let aux = format!("file:{}?vfs={NAME}&db=aux", path.display());
+    conn.execute("ATTACH ?1 AS aux", [&aux]).unwrap();
+    conn.execute_batch("CREATE TABLE aux.u(a); INSERT INTO aux.u VALUES (0);")
+        .unwrap();
+    let j3 = journals();
+    conn.execute_batch("BEGIN; INSERT INTO t VALUES (11); INSERT INTO aux.u VALUES (11); COMMIT;")
+        .unwrap();
+    assert!(
+        journals() > j3,
+        "a two-database commit opens journals through the VFS"
+    );
+    integrity(&conn);
+    drop(conn);
+
+    let conn = Connection::open_with_flags_and_vfs(&path, OpenFlags::default(), NAME).unwrap();
+    assert_eq!(
+        count(&conn, "SELECT sum(a) FROM t"),
+        561,
+        "batch commits are durable"
+    );
+    integrity(&conn);
 }

@@ -1,0 +1,157 @@
+//! The bank workload shared by the kill torture and its child: accounts whose balances only
+//! ever move between each other (money is conserved) and a ledger naming every transfer by a
+//! unique id, and the checks run on a database after the child was killed.
+
+use std::collections::HashMap;
+
+use anyhow::{bail, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::sqlite::{retry_while_busy, BUSY_RETRY_PAUSE};
+
+pub const ACCOUNTS: i64 = 100;
+pub const INITIAL_BALANCE: i64 = 1_000;
+pub const TOTAL_MONEY: i64 = ACCOUNTS * INITIAL_BALANCE;
+
+const DEBIT: &str = "UPDATE account SET balance = balance - ?1 WHERE id = ?2";
+const CREDIT: &str = "UPDATE account SET balance = balance + ?1 WHERE id = ?2";
+const RECORD: &str =
+    "INSERT INTO ledger(transfer_id, from_account, to_account, amount) VALUES (?1, ?2, ?3, ?4)";
+
+/// Creates the tables and funds the accounts, in one transaction, if not done yet.
+pub fn set_up(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "BEGIN IMMEDIATE;
+         CREATE TABLE IF NOT EXISTS account(id INTEGER PRIMARY KEY, balance INTEGER NOT NULL);
+         CREATE TABLE IF NOT EXISTS ledger(
+             transfer_id TEXT PRIMARY KEY,
+             from_account INTEGER NOT NULL,
+             to_account INTEGER NOT NULL,
+             amount INTEGER NOT NULL);",
+    )?;
+    let funded = (|| {
+        let accounts: i64 = conn.query_row("SELECT count(*) FROM account", [], |r| r.get(0))?;
+        if accounts == 0 {
+            conn.execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+                 INSERT INTO account(id, balance) SELECT i, ?2 FROM n",
+                params![ACCOUNTS, INITIAL_BALANCE],
+            )?;
+        }
+        conn.execute_batch("COMMIT")
+    })();
+    if funded.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    funded
+}
+
+/// One transfer as one transaction: both balance updates and the ledger row, or none.
+pub fn transfer_atomically(
+    conn: &Connection,
+    id: &str,
+    from: i64,
+    to: i64,
+    amount: i64,
+) -> rusqlite::Result<()> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let outcome = (|| {
+        move_money(conn, id, from, to, amount)?;
+        conn.execute_batch("COMMIT")
+    })();
+    if outcome.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    outcome
+}
+
+/// The negative control's transfer: debit, credit and ledger row as three separate autocommit
+/// transactions, so a kill between them loses (or, never, creates) money.
+pub fn transfer_in_three_commits(
+    conn: &Connection,
+    id: &str,
+    from: i64,
+    to: i64,
+    amount: i64,
+) -> rusqlite::Result<()> {
+    retry_while_busy(BUSY_RETRY_PAUSE, || conn.execute(DEBIT, params![amount, from]))?;
+    retry_while_busy(BUSY_RETRY_PAUSE, || conn.execute(CREDIT, params![amount, to]))?;
+    retry_while_busy(BUSY_RETRY_PAUSE, || {
+        conn.execute(RECORD, params![id, from, to, amount])
+    })?;
+    Ok(())
+}
+
+fn move_money(conn: &Connection, id: &str, from: i64, to: i64, amount: i64) -> rusqlite::Result<()> {
+    conn.execute(DEBIT, params![amount, from])?;
+    conn.execute(CREDIT, params![amount, to])?;
+    conn.execute(RECORD, params![id, from, to, amount])?;
+    Ok(())
+}
+
+/// What a database held when checked.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Audit {
+    pub ledger_rows: u64,
+}
+
+/// Checks a database after a kill: `PRAGMA integrity_check` is ok; if the setup transaction
+/// was reported committed the tables exist; money is conserved; every account's balance is
+/// its initial balance plus what the ledger says it received minus what it sent (so no
+/// transfer is half there); and every transfer id in `reported` is in the ledger.
+pub fn audit(conn: &Connection, setup_reported: bool, reported: &[String]) -> Result<Audit> {
+    crate::sqlite::check_integrity(conn)?;
+    let has_accounts: Option<i64> = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'account'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if has_accounts.is_none() {
+        if setup_reported || !reported.is_empty() {
+            bail!("the tables are missing although the child reported the setup transaction committed");
+        }
+        return Ok(Audit::default());
+    }
+    let (accounts, total): (i64, Option<i64>) =
+        conn.query_row("SELECT count(*), sum(balance) FROM account", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    if accounts != ACCOUNTS || total != Some(TOTAL_MONEY) {
+        bail!(
+            "money not conserved: {accounts} accounts holding {} in total, expected {ACCOUNTS} holding {TOTAL_MONEY}",
+            total.map_or("nothing".to_owned(), |t| t.to_string())
+        );
+    }
+    let mut expected: HashMap<i64, i64> = (1..=ACCOUNTS).map(|id| (id, INITIAL_BALANCE)).collect();
+    let mut ledger_rows = 0u64;
+    {
+        let mut stmt = conn.prepare("SELECT from_account, to_account, amount FROM ledger")?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            let (from, to, amount): (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
+            *expected.entry(from).or_default() -= amount;
+            *expected.entry(to).or_default() += amount;
+            ledger_rows += 1;
+        }
+    }
+    let mut stmt = conn.prepare("SELECT id, balance FROM account ORDER BY id")?;
+    let balances: Vec<(i64, i64)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (id, balance) in balances {
+        let want = expected.get(&id).copied().unwrap_or(0);
+        if balance != want {
+            bail!("account {id} holds {balance} but the ledger says {want}: a transfer is half applied");
+        }
+    }
+    let mut lookup = conn.prepare("SELECT 1 FROM ledger WHERE transfer_id = ?1")?;
+    for id in reported {
+        let found: Option<i64> = lookup.query_row([id], |r| r.get(0)).optional()?;
+        if found.is_none() {
+            bail!("transfer {id} was reported committed but is not in the ledger");
+        }
+    }
+    Ok(Audit { ledger_rows })
+}

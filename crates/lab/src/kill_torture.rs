@@ -1,0 +1,414 @@
+//! `onesync vfs-kill-torture`: a child process runs bank transfers through SQLite and is
+//! killed with SIGKILL at random moments; after each kill the parent opens the database and
+//! checks that `integrity_check` is ok, money is conserved, every balance agrees with the
+//! ledger, and every transfer the child reported committed (printed after COMMIT returned) is
+//! in the ledger.
+//!
+//! The child is this binary in a hidden mode (`onesync __transfer-child DB`), so it runs the
+//! same onesync VFS, statically registered in rusqlite's bundled SQLite.
+//!
+//! What SIGKILL can and cannot show. A killed process loses only what it held in its own
+//! memory: everything it passed to `write` is in the kernel's page cache and reaches the file
+//! whatever happens to the process. So SIGKILL tests the VFS's and the store's in-process
+//! state (a commit acknowledged before its record was written, a half-written commit the next
+//! open must skip, locks and recovery after an abrupt exit), but not the ordering of writes
+//! against flushes. In particular stock SQLite with `journal_mode=OFF` and `synchronous=OFF`
+//! loses nothing to SIGKILL alone, because each transaction's pages are all written (to the
+//! page cache) before COMMIT returns, and a kill in the middle of those writes is rare.
+//! Losing data in that mode takes a power cut, which drops the page cache; that is a
+//! different torture (a simulated disk that forgets unflushed writes). The negative control
+//! here is therefore a child whose *transfers* are not atomic (`--child
+//! plain-split-transfers`: debit, credit and ledger row in three autocommit transactions on
+//! the default VFS); a kill between them breaks conservation and the harness must say so.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rusqlite::{Connection, OpenFlags};
+use serde::Serialize;
+
+use crate::bank;
+use crate::progress::phase_bar;
+use crate::sqlite::{open_onesync, open_plain, retry_while_busy, BUSY_RETRY_PAUSE};
+
+/// The child's line after its setup transaction committed.
+const READY_LINE: &str = "ready";
+/// Prefix of the child's line after a transfer's COMMIT returned.
+const COMMITTED_PREFIX: &str = "committed ";
+/// A child not killed by then stops by itself (it should never get there).
+const CHILD_MAX_RUNTIME: Duration = Duration::from_secs(120);
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChildKind {
+    /// Each transfer is one transaction through the onesync VFS (the store): must survive
+    Onesync,
+    /// Negative control, must FAIL: the default VFS with each transfer split into three
+    /// autocommit transactions (debit; credit; ledger row)
+    PlainSplitTransfers,
+}
+
+impl ChildKind {
+    fn database_name(self) -> &'static str {
+        match self {
+            ChildKind::Onesync => "bank.onesync",
+            ChildKind::PlainSplitTransfers => "bank-plain.db",
+        }
+    }
+
+    fn open(self, path: &Path) -> Result<Connection> {
+        let conn = match self {
+            ChildKind::Onesync => open_onesync(path, true)?,
+            ChildKind::PlainSplitTransfers => open_plain(path, OpenFlags::default())?,
+        };
+        conn.execute_batch("PRAGMA synchronous = FULL")?;
+        Ok(conn)
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct KillTortureArgs {
+    /// Kills to perform (each on a fresh child process, same database)
+    #[arg(long, value_name = "N", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub kills: u64,
+
+    /// Seed of the kill delays and transfers [default: random, printed]
+    #[arg(long, value_name = "S")]
+    pub seed: Option<u64>,
+
+    /// Work in a fresh subdirectory of D (removed afterwards unless a check failed)
+    /// [default: a fresh temporary directory]
+    #[arg(long, value_name = "D")]
+    pub dir: Option<PathBuf>,
+
+    /// What the child runs
+    #[arg(long, value_enum, default_value_t = ChildKind::Onesync)]
+    pub child: ChildKind,
+
+    /// Threads in the child, each with its own connection
+    #[arg(long, value_name = "T", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub threads: u64,
+
+    /// Shortest time between starting a child and killing it
+    #[arg(long, value_name = "MS", default_value_t = 1)]
+    pub min_delay_ms: u64,
+
+    /// Longest time between starting a child and killing it
+    #[arg(long, value_name = "MS", default_value_t = 80)]
+    pub max_delay_ms: u64,
+
+    /// Write the summary as one JSON object to FILE, or to stdout with "-"
+    #[arg(long, value_name = "FILE|-")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct TransferChildArgs {
+    /// The database
+    pub db: PathBuf,
+    #[arg(long, value_enum, default_value_t = ChildKind::Onesync)]
+    pub child: ChildKind,
+    #[arg(long, default_value_t = 1)]
+    pub threads: u64,
+    /// Number of this child among the kills: makes its transfer ids unique
+    #[arg(long, default_value_t = 0)]
+    pub run: u64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[derive(Serialize, Debug, Default)]
+struct Summary {
+    child: Option<ChildKind>,
+    seed: u64,
+    threads: u64,
+    kills_requested: u64,
+    kills_done: u64,
+    /// Killed before it reported its setup committed (during start-up, open, recovery).
+    kills_before_ready: u64,
+    /// Killed while running transfers.
+    kills_during_transfers: u64,
+    transfers_reported: u64,
+    ledger_rows: u64,
+    failures: u64,
+    first_failure: Option<String>,
+    seconds: f64,
+}
+
+pub fn run(args: &KillTortureArgs) -> Result<ExitCode> {
+    if args.min_delay_ms > args.max_delay_ms {
+        bail!(
+            "--min-delay-ms ({}) is larger than --max-delay-ms ({})",
+            args.min_delay_ms,
+            args.max_delay_ms
+        );
+    }
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let work = match &args.dir {
+        Some(dir) => tempfile::Builder::new()
+            .prefix("onesync-kill-")
+            .tempdir_in(dir)
+            .with_context(|| format!("creating a directory in {}", dir.display()))?,
+        None => tempfile::Builder::new().prefix("onesync-kill-").tempdir()?,
+    };
+    let db = work.path().join(args.child.database_name());
+    let exe = std::env::current_exe().context("finding the onesync binary to run as the child")?;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut summary = Summary {
+        child: Some(args.child),
+        seed,
+        threads: args.threads,
+        kills_requested: args.kills,
+        ..Summary::default()
+    };
+    eprintln!(
+        "vfs-kill-torture: {} kills of a {} child ({} thread(s)), seed {seed}, in {}",
+        args.kills,
+        child_kind_arg(args.child),
+        args.threads,
+        work.path().display()
+    );
+    let started = Instant::now();
+    // The database is created and funded before the first child: a kill while the store file
+    // is being created leaves a file that no longer opens (a store bug, see the ignored test
+    // `killed_while_creating_the_store_leaves_an_openable_or_absent_file`), which would end
+    // every run at its first short delay instead of testing transfers.
+    {
+        let conn = args.child.open(&db)?;
+        retry_while_busy(BUSY_RETRY_PAUSE, || bank::set_up(&conn))
+            .context("creating and funding the bank")?;
+    }
+    let mut setup_reported = true;
+    let mut reported: Vec<String> = Vec::new();
+    let bar = phase_bar("kills", args.kills);
+    for run in 1..=args.kills {
+        let delay = Duration::from_millis(rng.random_range(args.min_delay_ms..=args.max_delay_ms));
+        let outcome = kill_once(&exe, &db, args, run, rng.random(), delay).and_then(|lines| {
+            setup_reported |= lines.ready;
+            if lines.ready || !lines.committed.is_empty() {
+                summary.kills_during_transfers += 1;
+            } else {
+                summary.kills_before_ready += 1;
+            }
+            summary.transfers_reported += lines.committed.len() as u64;
+            reported.extend(lines.committed);
+            let conn = args.child.open(&db)?;
+            let audit = bank::audit(&conn, setup_reported, &reported)?;
+            summary.ledger_rows = audit.ledger_rows;
+            Ok(())
+        });
+        summary.kills_done = run;
+        bar.inc(1);
+        if let Err(error) = outcome {
+            summary.failures += 1;
+            summary.first_failure = Some(format!("kill {run} (after {delay:?}): {error:#}"));
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    summary.seconds = started.elapsed().as_secs_f64();
+
+    let kept = summary.failures > 0;
+    let report = format!(
+        "vfs-kill-torture ({} child, {} thread(s), seed {seed}): {} of {} kills, {} before the \
+         child was ready, {} during transfers; {} transfers reported committed, {} ledger rows; \
+         {} failure(s) in {:.1} s",
+        child_kind_arg(args.child),
+        args.threads,
+        summary.kills_done,
+        summary.kills_requested,
+        summary.kills_before_ready,
+        summary.kills_during_transfers,
+        summary.transfers_reported,
+        summary.ledger_rows,
+        summary.failures,
+        summary.seconds
+    );
+    match args.json.as_deref() {
+        Some(path) if path == Path::new("-") => println!("{}", serde_json::to_string(&summary)?),
+        Some(path) => {
+            std::fs::write(path, serde_json::to_string_pretty(&summary)? + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
+            println!("{report}");
+        }
+        None => println!("{report}"),
+    }
+    if let Some(failure) = &summary.first_failure {
+        let kept_at = work.keep();
+        eprintln!("vfs-kill-torture: FAILED at {failure}");
+        eprintln!("vfs-kill-torture: the database is kept in {}", kept_at.display());
+    }
+    Ok(if kept {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// What one killed child printed.
+struct ChildLines {
+    ready: bool,
+    committed: Vec<String>,
+}
+
+fn kill_once(
+    exe: &Path,
+    db: &Path,
+    args: &KillTortureArgs,
+    run: u64,
+    seed: u64,
+    delay: Duration,
+) -> Result<ChildLines> {
+    let mut child = Command::new(exe)
+        .arg("__transfer-child")
+        .arg(db)
+        .args(["--child", child_kind_arg(args.child)])
+        .args(["--threads", &args.threads.to_string()])
+        .args(["--run", &run.to_string(), "--seed", &seed.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {} __transfer-child", exe.display()))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow!("child has no stdout"))?;
+    let mut stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow!("child has no stderr"))?;
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stdout_reader = {
+        let lines = lines.clone();
+        thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            // A line without its newline was cut by the kill: not a report.
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line.ends_with('\n') {
+                lines
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(line.trim_end().to_owned());
+                line.clear();
+            }
+        })
+    };
+    let stderr_reader = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    thread::sleep(delay);
+    let exited_early = child.try_wait()?;
+    let kill_result = child.kill();
+    let status = child.wait()?;
+    let _ = stdout_reader.join();
+    let stderr_text = stderr_reader.join().unwrap_or_default();
+    if let Some(early) = exited_early {
+        bail!(
+            "the child exited by itself ({early}) before the kill; its stderr: {}",
+            stderr_text.trim()
+        );
+    }
+    kill_result.context("sending SIGKILL to the child")?;
+    if !killed_by_sigkill(&status) {
+        bail!(
+            "the child ended with {status}, not by SIGKILL; its stderr: {}",
+            stderr_text.trim()
+        );
+    }
+    let lines = std::mem::take(&mut *lines.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut parsed = ChildLines {
+        ready: false,
+        committed: Vec::new(),
+    };
+    for line in lines {
+        if line == READY_LINE {
+            parsed.ready = true;
+        } else if let Some(id) = line.strip_prefix(COMMITTED_PREFIX) {
+            parsed.committed.push(id.to_owned());
+        } else {
+            bail!("the child printed an unexpected line: {line:?}");
+        }
+    }
+    Ok(parsed)
+}
+
+fn killed_by_sigkill(status: &std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal() == Some(libc::SIGKILL)
+}
+
+fn child_kind_arg(kind: ChildKind) -> &'static str {
+    match kind {
+        ChildKind::Onesync => "onesync",
+        ChildKind::PlainSplitTransfers => "plain-split-transfers",
+    }
+}
+
+/// The child: set up the bank, print `ready`, then run transfers on `threads` connections,
+/// printing `committed ID` after each COMMIT returns, until killed.
+pub fn run_child(args: &TransferChildArgs) -> Result<()> {
+    let setup = args.child.open(&args.db)?;
+    retry_while_busy(BUSY_RETRY_PAUSE, || bank::set_up(&setup)).context("setting up the bank")?;
+    print_line(READY_LINE)?;
+    let started = Instant::now();
+    let workers: Vec<_> = (0..args.threads)
+        .map(|thread_no| {
+            let args_db = args.db.clone();
+            let kind = args.child;
+            let run = args.run;
+            let seed = args.seed ^ thread_no.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            thread::spawn(move || -> Result<()> {
+                let conn = kind.open(&args_db)?;
+                let mut rng = SmallRng::seed_from_u64(seed);
+                for n in 0.. {
+                    if started.elapsed() > CHILD_MAX_RUNTIME {
+                        break;
+                    }
+                    let id = format!("{run}.{thread_no}.{n}");
+                    let from = rng.random_range(1..=bank::ACCOUNTS);
+                    let to = (from + rng.random_range(1..bank::ACCOUNTS) - 1) % bank::ACCOUNTS + 1;
+                    let amount = rng.random_range(1..=100);
+                    match kind {
+                        // A failed attempt rolled back: the whole transfer may run again.
+                        ChildKind::Onesync => retry_while_busy(BUSY_RETRY_PAUSE, || {
+                            bank::transfer_atomically(&conn, &id, from, to, amount)
+                        }),
+                        // Each of its three statements retries on its own.
+                        ChildKind::PlainSplitTransfers => {
+                            bank::transfer_in_three_commits(&conn, &id, from, to, amount)
+                        }
+                    }
+                    .with_context(|| format!("transfer {id}"))?;
+                    print_line(&format!("{COMMITTED_PREFIX}{id}"))?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker
+            .join()
+            .map_err(|_| anyhow!("a transfer thread panicked"))??;
+    }
+    Ok(())
+}
+
+/// One whole line to stdout, flushed, so the parent sees it even if the next instant is a kill.
+fn print_line(line: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .context("writing to stdout (the parent has gone?)")
+}

@@ -1,0 +1,98 @@
+//! SQLite through rusqlite's bundled library: the onesync VFS registered statically, and the
+//! few helpers every SQLite-facing subcommand shares.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use rusqlite::{Connection, OpenFlags};
+
+/// How long a connection waits for another one's write lock before SQLITE_BUSY.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Registers the `onesync` VFS with the bundled SQLite (idempotent).
+pub fn register_onesync_vfs() -> Result<()> {
+    onesync::register_static(&onesync::api_table_from_sys!(rusqlite::ffi))
+        .map_err(|e| anyhow!("registering the onesync VFS: {e}"))?;
+    Ok(())
+}
+
+/// Opens (creating if `create`) the database at `path` through the onesync VFS: `path` is a
+/// onesync store and the database is its logical file `main`.
+pub fn open_onesync(path: &Path, create: bool) -> Result<Connection> {
+    register_onesync_vfs()?;
+    let mut flags =
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let conn = Connection::open_with_flags_and_vfs(path, flags, onesync::VFS_NAME)
+        .with_context(|| format!("opening {} through the onesync VFS", path.display()))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+/// Opens the plain SQLite file at `path` through SQLite's default VFS.
+pub fn open_plain(path: &Path, flags: OpenFlags) -> Result<Connection> {
+    let conn = Connection::open_with_flags(path, flags)
+        .with_context(|| format!("opening {} with SQLite's default VFS", path.display()))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+/// `PRAGMA integrity_check`: `Ok(())` when SQLite answers "ok", otherwise an error listing
+/// (the first few of) the problems it found.
+pub fn check_integrity(conn: &Connection) -> Result<()> {
+    let mut stmt = conn.prepare("PRAGMA integrity_check(20)")?;
+    let findings: Vec<String> = stmt
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    if findings == ["ok"] {
+        Ok(())
+    } else {
+        Err(anyhow!("integrity_check failed: {}", findings.join("; ")))
+    }
+}
+
+/// True for SQLITE_BUSY and SQLITE_LOCKED (in any extended form): try the transaction again.
+pub fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// A pause between attempts short next to a transaction (SQLite's own busy handler sleeps at
+/// least 1 ms, several times a one-row transaction here).
+pub const BUSY_RETRY_PAUSE: Duration = Duration::from_micros(200);
+
+/// Runs `attempt` again, after `pause`, for as long as it fails with SQLITE_BUSY or
+/// SQLITE_LOCKED (the busy timeout covers most waits; this covers the rest, such as a
+/// snapshot that went stale while waiting). `attempt` must leave nothing half done on error.
+pub fn retry_while_busy<T>(
+    pause: Duration,
+    mut attempt: impl FnMut() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    loop {
+        match attempt() {
+            Err(e) if is_busy(&e) => std::thread::sleep(pause),
+            other => return other,
+        }
+    }
+}
+
+/// The store counters that `PRAGMA onesync_stats` reports (a subset).
+#[derive(Debug, Clone, Copy, serde::Deserialize)]
+pub struct StoreCounters {
+    pub flushes: u64,
+    pub last_seq: u64,
+    pub durable_seq: u64,
+}
+
+/// Reads `PRAGMA onesync_stats` on a connection opened through the onesync VFS.
+pub fn store_counters(conn: &Connection) -> Result<StoreCounters> {
+    let json: String = conn
+        .query_row("PRAGMA onesync_stats", [], |row| row.get(0))
+        .context("PRAGMA onesync_stats (is this connection on the onesync VFS?)")?;
+    serde_json::from_str(&json).with_context(|| format!("parsing PRAGMA onesync_stats: {json}"))
+}

@@ -1,0 +1,194 @@
+//! Shared by the tests that run programs: the `libonesync.so` built for this
+//! test run, program probes, and syscall counting with `strace`.
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// target/<profile>/libonesync.so: cargo builds the cdylib alongside the
+/// rlib this test links, one directory above the test binary.
+pub fn cdylib() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let lib = dir.join("libonesync.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    lib
+}
+
+/// Whether `program arg` runs and succeeds.
+pub fn have(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `ONESYNC_BIG_TESTS=1`: the full-size runs.
+pub fn big_tests() -> bool {
+    std::env::var("ONESYNC_BIG_TESTS").is_ok_and(|v| v == "1")
+}
+
+/// Transactions per measured run: 1,000, or 10,000 with ONESYNC_BIG_TESTS=1.
+pub fn transactions() -> u64 {
+    if big_tests() {
+        10_000
+    } else {
+        1_000
+    }
+}
+
+/// Printed by the measured program (a `write` to stdout) just before and just
+/// after the part that is measured.
+pub const BEGIN_MARK: &str = "ONESYNC_MEASURE_BEGIN";
+pub const END_MARK: &str = "ONESYNC_MEASURE_END";
+
+/// The syscalls that make data durable.
+pub const FSYNC_FAMILY: &[&str] = &["fsync", "fdatasync", "sync_file_range", "syncfs", "msync"];
+/// The syscalls that write file data.
+pub const WRITE_FAMILY: &[&str] = &["write", "pwrite64", "writev", "pwritev", "pwritev2"];
+
+/// Calls and bytes of traced syscalls in one stretch of a trace.
+#[derive(Clone, Debug, Default)]
+pub struct Syscalls {
+    pub calls: BTreeMap<String, u64>,
+    /// Sum of the return values of the write family (bytes written).
+    pub bytes_written: u64,
+}
+
+impl Syscalls {
+    pub fn fsyncs(&self) -> u64 {
+        FSYNC_FAMILY
+            .iter()
+            .map(|s| self.calls.get(*s).copied().unwrap_or(0))
+            .sum()
+    }
+
+    pub fn writes(&self) -> u64 {
+        WRITE_FAMILY
+            .iter()
+            .map(|s| self.calls.get(*s).copied().unwrap_or(0))
+            .sum()
+    }
+
+    fn add(&mut self, name: &str, ret: Option<i64>) {
+        *self.calls.entry(name.to_owned()).or_default() += 1;
+        if WRITE_FAMILY.contains(&name) {
+            self.bytes_written += ret.filter(|&r| r > 0).unwrap_or(0) as u64;
+        }
+    }
+}
+
+/// What one traced run measured: between the markers, and in all.
+#[derive(Debug)]
+pub struct Traced {
+    pub output: Output,
+    pub window: Syscalls,
+    pub total: Syscalls,
+}
+
+/// Runs `cmd` (stdin from `stdin`) under `strace -f` tracing the fsync and
+/// write families, and counts calls and written bytes, both between the
+/// [`BEGIN_MARK`] and [`END_MARK`] lines the program writes and overall.
+pub fn strace(cmd: Command, stdin: Option<&Path>, trace_file: &Path) -> Traced {
+    let syscalls: Vec<&str> = FSYNC_FAMILY.iter().chain(WRITE_FAMILY).copied().collect();
+    let mut st = Command::new("strace");
+    st.arg("-f")
+        .arg("-qq")
+        .args(["-s", "40"])
+        .arg("-o")
+        .arg(trace_file)
+        .arg("-e")
+        .arg(format!("trace={}", syscalls.join(",")))
+        .arg("--")
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => st.env(k, v),
+            None => st.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        st.current_dir(dir);
+    }
+    st.stdin(match stdin {
+        Some(p) => Stdio::from(std::fs::File::open(p).unwrap()),
+        None => Stdio::null(),
+    });
+    let output = st.output().expect("run strace");
+    let text = std::fs::read_to_string(trace_file).expect("read the strace output");
+    let (window, total) = parse_trace(&text);
+    Traced {
+        output,
+        window,
+        total,
+    }
+}
+
+/// Parses `strace -f -o` output: `PID name(args) = ret`, with calls that
+/// were interrupted by another thread's split into `<unfinished ...>` and
+/// `<... name resumed>`.
+fn parse_trace(text: &str) -> (Syscalls, Syscalls) {
+    let mut window = Syscalls::default();
+    let mut total = Syscalls::default();
+    let mut pending: HashMap<&str, String> = HashMap::new();
+    let mut state = 0; // 0 before the begin mark, 1 inside, 2 after the end mark
+    for line in text.lines() {
+        let (pid, rest) = line.split_once(' ').unwrap_or(("", line));
+        let rest = rest.trim_start();
+        let full = if let Some(head) = rest.strip_suffix("<unfinished ...>") {
+            pending.insert(pid, head.to_owned());
+            continue;
+        } else if let Some(tail) = rest.strip_prefix("<... ") {
+            let (name, after) = tail.split_once(" resumed>").unwrap_or((tail, ""));
+            let head = pending.remove(pid).unwrap_or_else(|| format!("{name}("));
+            format!("{head}{after}")
+        } else {
+            rest.to_owned()
+        };
+        if full.starts_with("+++") || full.starts_with("---") {
+            continue;
+        }
+        let Some((name, _)) = full.split_once('(') else {
+            continue;
+        };
+        if full.contains(BEGIN_MARK) {
+            state = 1;
+            continue;
+        }
+        if full.contains(END_MARK) {
+            state = 2;
+            continue;
+        }
+        let ret = full
+            .rsplit_once(") = ")
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .and_then(|r| r.parse::<i64>().ok());
+        total.add(name, ret);
+        if state == 1 {
+            window.add(name, ret);
+        }
+    }
+    assert!(state == 2, "the trace lacks the {BEGIN_MARK}/{END_MARK} writes");
+    (window, total)
+}
+
+/// One line of figures per run, and a table of calls like `strace -c`'s.
+pub fn report(label: &str, n: u64, seconds: f64, s: &Syscalls) -> String {
+    let mut out = format!(
+        "{label}: {n} txns in {seconds:.2} s ({:.0} txn/s under strace): {:.3} fsync-family calls/txn, \
+         {:.2} write calls/txn, {:.0} bytes ({:.2} KiB) written/txn\n",
+        n as f64 / seconds,
+        s.fsyncs() as f64 / n as f64,
+        s.writes() as f64 / n as f64,
+        s.bytes_written as f64 / n as f64,
+        s.bytes_written as f64 / n as f64 / 1024.0,
+    );
+    for (name, calls) in &s.calls {
+        out.push_str(&format!("    {name:<16} {calls:>8} calls\n"));
+    }
+    out
+}

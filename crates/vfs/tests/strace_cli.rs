@@ -1,0 +1,177 @@
+//! The stock `sqlite3` CLI loading `libonesync.so`, measured with `strace`:
+//! N transactions of one 100-byte insert each with `synchronous=FULL` make
+//! at most 1.02 fsync-family calls and write at most 8.5 KiB (through write
+//! syscalls) per transaction, and the database passes `integrity_check`.
+//! The control, the same run on a plain file in `journal_mode=DELETE`, makes
+//! at least 2 fsync-family calls per transaction.
+//!
+//! N = 1,000, or 10,000 with `ONESYNC_BIG_TESTS=1`. The database and its
+//! table are created by an untraced run first; the traced run counts only
+//! what happens between two `.print` markers around the inserts (the load,
+//! the open, and the close's checkpoint are outside; the figures for the
+//! whole traced run are printed too). Skipped, saying so, without `strace`
+//! or `sqlite3`.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use common::{cdylib, have, report, strace, transactions, BEGIN_MARK, END_MARK};
+
+/// Runs `script` in `sqlite3 -batch :memory:`; panics unless it succeeds
+/// without anything on stderr. Returns stdout.
+fn sqlite3(script: &str) -> String {
+    let out = Command::new("sqlite3")
+        .args(["-batch", ":memory:"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(script.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("run sqlite3");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.is_empty(),
+        "sqlite3 failed\nscript (first 400 bytes): {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        &script[..script.len().min(400)]
+    );
+    stdout
+}
+
+/// `.load` and `.open` lines for the database at `db`: through onesync when
+/// `onesync`, else a plain file in journal_mode=DELETE.
+fn open_lines(db: &Path, onesync: bool) -> String {
+    if onesync {
+        let lib = cdylib();
+        format!(
+            ".load {}\n.open 'file:{}?vfs=onesync'\n",
+            lib.with_extension("").display(),
+            db.display()
+        )
+    } else {
+        format!(".open '{}'\nPRAGMA journal_mode = DELETE;\n", db.display())
+    }
+}
+
+struct Run {
+    per_txn_fsyncs: f64,
+    per_txn_bytes: f64,
+}
+
+fn measure(label: &str, onesync: bool, n: u64) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("bench.db");
+    let open = open_lines(&db, onesync);
+    // Setup, untraced: the database and its table.
+    sqlite3(&format!(
+        "{open}CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB NOT NULL);\n"
+    ));
+
+    let mut script = format!("{open}PRAGMA synchronous = FULL;\n.print {BEGIN_MARK}\n");
+    for _ in 0..n {
+        script.push_str("INSERT INTO t(v) VALUES (randomblob(100));\n");
+    }
+    script.push_str(&format!(".print {END_MARK}\n"));
+    if onesync {
+        script.push_str("PRAGMA onesync_stats;\n");
+    }
+    let script_path = dir.path().join("script.sql");
+    std::fs::write(&script_path, &script).unwrap();
+    let mut cmd = Command::new("sqlite3");
+    cmd.args(["-batch", ":memory:"]);
+    let started = Instant::now();
+    let traced = strace(cmd, Some(&script_path), &dir.path().join("trace.txt"));
+    let seconds = started.elapsed().as_secs_f64();
+    let stderr = String::from_utf8_lossy(&traced.output.stderr);
+    assert!(
+        traced.output.status.success() && stderr.is_empty(),
+        "{label}: traced sqlite3 failed\nstderr:\n{stderr}"
+    );
+    print!("{}", report(label, n, seconds, &traced.window));
+    let stdout = String::from_utf8_lossy(&traced.output.stdout);
+    if let Some(stats) = stdout.lines().find(|l| l.starts_with('{')) {
+        println!("{label}: onesync_stats at the end: {stats}");
+    }
+    println!(
+        "{label}: whole traced run (load, open, close): {} fsync-family calls, {} bytes written",
+        traced.total.fsyncs(),
+        traced.total.bytes_written
+    );
+
+    // Untraced check of the result.
+    let check = sqlite3(&format!(
+        "{open}PRAGMA integrity_check;\nSELECT count(*), min(length(v)), max(length(v)) FROM t;\n"
+    ));
+    let check: Vec<&str> = check
+        .lines()
+        .filter(|l| !l.is_empty() && *l != "delete")
+        .collect();
+    assert_eq!(check, ["ok", &format!("{n}|100|100")], "{label}: after the run");
+    Run {
+        per_txn_fsyncs: traced.window.fsyncs() as f64 / n as f64,
+        per_txn_bytes: traced.window.bytes_written as f64 / n as f64,
+    }
+}
+
+fn tools_present() -> bool {
+    if !have("strace", &["-V"]) {
+        eprintln!("SKIPPED: strace not installed (apt-get install strace)");
+        return false;
+    }
+    if !have("sqlite3", &["--version"]) {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+        return false;
+    }
+    // strace may be installed yet unable to trace (no ptrace in a container).
+    if !have("strace", &["-f", "-qq", "-o", "/dev/null", "true"]) {
+        eprintln!("SKIPPED: strace cannot trace here (ptrace not permitted?)");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn cli_one_flush_per_transaction_through_onesync() {
+    if !tools_present() {
+        return;
+    }
+    let n = transactions();
+    let run = measure("sqlite3 CLI + libonesync (synchronous=FULL)", true, n);
+    assert!(
+        run.per_txn_fsyncs <= 1.02,
+        "onesync: {:.3} fsync-family calls per transaction, want <= 1.02",
+        run.per_txn_fsyncs
+    );
+    assert!(
+        run.per_txn_fsyncs >= 0.5,
+        "onesync: {:.3} fsync-family calls per transaction: are commits durable at all?",
+        run.per_txn_fsyncs
+    );
+    assert!(
+        run.per_txn_bytes <= 8.5 * 1024.0,
+        "onesync: {:.0} bytes written per transaction, want <= 8704 (8.5 KiB)",
+        run.per_txn_bytes
+    );
+}
+
+#[test]
+fn cli_stock_delete_mode_control() {
+    if !tools_present() {
+        return;
+    }
+    let n = transactions();
+    let run = measure("sqlite3 CLI, stock unix VFS, DELETE (synchronous=FULL)", false, n);
+    assert!(
+        run.per_txn_fsyncs >= 2.0,
+        "stock DELETE mode: {:.3} fsync-family calls per transaction, expected >= 2 \
+         (is strace counting?)",
+        run.per_txn_fsyncs
+    );
+}
