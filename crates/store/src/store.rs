@@ -752,16 +752,23 @@ impl Shared {
                 next_end,
             })
         })();
-        // Commits that add pages keep the reserve; others may use it.
-        let placed = placed.and_then(|p| {
+        // Commits that add pages keep the reserve; others may use it. Then the new state.
+        let prepared = placed.and_then(|placement| {
             if pages > 0 {
-                self.keep_reserve(meta).map(|()| p)
-            } else {
-                Ok(p)
+                self.keep_reserve(meta)?;
             }
+            for (&index, &slot) in buffered.iter().zip(&placement.page_slots) {
+                if let Some(Op::Page { slot: s, .. }) = ops.get_mut(index) {
+                    *s = slot;
+                }
+            }
+            let mut next_state = (*meta.state).clone();
+            let mut superseded = Vec::new();
+            next_state.apply(&ops, seq, page_size, &mut superseded)?;
+            Ok((placement, next_state, superseded))
         });
-        let placement = match placed {
-            Ok(p) => p,
+        let (placement, next_state, superseded) = match prepared {
+            Ok(prepared) => prepared,
             Err(e) => {
                 for (s, n) in taken {
                     meta.alloc.release(s, n);
@@ -769,19 +776,6 @@ impl Shared {
                 return Err(e);
             }
         };
-        for (&index, &slot) in buffered.iter().zip(&placement.page_slots) {
-            if let Some(Op::Page { slot: s, .. }) = ops.get_mut(index) {
-                *s = slot;
-            }
-        }
-        let mut next_state = (*meta.state).clone();
-        let mut superseded = Vec::new();
-        if let Err(e) = next_state.apply(&ops, seq, page_size, &mut superseded) {
-            for (s, n) in taken {
-                meta.alloc.release(s, n);
-            }
-            return Err(e);
-        }
         // From here on nothing fails: the commit is sequenced.
         let Placement {
             start,

@@ -75,21 +75,12 @@ impl Snapshot {
 
     /// All logical files, by id.
     pub fn files(&self) -> Vec<(FileId, String)> {
-        self.state
-            .files
-            .iter()
-            .map(|(id, f)| (FileId(*id), f.name.to_string()))
-            .collect()
+        list_files(&self.state)
     }
 
     /// Logical size in bytes.
     pub fn file_size(&self, file: FileId) -> Result<u64> {
-        Ok(self
-            .state
-            .files
-            .get(&file.0)
-            .ok_or(Error::NoSuchFile(file.0))?
-            .size)
+        size_of(&self.state, file)
     }
 
     /// Read one page; pages past the end read as zeros.
@@ -123,6 +114,18 @@ impl Drop for Snapshot {
             }
         }
     }
+}
+
+fn list_files(state: &State) -> Vec<(FileId, String)> {
+    state
+        .files
+        .iter()
+        .map(|(id, f)| (FileId(*id), f.name.to_string()))
+        .collect()
+}
+
+fn size_of(state: &State, file: FileId) -> Result<u64> {
+    Ok(state.files.get(&file.0).ok_or(Error::NoSuchFile(file.0))?.size)
 }
 
 /// Read a page's committed content: its slot (checked against its CRC) plus its overlay.
@@ -247,20 +250,11 @@ impl Transaction {
     }
 
     pub fn files(&self) -> Vec<(FileId, String)> {
-        self.work
-            .files
-            .iter()
-            .map(|(id, f)| (FileId(*id), f.name.to_string()))
-            .collect()
+        list_files(&self.work)
     }
 
     pub fn file_size(&self, file: FileId) -> Result<u64> {
-        Ok(self
-            .work
-            .files
-            .get(&file.0)
-            .ok_or(Error::NoSuchFile(file.0))?
-            .size)
+        size_of(&self.work, file)
     }
 
     /// Read a page as this transaction sees it (its own writes included).
