@@ -20,16 +20,15 @@ const RECORD: &str =
 
 /// Creates the tables and funds the accounts, in one transaction, if not done yet.
 pub fn set_up(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(
-        "BEGIN IMMEDIATE;
-         CREATE TABLE IF NOT EXISTS account(id INTEGER PRIMARY KEY, balance INTEGER NOT NULL);
-         CREATE TABLE IF NOT EXISTS ledger(
-             transfer_id TEXT PRIMARY KEY,
-             from_account INTEGER NOT NULL,
-             to_account INTEGER NOT NULL,
-             amount INTEGER NOT NULL);",
-    )?;
-    let funded = (|| {
+    in_transaction(conn, || {
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS account(id INTEGER PRIMARY KEY, balance INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS ledger(
+                 transfer_id TEXT PRIMARY KEY,
+                 from_account INTEGER NOT NULL,
+                 to_account INTEGER NOT NULL,
+                 amount INTEGER NOT NULL);",
+        )?;
         let accounts: i64 = conn.query_row("SELECT count(*) FROM account", [], |r| r.get(0))?;
         if accounts == 0 {
             conn.execute(
@@ -38,12 +37,18 @@ pub fn set_up(conn: &Connection) -> rusqlite::Result<()> {
                 params![ACCOUNTS, INITIAL_BALANCE],
             )?;
         }
-        conn.execute_batch("COMMIT")
-    })();
-    if funded.is_err() {
+        Ok(())
+    })
+}
+
+/// Runs `body` inside `BEGIN IMMEDIATE` … `COMMIT`, rolling back if anything fails.
+fn in_transaction(conn: &Connection, body: impl FnOnce() -> rusqlite::Result<()>) -> rusqlite::Result<()> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let outcome = body().and_then(|()| conn.execute_batch("COMMIT"));
+    if outcome.is_err() {
         let _ = conn.execute_batch("ROLLBACK");
     }
-    funded
+    outcome
 }
 
 /// One transfer as one transaction: both balance updates and the ledger row, or none.
@@ -54,15 +59,7 @@ pub fn transfer_atomically(
     to: i64,
     amount: i64,
 ) -> rusqlite::Result<()> {
-    conn.execute_batch("BEGIN IMMEDIATE")?;
-    let outcome = (|| {
-        move_money(conn, id, from, to, amount)?;
-        conn.execute_batch("COMMIT")
-    })();
-    if outcome.is_err() {
-        let _ = conn.execute_batch("ROLLBACK");
-    }
-    outcome
+    in_transaction(conn, || move_money(conn, id, from, to, amount))
 }
 
 /// The negative control's transfer: debit, credit and ledger row as three separate autocommit
