@@ -1,22 +1,23 @@
 //! The on-disk format, version 1. All integers are little-endian.
 //!
 //! ```text
-//! offset 0      header copy 0 (4 KiB block, 128 bytes used)
+//! offset 0      header copy 0 (4 KiB block, HEADER_LEN = 1024 bytes used)
 //! offset 4096   header copy 1
 //! offset 8192   slot 0, slot 1, ... each `page_size` bytes
 //! ```
-//! Every slot holds a data page, a piece of a mapping checkpoint, or a piece of the commit
-//! log; the header says which slots hold the current checkpoint and the log.
+//! Every slot holds a data page, a piece of a mapping checkpoint, a commit record, or is
+//! free or reserved for the records to come; the header says where the checkpoint is and
+//! where the chain of records after it starts.
 //!
-//! * **Header** (two copies: a checkpoint writes the copy its generation selects and flushes,
-//!   then duplicates it into the other copy without a flush of its own; the valid copy with
-//!   the higher generation wins): magic, format version, page size, store id, generation, where the current
-//!   checkpoint lives (first slot, length, CRC-32C, the commit sequence number it includes),
-//!   where the log lives (first slot, slot count) and the log's chain seed, then a CRC-32C
-//!   of the header.
+//! * **Header** (two copies; a checkpoint writes the copy its generation selects and
+//!   flushes, then duplicates it into the other copy and flushes again; the valid copy with
+//!   the higher generation wins): magic, format version, page size, store id, generation,
+//!   the checkpoint (length, CRC-32C, the commit sequence number it includes, and the runs
+//!   of slots it occupies, at most `MAX_CHECKPOINT_EXTENTS`), where the chain starts (first
+//!   slot, end of the reserved window) and its seed, then a CRC-32C of the header.
 //! * **Checkpoint**: the whole mapping (files, sizes, page -> slot + CRC-32C + small
-//!   overlays) as of one sequence number, in contiguous slots. It holds mapping metadata
-//!   only: no data page is ever copied.
+//!   overlays) as of one sequence number. It holds mapping metadata only: no data page is
+//!   ever copied.
 //! * **Commit record** (512-byte aligned, at the start of a slot): magic, kind, length,
 //!   sequence number, session nonce, epoch (the header generation it follows), the previous
 //!   record's CRC, where the next record goes (`next_slot`, and `window_end`, the end of the

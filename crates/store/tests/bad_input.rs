@@ -30,18 +30,7 @@ fn small() -> Options {
     }
 }
 
-/// Distinct, non-uniform page contents (so a page can be found in the image by content).
-fn pattern(tag: u64, len: usize) -> Vec<u8> {
-    let mut x = tag.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use harness::pattern;
 
 /// What the store should hold: file name -> page contents (every page up to the size).
 type Model = BTreeMap<String, Vec<Vec<u8>>>;
@@ -736,6 +725,13 @@ impl Made {
     /// alternate); where a checkpoint writes both, the image a crash between the two writes
     /// leaves (the second copy still holds the previous header; the store opened from the
     /// first and carried on with the rest of the history).
+    /// The image as written, then each variant with the header copies a generation apart.
+    fn images_with_split_generations(&self) -> Vec<Vec<u8>> {
+        let mut images = vec![self.image.clone()];
+        images.extend(self.split_generation_images());
+        images
+    }
+
     fn split_generation_images(&self) -> Vec<Vec<u8>> {
         if header(&self.image, 0).generation != header(&self.image, 1).generation {
             return vec![self.image.clone()];
@@ -798,9 +794,7 @@ fn one_damaged_header_copy_loses_nothing_or_is_refused() {
     for history in HISTORIES {
         let made = make_history(history);
         let model = &made.fx.model;
-        let mut images = vec![made.image.clone()];
-        images.extend(made.split_generation_images());
-        for good in images {
+        for good in made.images_with_split_generations() {
             let (newest, older) = headers_by_age(&good);
             for damage in [damage_copy as Damage, wipe_magic] {
                 // The older copy damaged: the newest is used, everything is there.
@@ -879,9 +873,7 @@ fn a_damaged_checkpoint_falls_back_or_is_corrupt_never_wrong() {
     for history in HISTORIES {
         let made = make_history(history);
         let model = &made.fx.model;
-        let mut images = vec![made.image.clone()];
-        images.extend(made.split_generation_images());
-        for good in images {
+        for good in made.images_with_split_generations() {
             let (newest, older) = headers_by_age(&good);
             let shared = checkpoint_ranges(&good, &newest) == checkpoint_ranges(&good, &older);
             // The newest checkpoint damaged, at its start, middle and end.
@@ -930,9 +922,7 @@ fn a_damaged_checkpoint_falls_back_or_is_corrupt_never_wrong() {
 fn every_byte_of_the_metadata_damaged_in_turn_is_caught() {
     for history in [History::Closed, History::CheckpointedThenOverlays] {
         let made = make_history(history);
-        let mut images = vec![made.image.clone()];
-        images.extend(made.split_generation_images());
-        for good in images {
+        for good in made.images_with_split_generations() {
             let (newest, older) = headers_by_age(&good);
             let mut offsets = Vec::new();
             for h in [newest, older] {

@@ -430,8 +430,14 @@ fn canonicalize(image: &mut [u8]) {
 }
 
 fn page(tag: u32) -> Vec<u8> {
-    let mut x = (tag as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..BASE_PAGE)
+    pattern(tag as u64, BASE_PAGE)
+}
+
+/// Distinct, non-uniform page contents (so a page can be found in an image by content);
+/// the same for the same tag on every run, which keeps the base image reproducible.
+pub fn pattern(tag: u64, len: usize) -> Vec<u8> {
+    let mut x = tag.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
