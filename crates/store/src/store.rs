@@ -140,9 +140,8 @@ pub(crate) struct Meta {
     /// The latest state whose commits (and all before them) are written: what snapshots
     /// and new transactions see. Pages are written after sequencing, outside the lock.
     pub visible: Arc<State>,
-    /// Sequenced states not yet visible, and which of them are written.
+    /// Sequenced states not yet visible (they become so as the written prefix grows).
     pub unpublished: BTreeMap<u64, Arc<State>>,
-    pub written_early: BTreeSet<u64>,
     pub header: Header,
     pub alloc: SlotAllocator,
     /// (superseded at seq, slot): still named by a record that recovery would replay.
@@ -364,7 +363,6 @@ impl Store {
         let meta = Meta {
             visible: state.clone(),
             unpublished: BTreeMap::new(),
-            written_early: BTreeSet::new(),
             state,
             header: recovered.header,
             alloc: recovered.alloc,
@@ -985,7 +983,7 @@ impl Shared {
     /// Note that commit `seq` is written: flushes may now cover it, and once every earlier
     /// commit is written too, new snapshots see it.
     pub fn mark_written(&self, seq: u64) {
-        {
+        let written_upto = {
             let mut f = lock(&self.flush);
             if seq == f.written_upto + 1 {
                 f.written_upto = seq;
@@ -1002,18 +1000,15 @@ impl Shared {
             } else if seq > f.written_upto {
                 f.written_ahead.insert(seq);
             }
-        }
+            f.written_upto
+        };
+        // Publish every state up to the written prefix (another committer may already have).
         let mut meta = lock(&self.meta);
-        meta.written_early.insert(seq);
-        loop {
-            let next = meta.visible.seq + 1;
-            if !meta.written_early.remove(&next) {
+        while let Some(entry) = meta.unpublished.first_entry() {
+            if *entry.key() > written_upto {
                 break;
             }
-            match meta.unpublished.remove(&next) {
-                Some(state) => meta.visible = state,
-                None => break,
-            }
+            meta.visible = entry.remove();
         }
     }
 
