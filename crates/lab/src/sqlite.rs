@@ -85,6 +85,7 @@ pub fn retry_while_busy<T>(
 #[derive(Debug, Clone, Copy, serde::Deserialize)]
 pub struct StoreCounters {
     pub flushes: u64,
+    pub flush_micros: u64,
     pub last_seq: u64,
     pub durable_seq: u64,
 }

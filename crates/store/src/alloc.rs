@@ -32,6 +32,19 @@ impl SlotAllocator {
         a
     }
 
+    /// `0..capacity` with nothing free (a process joining a shared store owns no slot).
+    pub fn none_free(capacity: u64) -> SlotAllocator {
+        SlotAllocator {
+            capacity,
+            ..SlotAllocator::default()
+        }
+    }
+
+    /// The file is `capacity` slots long now; the slots added beyond ours are not ours.
+    pub fn extend_used(&mut self, capacity: u64) {
+        self.capacity = self.capacity.max(capacity);
+    }
+
     pub fn capacity(&self) -> u64 {
         self.capacity
     }

@@ -47,6 +47,7 @@ mod error;
 mod format;
 pub mod io;
 mod recovery;
+mod sharing;
 pub mod sim;
 mod state;
 mod store;

@@ -101,7 +101,7 @@ pub(crate) fn recover(io: &dyn StorageIo) -> Result<Recovered> {
     Err(last_error.unwrap_or_else(|| Error::Corrupt("no usable checkpoint".into())))
 }
 
-fn load_checkpoint(io: &dyn StorageIo, header: &Header, capacity: u64) -> Result<State> {
+pub(crate) fn load_checkpoint(io: &dyn StorageIo, header: &Header, capacity: u64) -> Result<State> {
     let page_size = header.page_size as u64;
     let ck = header.checkpoint;
     let needed = ck
@@ -146,7 +146,7 @@ fn load_checkpoint(io: &dyn StorageIo, header: &Header, capacity: u64) -> Result
 }
 
 /// The intact record at `slot`, its CRC and its length; `None` where the chain ends.
-fn record_at(
+pub(crate) fn record_at(
     io: &dyn StorageIo,
     slot: u64,
     page_size: u64,
@@ -176,7 +176,7 @@ fn record_at(
 }
 
 /// Whether every page a commit maps holds the content its record says.
-fn pages_intact(io: &dyn StorageIo, record: &Record, page_size: u64, capacity: u64) -> Result<bool> {
+pub(crate) fn pages_intact(io: &dyn StorageIo, record: &Record, page_size: u64, capacity: u64) -> Result<bool> {
     let mut page = vec![0u8; page_size as usize];
     for op in &record.ops {
         let Op::Page { slot, crc, .. } = op else { continue };
@@ -196,6 +196,18 @@ fn pages_intact(io: &dyn StorageIo, record: &Record, page_size: u64, capacity: u
         }
     }
     Ok(true)
+}
+
+/// The newest intact header copy (for a process following others' commits).
+pub(crate) fn newest_header(io: &dyn StorageIo) -> Result<Header> {
+    let mut area = vec![0u8; SLOT_BASE as usize];
+    io.read_at(&mut area, 0)
+        .map_err(|e| Error::io("reading the header", e))?;
+    [0u64, HEADER_BLOCK]
+        .iter()
+        .filter_map(|&at| Header::decode(&area[at as usize..at as usize + HEADER_LEN]).ok())
+        .max_by_key(|h| h.generation)
+        .ok_or_else(|| Error::Corrupt("both header copies fail their checksums".into()))
 }
 
 /// `fell_back`: a header copy is damaged or the newest one's checkpoint was unusable, so a

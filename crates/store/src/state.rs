@@ -79,6 +79,9 @@ pub struct FileState {
     pub pages: imbl::OrdMap<u64, PageEntry>,
     /// Sequence number of the last commit that created, resized or deleted the file.
     pub meta_seq: u64,
+    /// Sequence number of the last commit that changed the file in any way (after loading
+    /// a checkpoint: the checkpoint's).
+    pub changed_seq: u64,
 }
 
 impl FileState {
@@ -88,6 +91,7 @@ impl FileState {
             size: 0,
             pages: imbl::OrdMap::new(),
             meta_seq,
+            changed_seq: meta_seq,
         }
     }
 
@@ -174,6 +178,7 @@ impl State {
                     let dropped = f.resize(*bytes, page_size);
                     superseded.extend(dropped.iter().map(|p| p.slot).filter(|s| *s != NO_SLOT));
                     f.meta_seq = seq;
+                    f.changed_seq = seq;
                 }
                 Op::Page {
                     file,
@@ -222,6 +227,7 @@ impl State {
 
     fn page_mut(&mut self, file: u32, page: u64, seq: u64, page_size: u64) -> Result<&mut PageEntry> {
         let f = self.file_mut(file, seq)?;
+        f.changed_seq = seq;
         if page >= f.page_count(page_size) {
             return Err(invalid(format!(
                 "record {seq} maps page {page} of file {file} past its end"

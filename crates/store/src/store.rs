@@ -7,7 +7,8 @@ use crate::format::{
     MAX_CHECKPOINT_EXTENTS, SLOT_BASE,
 };
 use crate::io::{FileIo, StorageIo};
-use crate::recovery::recover;
+use crate::recovery::{load_checkpoint, newest_header, pages_intact, record_at, recover};
+use crate::sharing::{self, Arrival, Sharing, NO_PIN};
 use crate::state::State;
 use crate::txn::{Snapshot, Transaction};
 use std::collections::{BTreeMap, BTreeSet};
@@ -78,6 +79,8 @@ pub struct Stats {
     pub bytes_preallocated: u64,
     /// Calls to fdatasync (or the I/O layer's equivalent).
     pub flushes: u64,
+    /// Microseconds spent in group-commit flushes, all together.
+    pub flush_micros: u64,
     pub checkpoints: u64,
     /// 1 if opening replayed commit records written after the last checkpoint.
     pub recoveries: u64,
@@ -100,6 +103,7 @@ pub(crate) struct Counters {
     pub write_calls: AtomicU64,
     pub bytes_preallocated: AtomicU64,
     pub flushes: AtomicU64,
+    pub flush_micros: AtomicU64,
     pub checkpoints: AtomicU64,
     pub recoveries: AtomicU64,
     pub records_replayed: AtomicU64,
@@ -130,6 +134,19 @@ pub(crate) struct Shared {
     written_changed: Condvar,
     pub counters: Counters,
     pub next_file_id: AtomicU32,
+    /// Other processes may have the store open (a file opened with `Store::open`).
+    pub sharing: Option<Sharing>,
+    writer: Mutex<WriterClaims>,
+}
+
+/// The cross-process write lock, held while any commit of this process is on its way.
+#[derive(Default)]
+struct WriterClaims {
+    held: bool,
+    /// Commits being sequenced or written, and checkpoints running.
+    claims: usize,
+    /// Checkpoint generation of the latest commit sequenced here.
+    generation: u64,
 }
 
 /// Everything commits and checkpoints change, under one lock held only for bookkeeping
@@ -157,6 +174,8 @@ pub(crate) struct Meta {
     pub session: u64,
     pub commits_since_checkpoint: u64,
     pub log_bytes_since_checkpoint: u64,
+    /// The reader pin this process last published (shared stores).
+    pub pin: u64,
 }
 
 /// Group-commit state: which records are written, which are durable, who is flushing.
@@ -258,20 +277,25 @@ impl Store {
         };
         let built = lock_file(&file, path, false)
             .and_then(|()| Store::create_with_io(Box::new(FileIo::new(file)), opts))
-            .and_then(|store| match std::fs::hard_link(&temp, path) {
-                Ok(()) => Ok(store),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    Err(Error::AlreadyExists(path.into()))
+            .and_then(|store| {
+                // Built; closed before it has a name, then opened by name like any other
+                // process would (so that it takes part in sharing).
+                drop(store);
+                match std::fs::hard_link(&temp, path) {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        Err(Error::AlreadyExists(path.into()))
+                    }
+                    Err(e) => Err(Error::io("linking the new store into place", e)),
                 }
-                Err(e) => Err(Error::io("linking the new store into place", e)),
             });
-        // Whatever happened, the temporary name goes (the store keeps its open file).
+        // Whatever happened, the temporary name goes.
         let _ = std::fs::remove_file(&temp);
-        let store = built?;
+        built?;
         File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::io("flushing the directory of the new store", e))?;
-        Ok(store)
+        Store::open(path, opts)
     }
 
     /// Open an existing store file, recovering to its last durable commit.
@@ -294,10 +318,33 @@ impl Store {
         if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
             return Err(Error::NotAStore(format!("{} is a directory", path.display())));
         }
-        lock_file(&file, path, opts.read_only)?;
-        Store::open_with_io(Box::new(FileIo::new(file)), opts)
+        // Opening and closing processes take turns; the first one in recovers the store.
+        let init = sharing::lock_init(&file, opts.read_only)?;
+        // Not a store (or a damaged one): say why, and leave no side file next to it.
+        let probe = FileIo::new(file.try_clone().map_err(|e| Error::io("opening the store file", e))?);
+        if newest_header(&probe).is_err() {
+            recover(&probe)?;
+        }
+        let (sharing, arrival) = Sharing::arrive(&file, path, opts.read_only)?;
+        let io: Box<dyn StorageIo> = Box::new(FileIo::new(file));
+        let opened = match (&sharing, arrival) {
+            (Some(joining), Arrival::Joined) => {
+                // Writers wait while this process reads the chain, so that it does not see
+                // a checkpoint half written.
+                joining.lock_writer()?;
+                let opened = Store::open_inner(io, opts, sharing, true);
+                opened.map(|store| {
+                    if let Some(s) = &store.shared.sharing {
+                        s.unlock_writer();
+                    }
+                    store
+                })
+            }
+            _ => Store::open_inner(io, opts, sharing, false),
+        };
+        drop(init);
+        opened
     }
-
     /// Create a store on an empty medium (e.g. a [`crate::sim::SimDisk`]).
     pub fn create_with_io(io: Box<dyn StorageIo>, opts: &Options) -> Result<Store> {
         validate_options(opts)?;
@@ -337,9 +384,19 @@ impl Store {
         Store::open_with_io(io, opts)
     }
 
-    /// Open a store on any medium, recovering it.
+    /// Open a store on any medium, recovering it. The medium is this process's alone.
     pub fn open_with_io(io: Box<dyn StorageIo>, opts: &Options) -> Result<Store> {
-        let recovered = recover(io.as_ref())?;
+        Store::open_inner(io, opts, None, false)
+    }
+
+    /// `joined`: other processes have the store open; follow their chain, repair nothing,
+    /// own no free slot (they may free any of them).
+    fn open_inner(io: Box<dyn StorageIo>, opts: &Options, sharing: Option<Sharing>, joined: bool) -> Result<Store> {
+        let mut recovered = recover(io.as_ref())?;
+        if joined {
+            recovered.alloc = SlotAllocator::none_free(recovered.alloc.capacity());
+            recovered.awaiting_checkpoint.clear();
+        }
         let page_size = recovered.header.page_size as u64;
         let counters = Counters::default();
         if recovered.records_replayed > 0 {
@@ -348,7 +405,7 @@ impl Store {
         }
         let last = recovered.state.seq;
         let next_file_id = recovered.state.next_file_id.max(1);
-        if !recovered.copies_agree && !opts.read_only {
+        if !recovered.copies_agree && !opts.read_only && !joined {
             // A crash fell between the two header writes of a checkpoint (or a copy is
             // damaged): restore the duplicate before any slot is reused.
             let encoded = recovered.header.encode();
@@ -379,7 +436,12 @@ impl Store {
             session: rand::random(),
             commits_since_checkpoint: recovered.records_replayed,
             log_bytes_since_checkpoint: recovered.log_bytes,
+            pin: NO_PIN,
         };
+        if let (Some(s), false) = (&sharing, joined) {
+            s.publish_progress(meta.header.generation, last)?;
+        }
+        let meta_generation = meta.header.generation;
         let flush = FlushState {
             sequenced: last,
             written_upto: last,
@@ -397,6 +459,11 @@ impl Store {
                 written_changed: Condvar::new(),
                 counters,
                 next_file_id: AtomicU32::new(next_file_id),
+                writer: Mutex::new(WriterClaims {
+                    generation: meta_generation,
+                    ..WriterClaims::default()
+                }),
+                sharing,
             }),
         })
     }
@@ -406,9 +473,16 @@ impl Store {
     }
 
     /// A read-only view of the latest committed state. It sees exactly one state, whatever
-    /// commits afterwards; the slots it reads are not reused while it lives.
+    /// commits afterwards; the slots it reads are not reused while it lives. On a store
+    /// other processes share, a failure to read their latest commits leaves the view at the
+    /// latest state this process knows; [`Store::try_snapshot`] reports it instead.
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot::new(self.shared.clone())
+        Snapshot::latest(self.shared.clone()).unwrap_or_else(|_| Snapshot::new(self.shared.clone()))
+    }
+
+    /// A view of the latest committed state, of this process or any other.
+    pub fn try_snapshot(&self) -> Result<Snapshot> {
+        Snapshot::latest(self.shared.clone())
     }
 
     /// Begin a transaction on the latest committed state.
@@ -426,16 +500,54 @@ impl Store {
     }
 
     /// Checkpoint if anything was committed since the last one, so the next open replays
-    /// nothing. Dropping a store without `close` is safe too; the next open recovers.
+    /// nothing, and leave the processes sharing the store. Dropping a store without `close`
+    /// is safe too; the next open recovers.
     pub fn close(self) -> Result<()> {
-        if self.shared.opts.read_only {
-            return Ok(());
+        let shared = &self.shared;
+        let checkpointed = if shared.opts.read_only {
+            Ok(())
+        } else {
+            let mut meta = lock(&shared.meta);
+            let result = shared.with_writer(&mut meta, |meta| {
+                if meta.commits_since_checkpoint > 0 {
+                    shared.checkpoint_locked(meta)?;
+                }
+                Ok(())
+            });
+            drop(meta);
+            result
+        };
+        if let Some(s) = &shared.sharing {
+            if let Ok(_init) = s.lock_init() {
+                let last = s.alone();
+                s.depart(last);
+            }
         }
-        let mut meta = lock(&self.shared.meta);
-        if meta.commits_since_checkpoint > 0 {
-            self.shared.checkpoint_locked(&mut meta)?;
+        checkpointed
+    }
+
+    /// Try to take the exclusive lock `key` that other processes sharing this store see
+    /// (the VFS: SQLite's write lock on one database). Always granted on an unshared store.
+    /// Within one process the caller keeps its own account: the lock is the process's.
+    pub fn try_lock_for_process(&self, key: u64) -> Result<bool> {
+        match &self.shared.sharing {
+            Some(s) => s.try_user_lock(key),
+            None => Ok(true),
         }
-        Ok(())
+    }
+
+    pub fn unlock_for_process(&self, key: u64) {
+        if let Some(s) = &self.shared.sharing {
+            s.user_unlock(key);
+        }
+    }
+
+    /// Whether another process holds the lock `key`.
+    pub fn locked_by_other_process(&self, key: u64) -> Result<bool> {
+        match &self.shared.sharing {
+            Some(s) => s.user_locked_elsewhere(key),
+            None => Ok(false),
+        }
     }
 
     /// Sequence number of the latest commit (durable or not yet).
@@ -465,6 +577,7 @@ impl Store {
             write_calls: get(&c.write_calls),
             bytes_preallocated: get(&c.bytes_preallocated),
             flushes: get(&c.flushes),
+            flush_micros: get(&c.flush_micros),
             checkpoints: get(&c.checkpoints),
             recoveries: get(&c.recoveries),
             records_replayed: get(&c.records_replayed),
@@ -536,6 +649,198 @@ fn embedded_pages(ops: &[Op]) -> u64 {
 }
 
 impl Shared {
+    /// Give back checkpointed slots that no snapshot, of this process or another, can
+    /// read any more.
+    pub(crate) fn release_unread(&self, meta: &mut Meta) {
+        if meta.awaiting_readers.is_empty() {
+            return;
+        }
+        let own = meta.snapshots.keys().next().copied().unwrap_or(NO_PIN);
+        // Unreadable pins keep everything (a slot held too long costs only space).
+        let others = match &self.sharing {
+            Some(s) => s.others_oldest_pin().unwrap_or(0),
+            None => NO_PIN,
+        };
+        let oldest_reader = own.min(others);
+        let Meta {
+            awaiting_readers,
+            alloc,
+            ..
+        } = meta;
+        awaiting_readers.retain(|&(superseded_at, slot)| {
+            // A reader at seq s reads the slot only if it was superseded after s.
+            let still_read = oldest_reader < superseded_at;
+            if !still_read {
+                alloc.release(slot, 1);
+            }
+            still_read
+        });
+    }
+
+    /// Publish the oldest commit this process may read: its oldest snapshot, or `also`.
+    pub(crate) fn set_pin(&self, meta: &mut Meta, also: Option<u64>) -> Result<()> {
+        let Some(s) = &self.sharing else {
+            return Ok(());
+        };
+        let oldest = meta.snapshots.keys().next().copied();
+        let want = oldest.into_iter().chain(also).min().unwrap_or(NO_PIN);
+        if want != meta.pin {
+            s.publish_pin(want)?;
+            meta.pin = want;
+        }
+        Ok(())
+    }
+
+    /// Run `f` holding the cross-process write lock: taken (and the chain caught up with)
+    /// if this process does not hold it already.
+    pub(crate) fn with_writer<T>(&self, meta: &mut Meta, f: impl FnOnce(&mut Meta) -> Result<T>) -> Result<T> {
+        let newly = self.claim_writer()?;
+        let result = if newly {
+            self.catch_up(meta, true).and_then(|()| f(meta))
+        } else {
+            f(meta)
+        };
+        self.release_writer_claim();
+        result
+    }
+
+    /// Count one more commit or checkpoint of this process on its way, taking the
+    /// cross-process write lock if it is not held; returns whether it was taken now (then
+    /// the caller must catch up before sequencing anything).
+    pub(crate) fn claim_writer(&self) -> Result<bool> {
+        let Some(s) = &self.sharing else {
+            return Ok(false);
+        };
+        let mut w = lock(&self.writer);
+        if w.held {
+            w.claims += 1;
+            return Ok(false);
+        }
+        s.lock_writer()?;
+        w.held = true;
+        w.claims += 1;
+        Ok(true)
+    }
+
+    /// The commit or checkpoint is written (or failed); the last one lets the lock go,
+    /// after saying how far the chain goes.
+    pub(crate) fn release_writer_claim(&self) {
+        let Some(s) = &self.sharing else {
+            return;
+        };
+        let mut w = lock(&self.writer);
+        w.claims = w.claims.saturating_sub(1);
+        if w.claims == 0 && w.held {
+            let written = lock(&self.flush).written_upto;
+            let _ = s.publish_progress(w.generation, written);
+            s.unlock_writer();
+            w.held = false;
+        }
+    }
+
+    /// Follow the commits other processes appended (and their checkpoints) into `meta`.
+    /// Without the write lock, a record being written ends the chain for now.
+    pub(crate) fn catch_up(&self, meta: &mut Meta, holding_writer: bool) -> Result<()> {
+        let Some(s) = &self.sharing else {
+            return Ok(());
+        };
+        if !holding_writer && lock(&self.writer).held {
+            // This process is the writer: nobody else has written since it caught up.
+            return Ok(());
+        }
+        // Pin what this process knows before looking, so nothing after it is reused
+        // meanwhile (or, if it already was, a newer checkpoint shows it).
+        let known = meta.state.seq;
+        self.set_pin(meta, Some(known))?;
+        let result = self.catch_up_pinned(s, meta, holding_writer);
+        let unpinned = self.set_pin(meta, None);
+        self.release_unread(meta);
+        result.and(unpinned)
+    }
+
+    fn catch_up_pinned(&self, s: &Sharing, meta: &mut Meta, holding_writer: bool) -> Result<()> {
+        if !holding_writer {
+            let (generation, seq) = s.progress()?;
+            if generation == meta.header.generation && seq <= meta.state.seq {
+                return Ok(());
+            }
+        }
+        let page_size = self.page_size;
+        let io = self.io.as_ref();
+        let len = io
+            .size()
+            .map_err(|e| Error::io("reading the store's length", e))?;
+        let capacity = len.saturating_sub(SLOT_BASE) / page_size;
+        let header = newest_header(io)?;
+        if header.generation != meta.header.generation {
+            if header.generation < meta.header.generation {
+                if holding_writer {
+                    return Err(Error::Corrupt("the store's header went back a generation".into()));
+                }
+                // A checkpoint's header half rewritten: look again next time.
+                return Ok(());
+            }
+            let covered = header.checkpoint.seq;
+            if covered > meta.state.seq {
+                // Behind the checkpoint: the records before it may be gone; load it.
+                meta.state = Arc::new(load_checkpoint(io, &header, capacity)?);
+            } else if covered < meta.state.seq {
+                return Err(Error::Corrupt(format!(
+                    "checkpoint generation {} covers commit {covered}, but this process has read commit {}",
+                    header.generation, meta.state.seq
+                )));
+            }
+            meta.header = header;
+            meta.head = header.log.first_slot;
+            meta.window_end = header.log.window_end;
+            meta.prev_crc = header.log.seed;
+            meta.commits_since_checkpoint = 0;
+            meta.log_bytes_since_checkpoint = 0;
+            // This process's superseded slots are covered by that checkpoint.
+            let covered_slots = std::mem::take(&mut meta.awaiting_checkpoint);
+            meta.awaiting_readers.extend(covered_slots);
+        }
+        let mut superseded_elsewhere = Vec::new();
+        while let Some((record, crc, len)) = record_at(io, meta.head, page_size, capacity)? {
+            let in_sequence = record.epoch == meta.header.generation
+                && record.prev_crc == meta.prev_crc
+                && record.seq == meta.state.seq + 1;
+            let in_file = record.next_slot < record.window_end
+                && record.window_end <= capacity
+                && record.ops.iter().all(|op| match op {
+                    Op::Page { slot, .. } => *slot == crate::format::NO_SLOT || *slot < capacity,
+                    _ => true,
+                });
+            if !in_sequence || !in_file {
+                break;
+            }
+            if record.kind == RecordKind::Commit {
+                if !pages_intact(io, &record, page_size, capacity)? {
+                    break;
+                }
+                let mut next = (*meta.state).clone();
+                // The process that wrote the record frees what it superseded, not this one.
+                next.apply(&record.ops, record.seq, page_size, &mut superseded_elsewhere)?;
+                superseded_elsewhere.clear();
+                meta.state = Arc::new(next);
+                meta.commits_since_checkpoint += 1;
+            }
+            meta.log_bytes_since_checkpoint += len.div_ceil(page_size) * page_size;
+            meta.prev_crc = crc;
+            meta.head = record.next_slot;
+            meta.window_end = record.window_end;
+        }
+        meta.visible = meta.state.clone();
+        let seq = meta.state.seq;
+        {
+            let mut f = lock(&self.flush);
+            f.sequenced = f.sequenced.max(seq);
+            f.written_upto = f.written_upto.max(seq);
+        }
+        lock(&self.writer).generation = meta.header.generation;
+        Ok(())
+    }
+
     pub fn check_poison(&self) -> Result<()> {
         match &lock(&self.flush).poisoned {
             Some(why) => Err(Error::Poisoned(why.clone())),
@@ -666,7 +971,23 @@ impl Shared {
 
     /// Extend the file by writing zeros, in a large step, and flush the new size once.
     fn grow(&self, meta: &mut Meta, at_least: u64) -> Result<()> {
-        let old = meta.alloc.capacity();
+        self.with_writer(meta, |meta| self.grow_holding_writer(meta, at_least))
+    }
+
+    fn grow_holding_writer(&self, meta: &mut Meta, at_least: u64) -> Result<()> {
+        let mut old = meta.alloc.capacity();
+        if self.sharing.is_some() {
+            // Other processes grow the file too: the new slots start at its end now.
+            let len = self
+                .io
+                .size()
+                .map_err(|e| Error::io("reading the store's length", e))?;
+            let now = len.saturating_sub(SLOT_BASE) / self.page_size;
+            if now > old {
+                meta.alloc.extend_used(now);
+                old = now;
+            }
+        }
         let step = (self.opts.growth_step / self.page_size)
             .max(old / 8)
             .max(at_least)
@@ -833,6 +1154,9 @@ impl Shared {
         meta.state = Arc::new(next_state);
         meta.unpublished.insert(seq, meta.state.clone());
         lock(&self.flush).sequenced = seq;
+        if self.sharing.is_some() {
+            lock(&self.writer).generation = epoch;
+        }
         meta.commits_since_checkpoint += 1;
         meta.log_bytes_since_checkpoint += record_slots * page_size;
         Ok(Sequenced {
@@ -884,6 +1208,10 @@ impl Shared {
     /// flushed again, and only then are slots freed. A crash leaves an intact copy of the
     /// newest durable header, and damage to either copy later costs nothing.
     pub fn checkpoint_locked(&self, meta: &mut Meta) -> Result<()> {
+        self.with_writer(meta, |meta| self.checkpoint_holding_writer(meta))
+    }
+
+    fn checkpoint_holding_writer(&self, meta: &mut Meta) -> Result<()> {
         let last_seq = meta.state.seq;
         self.wait_all_written(last_seq)?;
         // The checkpoint names pages of every commit so far. A power cut may persist the
@@ -956,15 +1284,22 @@ impl Shared {
         bump(&self.counters.flushes, 1);
         let old = meta.header;
         for &(first, n) in old.checkpoint.extents() {
-            meta.alloc.release(first, n);
+            if self.sharing.is_some() {
+                // Another process may be loading the old checkpoint right now: it pins a
+                // commit before this one while it does.
+                meta.awaiting_readers.extend((first..first + n).map(|slot| (last_seq, slot)));
+            } else {
+                meta.alloc.release(first, n);
+            }
         }
         meta.header = header;
+        lock(&self.writer).generation = header.generation;
         meta.prev_crc = header.log.seed;
         meta.commits_since_checkpoint = 0;
         meta.log_bytes_since_checkpoint = 0;
         let covered = std::mem::take(&mut meta.awaiting_checkpoint);
         meta.awaiting_readers.extend(covered);
-        release_unread(meta);
+        self.release_unread(meta);
         Ok(())
     }
 
@@ -1050,7 +1385,9 @@ impl Shared {
                 }
                 let target = f.written_upto;
                 drop(f);
+                let flush_started = Instant::now();
                 let result = self.io.sync_data();
+                bump(&self.counters.flush_micros, flush_started.elapsed().as_micros() as u64);
                 f = lock(&self.flush);
                 f.leader_active = false;
                 match result {
@@ -1073,20 +1410,3 @@ impl Shared {
     }
 }
 
-/// Give back checkpointed slots that no open snapshot can read any more.
-pub(crate) fn release_unread(meta: &mut Meta) {
-    let oldest_reader = meta.snapshots.keys().next().copied();
-    let Meta {
-        awaiting_readers,
-        alloc,
-        ..
-    } = meta;
-    awaiting_readers.retain(|&(superseded_at, slot)| {
-        // A snapshot at seq s reads the slot only if it was superseded after s.
-        let still_read = oldest_reader.is_some_and(|s| s < superseded_at);
-        if !still_read {
-            alloc.release(slot, 1);
-        }
-        still_read
-    });
-}

@@ -3,7 +3,7 @@
 use crate::error::{CommitError, Error, Result};
 use crate::format::{Op, MAX_NAME_LEN, NO_SLOT};
 use crate::state::{FileState, PageEntry, State};
-use crate::store::{bump, lock, release_unread, slot_offset, Meta, Shared};
+use crate::store::{bump, lock, slot_offset, Meta, Shared};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -54,14 +54,31 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The latest state this process knows of (it does not look for other processes'
+    /// commits).
     pub(crate) fn new(shared: Arc<Shared>) -> Snapshot {
-        let state = {
-            let mut meta = lock(&shared.meta);
-            let state = meta.visible.clone();
-            *meta.snapshots.entry(state.seq).or_insert(0) += 1;
-            state
-        };
+        let mut meta = lock(&shared.meta);
+        let state = Self::register(&shared, &mut meta);
+        drop(meta);
         Snapshot { shared, state }
+    }
+
+    /// The latest state of any process sharing the store.
+    pub(crate) fn latest(shared: Arc<Shared>) -> Result<Snapshot> {
+        let mut meta = lock(&shared.meta);
+        shared.catch_up(&mut meta, false)?;
+        let state = Self::register(&shared, &mut meta);
+        drop(meta);
+        Ok(Snapshot { shared, state })
+    }
+
+    fn register(shared: &Shared, meta: &mut Meta) -> Arc<State> {
+        let state = meta.visible.clone();
+        *meta.snapshots.entry(state.seq).or_insert(0) += 1;
+        // Already pinned at or below this while catching up; if publishing fails, other
+        // processes may reuse what this reads, and the page checksums catch it.
+        let _ = shared.set_pin(meta, None);
+        state
     }
 
     /// The sequence number of the commit this snapshot shows.
@@ -71,6 +88,12 @@ impl Snapshot {
 
     pub fn file(&self, name: &str) -> Option<FileId> {
         self.state.file_by_name(name).map(FileId)
+    }
+
+    /// The sequence number of the last commit that changed the file named `name`.
+    pub fn file_changed_at(&self, name: &str) -> Option<u64> {
+        let id = self.state.file_by_name(name)?;
+        self.state.files.get(&id).map(|f| f.changed_seq)
     }
 
     /// All logical files, by id.
@@ -110,7 +133,8 @@ impl Drop for Snapshot {
             *count -= 1;
             if *count == 0 {
                 meta.snapshots.remove(&seq);
-                release_unread(&mut meta);
+                let _ = self.shared.set_pin(&mut meta, None);
+                self.shared.release_unread(&mut meta);
             }
         }
     }
@@ -615,8 +639,17 @@ impl Transaction {
                 }
             }
         }
+        // Other processes: take their write lock (held until this commit is written), and
+        // check against every commit they made.
+        let claim = WriterClaim::take(&shared).map_err(fail)?;
         let sequenced = {
             let mut meta = lock(&shared.meta);
+            if claim.newly {
+                if let Err(e) = shared.catch_up(&mut meta, true) {
+                    self.release_own_slots(&mut meta);
+                    return Err(fail(e));
+                }
+            }
             let result = match self.find_conflict(&meta.state, &ops) {
                 Some(what) => {
                     bump(&shared.counters.conflicts, 1);
@@ -686,6 +719,7 @@ impl Transaction {
         bump(&shared.counters.pages_written, pages.len() as u64);
         bump(&shared.counters.pages_embedded, sequenced.embedded_pages);
         shared.mark_written(seq);
+        drop(claim);
         self.stop_counting_active();
         Ok(PendingCommit {
             shared,
@@ -717,5 +751,28 @@ impl Drop for Transaction {
             let shared = self.base.shared.clone();
             self.release_own_slots(&mut lock(&shared.meta));
         }
+    }
+}
+
+/// One commit's hold on the cross-process write lock, let go when dropped.
+struct WriterClaim {
+    shared: Arc<Shared>,
+    /// The lock was taken for this commit: the chain must be caught up with first.
+    newly: bool,
+}
+
+impl WriterClaim {
+    fn take(shared: &Arc<Shared>) -> Result<WriterClaim> {
+        let newly = shared.claim_writer()?;
+        Ok(WriterClaim {
+            shared: shared.clone(),
+            newly,
+        })
+    }
+}
+
+impl Drop for WriterClaim {
+    fn drop(&mut self) {
+        self.shared.release_writer_claim();
     }
 }

@@ -20,7 +20,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use onesync_store::{Error as StoreError, FileId, Options, PendingCommit, Snapshot, Store, Transaction};
 
@@ -115,7 +116,17 @@ struct OpenStore {
     store: Store,
     page_size: u64,
     coord: Mutex<Coordination>,
+    /// Signalled when a file's writer lets go of RESERVED.
+    writer_left: Condvar,
 }
+
+/// How long a connection asking for RESERVED waits for another connection of
+/// this process to let go of it before SQLite sees SQLITE_BUSY. A writer holds
+/// it only while SQLite runs its statements (the flush comes after), so a short
+/// blocking wait replaces the busy handler's sleeps of a millisecond or more;
+/// it is bounded so that two connections each waiting for the other's
+/// database (ATTACH) still get SQLITE_BUSY.
+const WRITER_WAIT: Duration = Duration::from_millis(20);
 
 /// Lock levels and write transactions of one store, under one mutex.
 #[derive(Default)]
@@ -128,8 +139,8 @@ struct Coordination {
 struct FileLock {
     /// Handles at SHARED or above.
     shared: usize,
-    /// The handle at RESERVED or above.
-    writer: Option<u64>,
+    /// The handle at RESERVED or above, and its connection.
+    writer: Option<(u64, usize)>,
     /// Store sequence of the last commit that changed this file through us:
     /// a handle whose snapshot is older must not become its writer (its
     /// cache is stale), as with WAL's SQLITE_BUSY_SNAPSHOT.
@@ -220,6 +231,7 @@ fn registry_acquire(path: &Path, create: bool) -> Result<Arc<OpenStore>, (c_int,
         page_size: store.page_size() as u64,
         store,
         coord: Mutex::new(Coordination::default()),
+        writer_left: Condvar::new(),
     });
     registry.insert(key, (open.clone(), 1));
     Ok(open)
@@ -316,18 +328,34 @@ impl StoreDb {
     }
 
     fn become_writer(&mut self) -> IoResult<()> {
-        let mut coord = lock(&self.store.coord);
         let snapshot_seq = self.snapshot.as_ref().map(|s| s.seq()).unwrap_or(0);
-        let file = coord.files.entry(self.logical.clone()).or_default();
-        match file.writer {
-            Some(h) if h == self.handle => return Ok(()),
-            Some(_) => return Err(SQLITE_BUSY),
-            None => {}
-        }
-        if file.changed_at > snapshot_seq {
-            return Err(SQLITE_BUSY);
-        }
-        let changed_at = file.changed_at;
+        let deadline = Instant::now() + WRITER_WAIT;
+        let mut coord = lock(&self.store.coord);
+        let changed_at = loop {
+            let file = coord.files.entry(self.logical.clone()).or_default();
+            // A commit since our snapshot: SQLite's cache is stale, retrying is its only way on.
+            if file.changed_at > snapshot_seq {
+                return Err(SQLITE_BUSY);
+            }
+            match file.writer {
+                None => break file.changed_at,
+                Some((h, _)) if h == self.handle => return Ok(()),
+                Some((_, conn)) if conn != self.conn => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(SQLITE_BUSY);
+                    }
+                    coord = self
+                        .store
+                        .writer_left
+                        .wait_timeout(coord, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                // Our own connection (the same database twice): waiting would never end.
+                Some(_) => return Err(SQLITE_BUSY),
+            }
+        };
         let conn = coord.conns.entry(self.conn).or_default();
         if conn.txn.as_ref().is_some_and(|t| t.base_seq() < changed_at) {
             return Err(SQLITE_BUSY);
@@ -352,7 +380,7 @@ impl StoreDb {
             },
         );
         if let Some(file) = coord.files.get_mut(&self.logical) {
-            file.writer = Some(self.handle);
+            file.writer = Some((self.handle, self.conn));
         }
         Ok(())
     }
@@ -397,8 +425,9 @@ impl StoreDb {
         let page_size = self.store.page_size as usize;
         let mut coord = lock(&self.store.coord);
         if let Some(file) = coord.files.get_mut(&self.logical) {
-            if file.writer == Some(self.handle) {
+            if file.writer.is_some_and(|(h, _)| h == self.handle) {
                 file.writer = None;
+                self.store.writer_left.notify_all();
             }
         }
         let mut result = Ok(());
@@ -505,6 +534,7 @@ fn stats_json(store: &Store) -> String {
         "write_calls": s.write_calls,
         "bytes_preallocated": s.bytes_preallocated,
         "flushes": s.flushes,
+        "flush_micros": s.flush_micros,
         "checkpoints": s.checkpoints,
         "recoveries": s.recoveries,
         "records_replayed": s.records_replayed,

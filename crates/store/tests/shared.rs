@@ -1,0 +1,220 @@
+//! Several handles on one store file, as several processes have it: each `Store::open` is
+//! its own open file description, so its locks and its copy of the mapping are its own,
+//! exactly as in another process. Random interleavings of commits, conflicting
+//! transactions, long-lived snapshots, checkpoints, closes and reopens are checked against
+//! a model; every handle must see every commit, old snapshots must keep reading what they
+//! saw (while others reuse slots), and a final open alone must recover the model.
+
+use std::collections::BTreeMap;
+
+use onesync_store::{Error, Options, Snapshot, Store};
+use proptest::prelude::*;
+
+const PS: usize = 512;
+const PAGES: u64 = 12;
+
+fn opts() -> Options {
+    Options {
+        page_size: PS as u32,
+        initial_capacity: 64 << 10,
+        growth_step: 32 << 10,
+        log_capacity: 16 << 10,
+        window_bytes: 8 << 10,
+        checkpoint_interval: 7,
+        ..Options::default()
+    }
+}
+
+/// Page number -> fill byte of the page (0: never written).
+type Model = BTreeMap<u64, u8>;
+
+fn read_all(snap: &Snapshot) -> Model {
+    let mut seen = Model::new();
+    let Some(id) = snap.file("data") else {
+        return seen;
+    };
+    let mut page = vec![0u8; PS];
+    for n in 0..PAGES {
+        snap.read_page(id, n, &mut page).unwrap();
+        assert!(page.iter().all(|b| *b == page[0]), "page {n} is torn");
+        if page[0] != 0 {
+            seen.insert(n, page[0]);
+        }
+    }
+    seen
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// Handle writes pages (fill byte from a counter) and commits.
+    Commit { handle: usize, pages: Vec<u64> },
+    /// Handle begins writing pages, another handle commits over one of them, then the
+    /// first commits: it must get a conflict and change nothing.
+    Race { first: usize, second: usize, page: u64 },
+    /// Handle keeps a snapshot (checked at the end and when dropped).
+    Hold { handle: usize },
+    Release,
+    Checkpoint { handle: usize },
+    Reopen { handle: usize },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let h = 0..3usize;
+    prop_oneof![
+        6 => (h.clone(), proptest::collection::vec(0..PAGES, 1..4))
+            .prop_map(|(handle, pages)| Step::Commit { handle, pages }),
+        1 => (h.clone(), h.clone(), 0..PAGES).prop_map(|(first, second, page)| Step::Race { first, second, page }),
+        1 => h.clone().prop_map(|handle| Step::Hold { handle }),
+        1 => Just(Step::Release),
+        1 => h.clone().prop_map(|handle| Step::Checkpoint { handle }),
+        1 => h.prop_map(|handle| Step::Reopen { handle }),
+    ]
+}
+
+fn run(steps: &[Step]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.onesync");
+    let first = Store::create(&path, &opts()).unwrap();
+    {
+        let mut t = first.begin();
+        let f = t.create_file("data").unwrap();
+        t.set_file_size(f, PAGES * PS as u64).unwrap();
+        t.commit().unwrap();
+    }
+    let mut handles: Vec<Option<Store>> = vec![
+        Some(first),
+        Some(Store::open(&path, &opts()).unwrap()),
+        Some(Store::open(&path, &opts()).unwrap()),
+    ];
+    let mut model = Model::new();
+    let mut held: Vec<(Snapshot, Model)> = Vec::new();
+    let mut fill = 0u8;
+    let mut next_fill = || {
+        fill = fill % 250 + 1;
+        fill
+    };
+    let write = |store: &Store, pages: &[u64], byte: u8| {
+        let mut t = store.begin();
+        let f = t.file("data").unwrap();
+        for &p in pages {
+            t.write_page(f, p, &[byte; PS]).unwrap();
+        }
+        t
+    };
+    for (i, s) in steps.iter().enumerate() {
+        match s {
+            Step::Commit { handle, pages } => {
+                let store = handles[*handle].as_ref().unwrap();
+                let byte = next_fill();
+                write(store, pages, byte).commit().unwrap();
+                for &p in pages {
+                    model.insert(p, byte);
+                }
+            }
+            Step::Race { first, second, page } => {
+                let a = handles[*first].as_ref().unwrap();
+                let b = handles[*second].as_ref().unwrap();
+                let (byte_a, byte_b) = (next_fill(), next_fill());
+                let loser = write(a, &[*page], byte_a);
+                write(b, &[*page], byte_b).commit().unwrap();
+                model.insert(*page, byte_b);
+                match loser.commit() {
+                    Err(e) if matches!(e.error, Error::Conflict(_)) => {}
+                    other => panic!("step {i}: expected a conflict, got {:?}", other.map(|_| ())),
+                }
+            }
+            Step::Hold { handle } => {
+                let snap = handles[*handle].as_ref().unwrap().try_snapshot().unwrap();
+                assert_eq!(read_all(&snap), model, "step {i}: a new snapshot");
+                held.push((snap, model.clone()));
+            }
+            Step::Release => {
+                if let Some((snap, then)) = held.pop() {
+                    assert_eq!(read_all(&snap), then, "step {i}: a held snapshot changed");
+                }
+            }
+            Step::Checkpoint { handle } => handles[*handle].as_ref().unwrap().checkpoint().unwrap(),
+            Step::Reopen { handle } => {
+                // Held snapshots are checked and dropped first (the simple way to drop the
+                // closing handle's).
+                if let Some(store) = handles[*handle].take() {
+                    let keep: Vec<_> = std::mem::take(&mut held);
+                    for (snap, then) in keep {
+                        assert_eq!(read_all(&snap), then, "step {i}: a held snapshot changed");
+                    }
+                    store.close().unwrap();
+                }
+                handles[*handle] = Some(Store::open(&path, &opts()).unwrap());
+            }
+        }
+        for (h, store) in handles.iter().enumerate() {
+            let snap = store.as_ref().unwrap().try_snapshot().unwrap();
+            assert_eq!(read_all(&snap), model, "step {i} ({s:?}): handle {h} sees");
+        }
+    }
+    for (snap, then) in held.drain(..) {
+        assert_eq!(read_all(&snap), then, "a held snapshot changed");
+    }
+    for store in handles.into_iter().flatten() {
+        store.close().unwrap();
+    }
+    assert!(
+        !onesync_store_shm_exists(&path),
+        "the last close removes the side file"
+    );
+    let alone = Store::open(&path, &opts()).unwrap();
+    assert_eq!(read_all(&alone.snapshot()), model, "after everyone closed");
+}
+
+fn onesync_store_shm_exists(path: &std::path::Path) -> bool {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-onesync-shm");
+    std::path::Path::new(&name).exists()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("ONESYNC_SHARED_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64),
+        ..ProptestConfig::default()
+    })]
+    #[test]
+    fn handles_sharing_a_store_agree_with_the_model(steps in proptest::collection::vec(step(), 1..80)) {
+        run(&steps);
+    }
+}
+
+/// One handle idles while the others commit and checkpoint many times (reusing the slots
+/// of the commits it last saw): it must reload, not read reused slots.
+#[test]
+fn an_idle_handle_catches_up_after_many_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idle.onesync");
+    let busy = Store::create(&path, &opts()).unwrap();
+    {
+        let mut t = busy.begin();
+        let f = t.create_file("data").unwrap();
+        t.set_file_size(f, PAGES * PS as u64).unwrap();
+        t.commit().unwrap();
+    }
+    let idle = Store::open(&path, &opts()).unwrap();
+    assert!(idle.try_snapshot().unwrap().file("data").is_some());
+    let mut model = Model::new();
+    for round in 0..500u64 {
+        let byte = (round % 250 + 1) as u8;
+        let page = round % PAGES;
+        let mut t = busy.begin();
+        let f = t.file("data").unwrap();
+        t.write_page(f, page, &[byte; PS]).unwrap();
+        t.commit().unwrap();
+        model.insert(page, byte);
+    }
+    assert!(busy.stats().checkpoints >= 50, "{:?}", busy.stats());
+    assert_eq!(read_all(&idle.try_snapshot().unwrap()), model);
+    // And it can write on top.
+    let mut t = idle.begin();
+    let f = t.file("data").unwrap();
+    t.write_page(f, 0, &[251u8; PS]).unwrap();
+    t.commit().unwrap();
+    model.insert(0, 251);
+    assert_eq!(read_all(&busy.try_snapshot().unwrap()), model);
+}
