@@ -750,23 +750,34 @@ impl Shared {
         }
         // Pin what this process knows before looking, so nothing after it is reused
         // meanwhile (or, if it already was, a newer checkpoint shows it).
+        // (The pin stays this low until the caller's next snapshot change raises it.)
         let known = meta.state.seq;
         self.set_pin(meta, Some(known))?;
         let result = self.catch_up_pinned(s, meta, holding_writer);
-        let unpinned = self.set_pin(meta, None);
         self.release_unread(meta);
-        result.and(unpinned)
+        result
     }
 
     fn catch_up_pinned(&self, s: &Sharing, meta: &mut Meta, holding_writer: bool) -> Result<()> {
-        if !holding_writer {
-            let (generation, seq) = s.progress()?;
-            if generation == meta.header.generation && seq <= meta.state.seq {
+        let page_size = self.page_size;
+        let io = self.io.as_ref();
+        let (generation, seq) = s.progress()?;
+        if generation == meta.header.generation && seq <= meta.state.seq {
+            if !holding_writer {
+                return Ok(());
+            }
+            // The writer publishes progress before it lets the lock go, but it may have
+            // died in between: then its last record is at our head.
+            let capacity = io
+                .size()
+                .map_err(|e| Error::io("reading the store's length", e))?
+                .saturating_sub(SLOT_BASE)
+                / page_size;
+            let next = record_at(io, meta.head, page_size, capacity)?;
+            if !next.is_some_and(|(r, _, _)| r.seq == meta.state.seq + 1 && r.prev_crc == meta.prev_crc) {
                 return Ok(());
             }
         }
-        let page_size = self.page_size;
-        let io = self.io.as_ref();
         let len = io
             .size()
             .map_err(|e| Error::io("reading the store's length", e))?;

@@ -341,6 +341,7 @@ pub const SQLITE_IOERR_READ: c_int = SQLITE_IOERR | (1 << 8);
 pub const SQLITE_IOERR_SHORT_READ: c_int = SQLITE_IOERR | (2 << 8);
 pub const SQLITE_IOERR_WRITE: c_int = SQLITE_IOERR | (3 << 8);
 pub const SQLITE_IOERR_TRUNCATE: c_int = SQLITE_IOERR | (6 << 8);
+pub const SQLITE_IOERR_LOCK: c_int = SQLITE_IOERR | (15 << 8);
 pub const SQLITE_IOERR_DELETE: c_int = SQLITE_IOERR | (10 << 8);
 pub const SQLITE_IOERR_NOMEM: c_int = SQLITE_IOERR | (12 << 8);
 pub const SQLITE_IOERR_SHMMAP: c_int = SQLITE_IOERR | (21 << 8);

@@ -32,7 +32,7 @@ use crate::ffi::{
     SQLITE_FCNTL_COMMIT_ATOMIC_WRITE, SQLITE_FCNTL_PDB, SQLITE_FCNTL_PRAGMA,
     SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE, SQLITE_IOCAP_BATCH_ATOMIC, SQLITE_IOCAP_POWERSAFE_OVERWRITE,
     SQLITE_IOCAP_SAFE_APPEND, SQLITE_IOERR, SQLITE_IOERR_FSYNC, SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ,
-    SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_WRITE, SQLITE_NOTADB, SQLITE_NOTFOUND, SQLITE_OK, SQLITE_OPEN_CREATE,
+    SQLITE_IOERR_LOCK, SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_WRITE, SQLITE_NOTADB, SQLITE_NOTFOUND, SQLITE_OK, SQLITE_OPEN_CREATE,
 };
 
 /// Page size of stores this VFS creates (SQLite's default page size, so the
@@ -127,6 +127,17 @@ struct OpenStore {
 /// it is bounded so that two connections each waiting for the other's
 /// database (ATTACH) still get SQLITE_BUSY.
 const WRITER_WAIT: Duration = Duration::from_millis(20);
+
+/// Between tries for a database's write lock held by another process (there is no
+/// wake-up across processes).
+const PROCESS_LOCK_POLL: Duration = Duration::from_micros(100);
+
+/// The key of a logical file's write lock among processes (FNV-1a of its name).
+fn process_lock_key(logical: &str) -> u64 {
+    logical
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
 
 /// Lock levels and write transactions of one store, under one mutex.
 #[derive(Default)]
@@ -356,8 +367,42 @@ impl StoreDb {
                 Some(_) => return Err(SQLITE_BUSY),
             }
         };
+        // Other processes: the same lock, held by the process; then their commits to this
+        // database since our snapshot make it stale too.
+        let key = process_lock_key(&self.logical);
+        loop {
+            match self.store.store.try_lock_for_process(key) {
+                Ok(true) => break,
+                Ok(false) if Instant::now() < deadline => {
+                    drop(coord);
+                    std::thread::sleep(PROCESS_LOCK_POLL);
+                    coord = lock(&self.store.coord);
+                    let file = coord.files.entry(self.logical.clone()).or_default();
+                    if file.writer.is_some() || file.changed_at > snapshot_seq {
+                        return Err(SQLITE_BUSY);
+                    }
+                }
+                Ok(false) => return Err(SQLITE_BUSY),
+                Err(_) => return Err(SQLITE_IOERR_LOCK),
+            }
+        }
+        let stale = match (&self.snapshot, self.store.store.try_snapshot()) {
+            (Some(ours), Ok(latest)) => {
+                ours.file_changed_at(&self.logical) != latest.file_changed_at(&self.logical)
+            }
+            (None, Ok(_)) => false,
+            (_, Err(_)) => {
+                self.store.store.unlock_for_process(key);
+                return Err(SQLITE_IOERR_LOCK);
+            }
+        };
+        if stale {
+            self.store.store.unlock_for_process(key);
+            return Err(SQLITE_BUSY);
+        }
         let conn = coord.conns.entry(self.conn).or_default();
         if conn.txn.as_ref().is_some_and(|t| t.base_seq() < changed_at) {
+            self.store.store.unlock_for_process(key);
             return Err(SQLITE_BUSY);
         }
         let txn = conn.txn.get_or_insert_with(|| self.store.store.begin());
@@ -365,8 +410,10 @@ impl StoreDb {
         if let Some(id) = txn.file(&self.logical) {
             if txn.file_size(id).unwrap_or(0) >= CHANGE_COUNTER.end as u64 {
                 let mut page = vec![0u8; self.store.page_size as usize];
-                txn.read_page(id, 0, &mut page)
-                    .map_err(store_err(SQLITE_IOERR_READ))?;
+                if let Err(e) = txn.read_page(id, 0, &mut page) {
+                    self.store.store.unlock_for_process(key);
+                    return Err(store_err(SQLITE_IOERR_READ)(e));
+                }
                 base_counter.copy_from_slice(&page[CHANGE_COUNTER]);
             }
         }
@@ -427,6 +474,7 @@ impl StoreDb {
         if let Some(file) = coord.files.get_mut(&self.logical) {
             if file.writer.is_some_and(|(h, _)| h == self.handle) {
                 file.writer = None;
+                self.store.store.unlock_for_process(process_lock_key(&self.logical));
                 self.store.writer_left.notify_all();
             }
         }
@@ -673,10 +721,12 @@ impl DbBackend for StoreDb {
             return Ok(());
         }
         if self.level == LockLevel::None {
+            // The latest commit of any process sharing the store.
+            let snapshot = self.store.store.try_snapshot().map_err(|_| SQLITE_IOERR_LOCK)?;
             let mut coord = lock(&self.store.coord);
             coord.files.entry(self.logical.clone()).or_default().shared += 1;
             drop(coord);
-            self.snapshot = Some(self.store.store.snapshot());
+            self.snapshot = Some(snapshot);
             self.level = LockLevel::Shared;
         }
         if level >= LockLevel::Reserved && self.level < LockLevel::Reserved {
@@ -719,7 +769,14 @@ impl DbBackend for StoreDb {
 
     fn check_reserved_lock(&mut self) -> IoResult<bool> {
         let coord = lock(&self.store.coord);
-        Ok(coord.files.get(&self.logical).is_some_and(|f| f.writer.is_some()))
+        if coord.files.get(&self.logical).is_some_and(|f| f.writer.is_some()) {
+            return Ok(true);
+        }
+        drop(coord);
+        self.store
+            .store
+            .locked_by_other_process(process_lock_key(&self.logical))
+            .map_err(|_| SQLITE_IOERR_LOCK)
     }
 
     unsafe fn file_control(&mut self, op: c_int, arg: *mut c_void) -> c_int {
