@@ -22,6 +22,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
+use crate::loopfs::{FsKind, LoopFs};
 use crate::progress::phase_spinner;
 use crate::sqlite::{check_integrity, open_onesync, retry_while_busy, store_counters};
 
@@ -41,8 +42,16 @@ pub struct ConcurrencyArgs {
 
     /// Work in a fresh subdirectory of D (removed afterwards) [default: a fresh temporary
     /// directory]
-    #[arg(long, value_name = "D")]
+    #[arg(long, value_name = "D", conflicts_with = "fs")]
     pub dir: Option<PathBuf>,
+
+    /// Run on a freshly made filesystem of this kind on a loop device (needs root)
+    #[arg(long, value_enum, value_name = "FS")]
+    pub fs: Option<FsKind>,
+
+    /// Size of the sparse loop image for --fs, in MiB
+    #[arg(long, value_name = "MIB", default_value_t = 1024, requires = "fs")]
+    pub fs_size_mib: u64,
 
     /// Wait for the write lock with SQLite's busy handler (busy_timeout: sleeps of 1, 2, 5,
     /// 10... ms) instead of retrying after --retry-pause-us
@@ -87,7 +96,25 @@ struct Phase {
 }
 
 pub fn run(args: &ConcurrencyArgs) -> Result<ExitCode> {
-    let work = match &args.dir {
+    // Declared before the work directory so it is unmounted after the directory goes.
+    let loop_fs = match args.fs {
+        Some(kind) => {
+            let size = args
+                .fs_size_mib
+                .checked_mul(1 << 20)
+                .ok_or_else(|| anyhow!("--fs-size-mib {} is too large", args.fs_size_mib))?;
+            let spinner = phase_spinner("loopfs", "making the filesystem");
+            let made = LoopFs::create(kind, size)?;
+            spinner.finish_and_clear();
+            Some(made)
+        }
+        None => None,
+    };
+    let dir = loop_fs
+        .as_ref()
+        .map(|l| l.mount_point().to_owned())
+        .or(args.dir.clone());
+    let work = match &dir {
         Some(dir) => tempfile::Builder::new()
             .prefix("onesync-concurrency-")
             .tempdir_in(dir)
@@ -126,7 +153,7 @@ pub fn run(args: &ConcurrencyArgs) -> Result<ExitCode> {
     };
     let table = format!(
         "vfs-concurrency ({} transactions per phase, one 100-byte insert each, synchronous=FULL, \
-         {}):\n  \
+         {}{}):\n  \
          1 thread:   {:>9.0} txn/s  {:.3} flushes/txn  {:.0} us/flush\n  \
          {} threads: {:>9.0} txn/s  {:.3} flushes/txn  {:.0} us/flush\n  \
          ratio {:.2}; every COMMIT was durable on return (durable_seq checked after each)",
@@ -135,6 +162,10 @@ pub fn run(args: &ConcurrencyArgs) -> Result<ExitCode> {
             "SQLite's busy handler".to_owned()
         } else {
             format!("retry {} us after SQLITE_BUSY", args.retry_pause_us)
+        },
+        match &loop_fs {
+            Some(l) => format!(", {} on {}", l.kind(), l.device_name()),
+            None => String::new(),
         },
         report.threads1_tps,
         report.flushes_per_txn1,

@@ -98,6 +98,12 @@ pub struct KillTortureArgs {
           value_parser = clap::value_parser!(u64).range(1..=64))]
     pub threads: u64,
 
+    /// Child processes running at once on the same database, each killed at its own random
+    /// moment (so some die while others go on)
+    #[arg(long, value_name = "P", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub processes: u64,
+
     /// Shortest time between starting a child and killing it
     #[arg(long, value_name = "MS", default_value_t = 1)]
     pub min_delay_ms: u64,
@@ -131,6 +137,7 @@ struct Summary {
     child: Option<ChildKind>,
     seed: u64,
     threads: u64,
+    processes: u64,
     kills_requested: u64,
     kills_done: u64,
     /// Killed before it reported its setup committed (during start-up, open, recovery).
@@ -167,12 +174,14 @@ pub fn run(args: &KillTortureArgs) -> Result<ExitCode> {
         child: Some(args.child),
         seed,
         threads: args.threads,
+        processes: args.processes,
         kills_requested: args.kills,
         ..Summary::default()
     };
     eprintln!(
-        "vfs-kill-torture: {} kills of a {} child ({} thread(s)), seed {seed}, in {}",
+        "vfs-kill-torture: {} kills of {} {} child process(es) ({} thread(s) each), seed {seed}, in {}",
         args.kills,
+        args.processes,
         child_kind_arg(args.child),
         args.threads,
         work.path().display()
@@ -191,8 +200,11 @@ pub fn run(args: &KillTortureArgs) -> Result<ExitCode> {
     let mut reported: Vec<String> = Vec::new();
     let bar = phase_bar("kills", args.kills);
     for run in 1..=args.kills {
-        let delay = Duration::from_millis(rng.random_range(args.min_delay_ms..=args.max_delay_ms));
-        let outcome = kill_once(&exe, &db, args, run, rng.random(), delay).and_then(|lines| {
+        let delays: Vec<Duration> = (0..args.processes)
+            .map(|_| Duration::from_millis(rng.random_range(args.min_delay_ms..=args.max_delay_ms)))
+            .collect();
+        let delay = delays.iter().max().copied().unwrap_or_default();
+        let outcome = kill_round(&exe, &db, args, run, &mut rng, &delays).and_then(|lines| {
             setup_reported |= lines.ready;
             if lines.ready || !lines.committed.is_empty() {
                 summary.kills_during_transfers += 1;
@@ -219,10 +231,11 @@ pub fn run(args: &KillTortureArgs) -> Result<ExitCode> {
 
     let kept = summary.failures > 0;
     let report = format!(
-        "vfs-kill-torture ({} child, {} thread(s), seed {seed}): {} of {} kills, {} before the \
-         child was ready, {} during transfers; {} transfers reported committed, {} ledger rows; \
-         {} failure(s) in {:.1} s",
+        "vfs-kill-torture ({} child, {} process(es) of {} thread(s), seed {seed}): {} of {} \
+         kills, {} before the child was ready, {} during transfers; {} transfers reported \
+         committed, {} ledger rows; {} failure(s) in {:.1} s",
         child_kind_arg(args.child),
+        args.processes,
         args.threads,
         summary.kills_done,
         summary.kills_requested,
@@ -260,73 +273,138 @@ struct ChildLines {
     committed: Vec<String>,
 }
 
-fn kill_once(
+/// Start one child per entry of `delays` on the same database, kill each after its delay
+/// (the others go on meanwhile), and gather what they all reported.
+fn kill_round(
     exe: &Path,
     db: &Path,
     args: &KillTortureArgs,
     run: u64,
-    seed: u64,
-    delay: Duration,
+    rng: &mut SmallRng,
+    delays: &[Duration],
 ) -> Result<ChildLines> {
-    let mut child = Command::new(exe)
-        .arg("__transfer-child")
-        .arg(db)
-        .args(["--child", child_kind_arg(args.child)])
-        .args(["--threads", &args.threads.to_string()])
-        .args(["--run", &run.to_string(), "--seed", &seed.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {} __transfer-child", exe.display()))?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow!("child has no stdout"))?;
-    let mut stderr = child
-        .stderr
-        .take()
-        .ok_or_else(|| anyhow!("child has no stderr"))?;
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let stdout_reader = {
-        let lines = lines.clone();
-        thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            // A line without its newline was cut by the kill: not a report.
-            while reader.read_line(&mut line).unwrap_or(0) > 0 && line.ends_with('\n') {
-                lines
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(line.trim_end().to_owned());
-                line.clear();
-            }
-        })
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for (k, delay) in delays.iter().enumerate() {
+        // Transfer ids carry the run number: one per child process.
+        let child_run = run * 64 + k as u64;
+        children.push((
+            *delay,
+            RunningChild::spawn(exe, db, args, child_run, rng.random())?,
+        ));
+    }
+    children.sort_by_key(|(delay, _)| *delay);
+    let mut all = ChildLines {
+        ready: false,
+        committed: Vec::new(),
     };
-    let stderr_reader = thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    thread::sleep(delay);
-    let exited_early = child.try_wait()?;
-    let kill_result = child.kill();
-    let status = child.wait()?;
-    let _ = stdout_reader.join();
-    let stderr_text = stderr_reader.join().unwrap_or_default();
-    if let Some(early) = exited_early {
-        bail!(
-            "the child exited by itself ({early}) before the kill; its stderr: {}",
-            stderr_text.trim()
-        );
+    let mut first_error = None;
+    for (delay, child) in children {
+        thread::sleep(delay.saturating_sub(started.elapsed()));
+        match child.kill_and_read() {
+            Ok(lines) => {
+                all.ready |= lines.ready;
+                all.committed.extend(lines.committed);
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
     }
-    kill_result.context("sending SIGKILL to the child")?;
-    if !killed_by_sigkill(&status) {
-        bail!(
-            "the child ended with {status}, not by SIGKILL; its stderr: {}",
-            stderr_text.trim()
-        );
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(all),
     }
+}
+
+/// A child process running transfers, with threads collecting its output.
+struct RunningChild {
+    child: std::process::Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    stdout_reader: thread::JoinHandle<()>,
+    stderr_reader: thread::JoinHandle<String>,
+}
+
+impl RunningChild {
+    fn spawn(exe: &Path, db: &Path, args: &KillTortureArgs, run: u64, seed: u64) -> Result<RunningChild> {
+        let mut child = Command::new(exe)
+            .arg("__transfer-child")
+            .arg(db)
+            .args(["--child", child_kind_arg(args.child)])
+            .args(["--threads", &args.threads.to_string()])
+            .args(["--run", &run.to_string(), "--seed", &seed.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {} __transfer-child", exe.display()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow!("child has no stdout"))?;
+        let mut stderr = child
+            .stderr
+            .take()
+            .ok_or_else(|| anyhow!("child has no stderr"))?;
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let stdout_reader = {
+            let lines = lines.clone();
+            thread::spawn(move || {
+                let mut reader = BufReader::new(stdout);
+                let mut line = String::new();
+                // A line without its newline was cut by the kill: not a report.
+                while reader.read_line(&mut line).unwrap_or(0) > 0 && line.ends_with('\n') {
+                    lines
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(line.trim_end().to_owned());
+                    line.clear();
+                }
+            })
+        };
+        let stderr_reader = thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        Ok(RunningChild {
+            child,
+            lines,
+            stdout_reader,
+            stderr_reader,
+        })
+    }
+
+    fn kill_and_read(self) -> Result<ChildLines> {
+        let RunningChild {
+            mut child,
+            lines,
+            stdout_reader,
+            stderr_reader,
+        } = self;
+        let exited_early = child.try_wait()?;
+        let kill_result = child.kill();
+        let status = child.wait()?;
+        let _ = stdout_reader.join();
+        let stderr_text = stderr_reader.join().unwrap_or_default();
+        if let Some(early) = exited_early {
+            bail!(
+                "the child exited by itself ({early}) before the kill; its stderr: {}",
+                stderr_text.trim()
+            );
+        }
+        kill_result.context("sending SIGKILL to the child")?;
+        if !killed_by_sigkill(&status) {
+            bail!(
+                "the child ended with {status}, not by SIGKILL; its stderr: {}",
+                stderr_text.trim()
+            );
+        }
+        parse_child_lines(&lines)
+    }
+}
+
+fn parse_child_lines(lines: &Mutex<Vec<String>>) -> Result<ChildLines> {
     let lines = std::mem::take(&mut *lines.lock().unwrap_or_else(|e| e.into_inner()));
     let mut parsed = ChildLines {
         ready: false,

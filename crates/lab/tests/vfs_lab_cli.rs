@@ -301,6 +301,29 @@ fn sigkill_with_four_threads_in_the_child_never_loses_a_reported_transfer() {
 }
 
 #[test]
+fn sigkill_of_several_processes_sharing_the_database_never_loses_a_reported_transfer() {
+    // Three processes transfer at once; each is killed at its own moment, so some die
+    // mid-commit (holding the store's write lock) while the others go on.
+    let kills = if long_tests() { 500 } else { 25 };
+    let (output, report) = kill_torture(kills, &["--processes", "3", "--threads", "2"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(number(&report, "processes"), 3.0);
+    assert_eq!(number(&report, "failures"), 0.0);
+    assert!(number(&report, "transfers_reported") > 0.0, "{report}");
+    assert!(number(&report, "ledger_rows") >= number(&report, "transfers_reported"));
+}
+
+#[test]
+fn negative_control_split_transfers_of_several_processes_are_caught() {
+    let (output, report) = kill_torture(40, &["--child", "plain-split-transfers", "--processes", "3"]);
+    assert!(
+        !output.status.success(),
+        "the harness missed half-applied transfers: {report}"
+    );
+    assert_eq!(number(&report, "failures"), 1.0);
+}
+
+#[test]
 fn negative_control_split_transfers_on_the_plain_vfs_are_caught() {
     let (output, report) = kill_torture(40, &["--child", "plain-split-transfers"]);
     assert!(

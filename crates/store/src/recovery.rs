@@ -176,7 +176,12 @@ pub(crate) fn record_at(
 }
 
 /// Whether every page a commit maps holds the content its record says.
-pub(crate) fn pages_intact(io: &dyn StorageIo, record: &Record, page_size: u64, capacity: u64) -> Result<bool> {
+pub(crate) fn pages_intact(
+    io: &dyn StorageIo,
+    record: &Record,
+    page_size: u64,
+    capacity: u64,
+) -> Result<bool> {
     let mut page = vec![0u8; page_size as usize];
     for op in &record.ops {
         let Op::Page { slot, crc, .. } = op else { continue };
@@ -200,14 +205,26 @@ pub(crate) fn pages_intact(io: &dyn StorageIo, record: &Record, page_size: u64, 
 
 /// The newest intact header copy (for a process following others' commits).
 pub(crate) fn newest_header(io: &dyn StorageIo) -> Result<Header> {
+    header_copies(io).map(|(header, _)| header)
+}
+
+/// The newest intact header copy, and whether both copies are intact and equal to it.
+pub(crate) fn header_copies(io: &dyn StorageIo) -> Result<(Header, bool)> {
     let mut area = vec![0u8; SLOT_BASE as usize];
     io.read_at(&mut area, 0)
         .map_err(|e| Error::io("reading the header", e))?;
-    [0u64, HEADER_BLOCK]
+    let copies: Vec<Option<Header>> = [0u64, HEADER_BLOCK]
         .iter()
-        .filter_map(|&at| Header::decode(&area[at as usize..at as usize + HEADER_LEN]).ok())
+        .map(|&at| Header::decode(&area[at as usize..at as usize + HEADER_LEN]).ok())
+        .collect();
+    let newest = copies
+        .iter()
+        .flatten()
         .max_by_key(|h| h.generation)
-        .ok_or_else(|| Error::Corrupt("both header copies fail their checksums".into()))
+        .copied()
+        .ok_or_else(|| Error::Corrupt("both header copies fail their checksums".into()))?;
+    let agree = copies.iter().all(|c| c.as_ref() == Some(&newest));
+    Ok((newest, agree))
 }
 
 /// `fell_back`: a header copy is damaged or the newest one's checkpoint was unusable, so a

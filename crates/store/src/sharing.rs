@@ -147,6 +147,17 @@ impl Drop for InitGuard {
     }
 }
 
+/// See [`Sharing::unlocker`].
+pub struct WriterUnlocker {
+    file: File,
+}
+
+impl WriterUnlocker {
+    pub fn unlock_writer(&self) {
+        let _ = set_lock(&self.file, Kind::Unlock, WRITE, false);
+    }
+}
+
 /// Take `INIT` on `file` (waiting for another process's open or close to finish); shared
 /// for a read-only process (its file descriptor cannot take exclusive locks).
 pub fn lock_init(file: &File, read_only: bool) -> Result<InitGuard> {
@@ -199,7 +210,8 @@ impl Sharing {
                 for pin in fresh[SHM_PINS as usize..].chunks_exact_mut(8) {
                     pin.copy_from_slice(&NO_PIN.to_le_bytes());
                 }
-                shm.write_all_at(&fresh, 0).map_err(io("resetting the store's side file"))?;
+                shm.write_all_at(&fresh, 0)
+                    .map_err(io("resetting the store's side file"))?;
                 set_lock(file, Kind::Shared, OPEN, false).map_err(io("locking the store file"))?;
             } else if !set_lock(file, Kind::Shared, OPEN, false).map_err(io("locking the store file"))? {
                 return Err(Error::Locked(path.into()));
@@ -248,12 +260,24 @@ impl Sharing {
     }
 
     pub fn lock_writer(&self) -> Result<()> {
-        set_lock(&self.file, Kind::Exclusive, WRITE, true).map_err(io_err("locking the store for writing"))?;
+        set_lock(&self.file, Kind::Exclusive, WRITE, true)
+            .map_err(io_err("locking the store for writing"))?;
         Ok(())
     }
 
     pub fn unlock_writer(&self) {
         let _ = set_lock(&self.file, Kind::Unlock, WRITE, false);
+    }
+
+    /// Something that can let go of the write lock after `self` is moved away (the locks
+    /// belong to the open file description, which a duplicate shares).
+    pub fn unlocker(&self) -> Result<WriterUnlocker> {
+        Ok(WriterUnlocker {
+            file: self
+                .file
+                .try_clone()
+                .map_err(io_err("locking the store for writing"))?,
+        })
     }
 
     fn user_offset(key: u64) -> i64 {
@@ -330,7 +354,12 @@ impl Sharing {
         if last {
             let _ = std::fs::remove_file(&self.shm_path);
         }
-        let _ = set_lock(&self.shm, Kind::Unlock, SHM_ENTRY_LOCKS + self.entry as i64, false);
+        let _ = set_lock(
+            &self.shm,
+            Kind::Unlock,
+            SHM_ENTRY_LOCKS + self.entry as i64,
+            false,
+        );
         let _ = set_lock(&self.file, Kind::Unlock, OPEN, false);
     }
 }

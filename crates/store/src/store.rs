@@ -7,7 +7,7 @@ use crate::format::{
     MAX_CHECKPOINT_EXTENTS, SLOT_BASE,
 };
 use crate::io::{FileIo, StorageIo};
-use crate::recovery::{load_checkpoint, newest_header, pages_intact, record_at, recover};
+use crate::recovery::{header_copies, load_checkpoint, newest_header, pages_intact, record_at, recover};
 use crate::sharing::{self, Arrival, Sharing, NO_PIN};
 use crate::state::State;
 use crate::txn::{Snapshot, Transaction};
@@ -114,6 +114,17 @@ pub(crate) fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
 }
 
+/// See [`Store::writer_waiting`].
+pub struct WaitingWriter {
+    shared: Arc<Shared>,
+}
+
+impl Drop for WaitingWriter {
+    fn drop(&mut self) {
+        self.shared.note_active_writer(false);
+    }
+}
+
 /// A failure-atomic page store. Cheap to clone; all clones share one open store.
 #[derive(Clone)]
 pub struct Store {
@@ -195,7 +206,7 @@ struct FlushState {
 }
 
 /// How long a flush leader waits at most for commits on their way.
-const GATHER_WAIT: Duration = Duration::from_micros(200);
+const GATHER_WAIT: Duration = Duration::from_micros(80);
 
 /// When the last flush covered several commits, the next leader waits at least this long
 /// for the others to come round again (they are typically a few microseconds away).
@@ -321,7 +332,10 @@ impl Store {
         // Opening and closing processes take turns; the first one in recovers the store.
         let init = sharing::lock_init(&file, opts.read_only)?;
         // Not a store (or a damaged one): say why, and leave no side file next to it.
-        let probe = FileIo::new(file.try_clone().map_err(|e| Error::io("opening the store file", e))?);
+        let probe = FileIo::new(
+            file.try_clone()
+                .map_err(|e| Error::io("opening the store file", e))?,
+        );
         if newest_header(&probe).is_err() {
             recover(&probe)?;
         }
@@ -331,14 +345,11 @@ impl Store {
             (Some(joining), Arrival::Joined) => {
                 // Writers wait while this process reads the chain, so that it does not see
                 // a checkpoint half written.
+                let unlocker = joining.unlocker()?;
                 joining.lock_writer()?;
                 let opened = Store::open_inner(io, opts, sharing, true);
-                opened.map(|store| {
-                    if let Some(s) = &store.shared.sharing {
-                        s.unlock_writer();
-                    }
-                    store
-                })
+                unlocker.unlock_writer();
+                opened
             }
             _ => Store::open_inner(io, opts, sharing, false),
         };
@@ -391,7 +402,12 @@ impl Store {
 
     /// `joined`: other processes have the store open; follow their chain, repair nothing,
     /// own no free slot (they may free any of them).
-    fn open_inner(io: Box<dyn StorageIo>, opts: &Options, sharing: Option<Sharing>, joined: bool) -> Result<Store> {
+    fn open_inner(
+        io: Box<dyn StorageIo>,
+        opts: &Options,
+        sharing: Option<Sharing>,
+        joined: bool,
+    ) -> Result<Store> {
         let mut recovered = recover(io.as_ref())?;
         if joined {
             recovered.alloc = SlotAllocator::none_free(recovered.alloc.capacity());
@@ -483,6 +499,16 @@ impl Store {
     /// A view of the latest committed state, of this process or any other.
     pub fn try_snapshot(&self) -> Result<Snapshot> {
         Snapshot::latest(self.shared.clone())
+    }
+
+    /// Say that a writer is waiting for its turn (e.g. for SQLite's write lock, held by
+    /// another connection of this process) and will commit soon: a flush leader then waits
+    /// for it briefly, as for a transaction holding changes. Ends when the guard drops.
+    pub fn writer_waiting(&self) -> WaitingWriter {
+        self.shared.note_active_writer(true);
+        WaitingWriter {
+            shared: self.shared.clone(),
+        }
     }
 
     /// Begin a transaction on the latest committed state.
@@ -693,7 +719,11 @@ impl Shared {
 
     /// Run `f` holding the cross-process write lock: taken (and the chain caught up with)
     /// if this process does not hold it already.
-    pub(crate) fn with_writer<T>(&self, meta: &mut Meta, f: impl FnOnce(&mut Meta) -> Result<T>) -> Result<T> {
+    pub(crate) fn with_writer<T>(
+        &self,
+        meta: &mut Meta,
+        f: impl FnOnce(&mut Meta) -> Result<T>,
+    ) -> Result<T> {
         let newly = self.claim_writer()?;
         let result = if newly {
             self.catch_up(meta, true).and_then(|()| f(meta))
@@ -782,8 +812,24 @@ impl Shared {
             .size()
             .map_err(|e| Error::io("reading the store's length", e))?;
         let capacity = len.saturating_sub(SLOT_BASE) / page_size;
-        let header = newest_header(io)?;
+        let (header, copies_agree) = header_copies(io)?;
         if header.generation != meta.header.generation {
+            if holding_writer && !copies_agree {
+                // The process that wrote this checkpoint died before making it durable and
+                // duplicating its header: finish that before writing anything after it.
+                self.io
+                    .sync_data()
+                    .map_err(|e| Error::io("flushing another process's checkpoint", e))?;
+                self.write_counted(
+                    &header.encode(),
+                    Header::copy_offset(header.generation + 1),
+                    "repairing a header copy",
+                )?;
+                self.io
+                    .sync_data()
+                    .map_err(|e| Error::io("flushing a repaired header copy", e))?;
+                bump(&self.counters.flushes, 2);
+            }
             if header.generation < meta.header.generation {
                 if holding_writer {
                     return Err(Error::Corrupt("the store's header went back a generation".into()));
@@ -1298,7 +1344,8 @@ impl Shared {
             if self.sharing.is_some() {
                 // Another process may be loading the old checkpoint right now: it pins a
                 // commit before this one while it does.
-                meta.awaiting_readers.extend((first..first + n).map(|slot| (last_seq, slot)));
+                meta.awaiting_readers
+                    .extend((first..first + n).map(|slot| (last_seq, slot)));
             } else {
                 meta.alloc.release(first, n);
             }
@@ -1398,7 +1445,10 @@ impl Shared {
                 drop(f);
                 let flush_started = Instant::now();
                 let result = self.io.sync_data();
-                bump(&self.counters.flush_micros, flush_started.elapsed().as_micros() as u64);
+                bump(
+                    &self.counters.flush_micros,
+                    flush_started.elapsed().as_micros() as u64,
+                );
                 f = lock(&self.flush);
                 f.leader_active = false;
                 match result {
@@ -1420,4 +1470,3 @@ impl Shared {
         }
     }
 }
-

@@ -47,15 +47,28 @@ fn read_all(snap: &Snapshot) -> Model {
 #[derive(Debug, Clone)]
 enum Step {
     /// Handle writes pages (fill byte from a counter) and commits.
-    Commit { handle: usize, pages: Vec<u64> },
+    Commit {
+        handle: usize,
+        pages: Vec<u64>,
+    },
     /// Handle begins writing pages, another handle commits over one of them, then the
     /// first commits: it must get a conflict and change nothing.
-    Race { first: usize, second: usize, page: u64 },
+    Race {
+        first: usize,
+        second: usize,
+        page: u64,
+    },
     /// Handle keeps a snapshot (checked at the end and when dropped).
-    Hold { handle: usize },
+    Hold {
+        handle: usize,
+    },
     Release,
-    Checkpoint { handle: usize },
-    Reopen { handle: usize },
+    Checkpoint {
+        handle: usize,
+    },
+    Reopen {
+        handle: usize,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {

@@ -31,8 +31,9 @@ use crate::ffi::{
     SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_FCNTL_BEGIN_ATOMIC_WRITE,
     SQLITE_FCNTL_COMMIT_ATOMIC_WRITE, SQLITE_FCNTL_PDB, SQLITE_FCNTL_PRAGMA,
     SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE, SQLITE_IOCAP_BATCH_ATOMIC, SQLITE_IOCAP_POWERSAFE_OVERWRITE,
-    SQLITE_IOCAP_SAFE_APPEND, SQLITE_IOERR, SQLITE_IOERR_FSYNC, SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ,
-    SQLITE_IOERR_LOCK, SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_WRITE, SQLITE_NOTADB, SQLITE_NOTFOUND, SQLITE_OK, SQLITE_OPEN_CREATE,
+    SQLITE_IOCAP_SAFE_APPEND, SQLITE_IOERR, SQLITE_IOERR_FSYNC, SQLITE_IOERR_LOCK, SQLITE_IOERR_READ,
+    SQLITE_IOERR_SHORT_READ, SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_WRITE, SQLITE_NOTADB, SQLITE_NOTFOUND,
+    SQLITE_OK, SQLITE_OPEN_CREATE,
 };
 
 /// Page size of stores this VFS creates (SQLite's default page size, so the
@@ -132,11 +133,58 @@ const WRITER_WAIT: Duration = Duration::from_millis(20);
 /// wake-up across processes).
 const PROCESS_LOCK_POLL: Duration = Duration::from_micros(100);
 
+/// Releases of a write lock by any connection of this process (a generation count).
+static LOCK_RELEASES: Mutex<u64> = Mutex::new(0);
+static LOCK_RELEASED: Condvar = Condvar::new();
+
+thread_local! {
+    /// This thread's last lock request failed only because its snapshot was stale (the
+    /// lock was free or freed): the busy handler's next sleep is skipped.
+    static RETRY_AT_ONCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// ... and the thread will ask for SHARED again to retry its write: if another
+    /// connection is writing then, waiting for it to finish *before* taking the snapshot
+    /// saves a retry that could only fail again.
+    static RETRYING_WRITER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn note_lock_released() {
+    *lock(&LOCK_RELEASES) += 1;
+    LOCK_RELEASED.notify_all();
+}
+
+/// Sleep up to `micros`, less if a write lock of this process is released meanwhile, and
+/// not at all right after a stale-snapshot refusal (see `x_sleep`).
+pub fn sleep_until_lock_released(micros: u64) {
+    if RETRY_AT_ONCE.with(|r| r.replace(false)) {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_micros(micros);
+    let mut releases = lock(&LOCK_RELEASES);
+    let seen = *releases;
+    while *releases == seen {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        releases = LOCK_RELEASED
+            .wait_timeout(releases, left)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+/// SQLITE_BUSY because the snapshot is stale: retrying (with a new one) can succeed now.
+fn stale_snapshot() -> c_int {
+    RETRY_AT_ONCE.with(|r| r.set(true));
+    RETRYING_WRITER.with(|r| r.set(true));
+    SQLITE_BUSY
+}
+
 /// The key of a logical file's write lock among processes (FNV-1a of its name).
 fn process_lock_key(logical: &str) -> u64 {
-    logical
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    logical.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Lock levels and write transactions of one store, under one mutex.
@@ -342,11 +390,12 @@ impl StoreDb {
         let snapshot_seq = self.snapshot.as_ref().map(|s| s.seq()).unwrap_or(0);
         let deadline = Instant::now() + WRITER_WAIT;
         let mut coord = lock(&self.store.coord);
+        let mut waiting = None;
         let changed_at = loop {
             let file = coord.files.entry(self.logical.clone()).or_default();
             // A commit since our snapshot: SQLite's cache is stale, retrying is its only way on.
             if file.changed_at > snapshot_seq {
-                return Err(SQLITE_BUSY);
+                return Err(stale_snapshot());
             }
             match file.writer {
                 None => break file.changed_at,
@@ -356,6 +405,8 @@ impl StoreDb {
                     if left.is_zero() {
                         return Err(SQLITE_BUSY);
                     }
+                    // About to commit: a flush starting meanwhile should wait for us a little.
+                    waiting.get_or_insert_with(|| self.store.store.writer_waiting());
                     coord = self
                         .store
                         .writer_left
@@ -378,8 +429,11 @@ impl StoreDb {
                     std::thread::sleep(PROCESS_LOCK_POLL);
                     coord = lock(&self.store.coord);
                     let file = coord.files.entry(self.logical.clone()).or_default();
-                    if file.writer.is_some() || file.changed_at > snapshot_seq {
+                    if file.writer.is_some() {
                         return Err(SQLITE_BUSY);
+                    }
+                    if file.changed_at > snapshot_seq {
+                        return Err(stale_snapshot());
                     }
                 }
                 Ok(false) => return Err(SQLITE_BUSY),
@@ -398,12 +452,12 @@ impl StoreDb {
         };
         if stale {
             self.store.store.unlock_for_process(key);
-            return Err(SQLITE_BUSY);
+            return Err(stale_snapshot());
         }
         let conn = coord.conns.entry(self.conn).or_default();
         if conn.txn.as_ref().is_some_and(|t| t.base_seq() < changed_at) {
             self.store.store.unlock_for_process(key);
-            return Err(SQLITE_BUSY);
+            return Err(stale_snapshot());
         }
         let txn = conn.txn.get_or_insert_with(|| self.store.store.begin());
         let mut base_counter = [0u8; 4];
@@ -429,7 +483,35 @@ impl StoreDb {
         if let Some(file) = coord.files.get_mut(&self.logical) {
             file.writer = Some((self.handle, self.conn));
         }
+        RETRY_AT_ONCE.with(|r| r.set(false));
         Ok(())
+    }
+
+    /// A writer retrying after a stale snapshot: wait (bounded) while another connection of
+    /// this process holds the database's write lock, so the snapshot taken next is fresh.
+    /// Only such retries wait here; readers never do.
+    fn wait_for_other_writer(&self) {
+        let deadline = Instant::now() + WRITER_WAIT;
+        let mut waiting = None;
+        let mut coord = lock(&self.store.coord);
+        loop {
+            let busy = coord
+                .files
+                .get(&self.logical)
+                .and_then(|f| f.writer)
+                .is_some_and(|(_, conn)| conn != self.conn);
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !busy || left.is_zero() {
+                return;
+            }
+            waiting.get_or_insert_with(|| self.store.store.writer_waiting());
+            coord = self
+                .store
+                .writer_left
+                .wait_timeout(coord, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     fn is_writer(&self) -> bool {
@@ -474,8 +556,11 @@ impl StoreDb {
         if let Some(file) = coord.files.get_mut(&self.logical) {
             if file.writer.is_some_and(|(h, _)| h == self.handle) {
                 file.writer = None;
-                self.store.store.unlock_for_process(process_lock_key(&self.logical));
+                self.store
+                    .store
+                    .unlock_for_process(process_lock_key(&self.logical));
                 self.store.writer_left.notify_all();
+                note_lock_released();
             }
         }
         let mut result = Ok(());
@@ -721,6 +806,9 @@ impl DbBackend for StoreDb {
             return Ok(());
         }
         if self.level == LockLevel::None {
+            if RETRYING_WRITER.with(|r| r.replace(false)) {
+                self.wait_for_other_writer();
+            }
             // The latest commit of any process sharing the store.
             let snapshot = self.store.store.try_snapshot().map_err(|_| SQLITE_IOERR_LOCK)?;
             let mut coord = lock(&self.store.coord);

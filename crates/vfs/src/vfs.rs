@@ -472,7 +472,16 @@ forward!(x_dl_error, xDlError, 1, (n: c_int, msg: *mut c_char) -> (), ());
 forward!(x_dl_sym, xDlSym, 1, (handle: *mut c_void, symbol: *const c_char) -> DlSymResult, None);
 forward!(x_dl_close, xDlClose, 1, (handle: *mut c_void) -> (), ());
 forward!(x_randomness, xRandomness, 1, (n: c_int, out: *mut c_char) -> c_int, 0);
-forward!(x_sleep, xSleep, 1, (micros: c_int) -> c_int, 0);
+/// SQLite's busy handler sleeps here between tries for a lock (1, 2, 5, 10... ms). A try
+/// that failed only because another connection had just committed retries at once, and a
+/// sleep ends early when a connection of this process lets go of a write lock: commits take
+/// a fraction of a millisecond, so whole-millisecond sleeps would leave the database idle.
+unsafe extern "C" fn x_sleep(_vfs: *mut sqlite3_vfs, micros: c_int) -> c_int {
+    guard(0, || {
+        crate::store_db::sleep_until_lock_released(u64::try_from(micros).unwrap_or(0));
+        micros
+    })
+}
 forward!(x_current_time, xCurrentTime, 1, (out: *mut f64) -> c_int, SQLITE_ERROR);
 forward!(x_get_last_error, xGetLastError, 1, (n: c_int, out: *mut c_char) -> c_int, 0);
 forward!(x_current_time_int64, xCurrentTimeInt64, 2, (out: *mut sqlite3_int64) -> c_int, SQLITE_ERROR);

@@ -48,12 +48,7 @@ fn spawn_cli() -> Child {
 /// Runs a whole script in one CLI process; returns its stdout, failing on any error.
 fn run_script(script: &str) -> String {
     let mut child = spawn_cli();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
+    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -99,7 +94,10 @@ fn processes_write_one_database_concurrently() {
     for child in children {
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success() && stderr.is_empty(), "a writer failed: {stderr}");
+        assert!(
+            out.status.success() && stderr.is_empty(),
+            "a writer failed: {stderr}"
+        );
     }
     let out = run_script(&format!(
         "{}SELECT proc, count(*), count(DISTINCT n) FROM t GROUP BY proc ORDER BY proc;\nPRAGMA integrity_check;\n",
@@ -194,14 +192,21 @@ fn a_reader_process_is_not_blocked_by_a_writer_process() {
     let (lines, _) = writer.ask("COMMIT; SELECT count(*) FROM t;");
     assert_eq!(lines, ["3"]);
     let (lines, _) = reader.ask("SELECT count(*) FROM t; COMMIT; SELECT count(*) FROM t;");
-    assert_eq!(lines, ["2", "3"], "one snapshot per read transaction, then the new state");
+    assert_eq!(
+        lines,
+        ["2", "3"],
+        "one snapshot per read transaction, then the new state"
+    );
     // Now the second writer gets through, and everyone sees its commit.
     let (lines, _) = second_writer.ask("BEGIN IMMEDIATE; INSERT INTO t VALUES (4); COMMIT;");
     assert!(lines.is_empty(), "{lines:?}");
     let (lines, _) = writer.ask("SELECT count(*), sum(v) FROM t; PRAGMA integrity_check;");
     assert_eq!(lines, ["4|10", "ok"]);
     let errors = second_writer.finish();
-    assert!(errors.contains("database is locked"), "the second writer was not refused: {errors}");
+    assert!(
+        errors.contains("database is locked"),
+        "the second writer was not refused: {errors}"
+    );
     assert_eq!(reader.finish(), "");
     assert_eq!(writer.finish(), "");
 }
