@@ -39,8 +39,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// Another process holds the store open.
-    #[error("store {0} is in use by another process")]
+    /// Another process holds the store open in a way that excludes this open: read-only
+    /// opens cannot share with read-write ones.
+    #[error("store {0} is in use by another process (a read-only open and a read-write open cannot share a store)")]
     Locked(PathBuf),
     /// `Store::create` on a path that exists.
     #[error("{0} already exists; use Store::open")]

@@ -35,8 +35,10 @@
 //! (so no record that recovery may replay names it) and no open snapshot can read it.
 //!
 //! ## Concurrency
-//! One process opens a store at a time (an advisory lock enforces it). Within it, any number
-//! of threads may run transactions and snapshots. Transactions see the state they began on
+//! Any number of processes may open a store read-write (see `sharing.rs`): each sees every
+//! process's commits in its new snapshots, and the durability contract holds for them all. A
+//! read-only open runs only while no read-write process has the store open. Within a
+//! process, any number of threads may run transactions and snapshots. Transactions see the state they began on
 //! plus their own writes and fail with `Error::Conflict` if another commit changed the same
 //! page, file size or file since (first committer wins). Snapshots and transactions begin on
 //! the latest *sequenced* commit, which may still be waiting for its flush; its committer is
