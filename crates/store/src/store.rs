@@ -198,6 +198,8 @@ struct FlushState {
     active_writers: usize,
     /// Commits the last flush covered: more than one means committers run concurrently.
     last_batch: u64,
+    /// How long the last group-commit flush took.
+    last_flush: Duration,
     written_upto: u64,
     written_ahead: BTreeSet<u64>,
     durable: u64,
@@ -205,8 +207,10 @@ struct FlushState {
     poisoned: Option<String>,
 }
 
-/// How long a flush leader waits at most for commits on their way.
-const GATHER_WAIT: Duration = Duration::from_micros(80);
+/// How long a flush leader waits at most for commits on their way: half as long as the last
+/// flush took (waiting is worth it in proportion to what a flush costs), within these bounds.
+const GATHER_WAIT_MIN: Duration = Duration::from_micros(40);
+const GATHER_WAIT_MAX: Duration = Duration::from_micros(500);
 
 /// When the last flush covered several commits, the next leader waits at least this long
 /// for the others to come round again (they are typically a few microseconds away).
@@ -1422,7 +1426,7 @@ impl Shared {
                 // changes) land so this flush covers them too; bounded, and a lone committer
                 // never waits (PostgreSQL's commit_delay with commit_siblings, adaptively).
                 let started = Instant::now();
-                let deadline = started + GATHER_WAIT;
+                let deadline = started + (f.last_flush / 2).clamp(GATHER_WAIT_MIN, GATHER_WAIT_MAX);
                 let floor = if f.last_batch > 1 {
                     started + MIN_GATHER
                 } else {
@@ -1445,16 +1449,15 @@ impl Shared {
                 drop(f);
                 let flush_started = Instant::now();
                 let result = self.io.sync_data();
-                bump(
-                    &self.counters.flush_micros,
-                    flush_started.elapsed().as_micros() as u64,
-                );
+                let flush_took = flush_started.elapsed();
+                bump(&self.counters.flush_micros, flush_took.as_micros() as u64);
                 f = lock(&self.flush);
                 f.leader_active = false;
                 match result {
                     Ok(()) => {
                         bump(&self.counters.flushes, 1);
                         f.last_batch = target.saturating_sub(f.durable);
+                        f.last_flush = flush_took;
                         f.durable = f.durable.max(target);
                     }
                     Err(e) => {
