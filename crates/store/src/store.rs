@@ -515,6 +515,18 @@ impl Store {
         }
     }
 
+    /// When the file named `name` last changed in the latest committed state of any process
+    /// (`None`: no such file), without taking a snapshot.
+    pub fn latest_file_changed_at(&self, name: &str) -> Result<Option<u64>> {
+        let mut meta = lock(&self.shared.meta);
+        self.shared.catch_up(&mut meta, false)?;
+        let state = &meta.visible;
+        Ok(state
+            .file_by_name(name)
+            .and_then(|id| state.files.get(&id))
+            .map(|f| f.changed_seq))
+    }
+
     /// Begin a transaction on the latest committed state.
     pub fn begin(&self) -> Transaction {
         Transaction::new(self.snapshot())
@@ -765,8 +777,6 @@ impl Shared {
         let mut w = lock(&self.writer);
         w.claims = w.claims.saturating_sub(1);
         if w.claims == 0 && w.held {
-            let written = lock(&self.flush).written_upto;
-            let _ = s.publish_progress(w.generation, written);
             s.unlock_writer();
             w.held = false;
         }
@@ -797,20 +807,9 @@ impl Shared {
         let io = self.io.as_ref();
         let (generation, seq) = s.progress()?;
         if generation == meta.header.generation && seq <= meta.state.seq {
-            if !holding_writer {
-                return Ok(());
-            }
-            // The writer publishes progress before it lets the lock go, but it may have
-            // died in between: then its last record is at our head.
-            let capacity = io
-                .size()
-                .map_err(|e| Error::io("reading the store's length", e))?
-                .saturating_sub(SLOT_BASE)
-                / page_size;
-            let next = record_at(io, meta.head, page_size, capacity)?;
-            if !next.is_some_and(|(r, _, _)| r.seq == meta.state.seq + 1 && r.prev_crc == meta.prev_crc) {
-                return Ok(());
-            }
+            // Writers publish progress before they write (and checkpoints after): nothing
+            // new.
+            return Ok(());
         }
         let len = io
             .size()
@@ -1145,6 +1144,12 @@ impl Shared {
             let mut next_state = (*meta.state).clone();
             let mut superseded = Vec::new();
             next_state.apply(&ops, seq, page_size, &mut superseded)?;
+            // Other processes learn that the chain is about to reach `seq` before its record
+            // is written (they verify what they read); the next writer then needs to read
+            // the chain only when this says there is something new.
+            if let Some(s) = &self.sharing {
+                s.publish_progress(meta.header.generation, seq)?;
+            }
             Ok((placement, next_state, superseded))
         });
         let (placement, next_state, superseded) = match prepared {
@@ -1356,6 +1361,14 @@ impl Shared {
         }
         meta.header = header;
         lock(&self.writer).generation = header.generation;
+        if let Some(s) = &self.sharing {
+            // Under the write lock still: others see the new generation before any record.
+            // Unpublished, another writer could extend the old chain: stop here instead.
+            if let Err(e) = s.publish_progress(header.generation, last_seq) {
+                self.poison(format!("publishing a checkpoint to other processes failed: {e}"));
+                return Err(e);
+            }
+        }
         meta.prev_crc = header.log.seed;
         meta.commits_since_checkpoint = 0;
         meta.log_bytes_since_checkpoint = 0;

@@ -440,10 +440,11 @@ impl StoreDb {
                 Err(_) => return Err(SQLITE_IOERR_LOCK),
             }
         }
-        let stale = match (&self.snapshot, self.store.store.try_snapshot()) {
-            (Some(ours), Ok(latest)) => {
-                ours.file_changed_at(&self.logical) != latest.file_changed_at(&self.logical)
-            }
+        let stale = match (
+            &self.snapshot,
+            self.store.store.latest_file_changed_at(&self.logical),
+        ) {
+            (Some(ours), Ok(latest)) => ours.file_changed_at(&self.logical) != latest,
             (None, Ok(_)) => false,
             (_, Err(_)) => {
                 self.store.store.unlock_for_process(key);
@@ -835,8 +836,10 @@ impl DbBackend for StoreDb {
                 Ok(p) => to_wait = p,
                 Err(e) => result = Err(e),
             }
-            // Read what was just committed from now on.
-            self.snapshot = Some(self.store.store.snapshot());
+            // Still reading (SHARED): read what was just committed from now on.
+            if level == LockLevel::Shared {
+                self.snapshot = Some(self.store.store.snapshot());
+            }
         }
         if level == LockLevel::None && self.level >= LockLevel::Shared {
             let mut coord = lock(&self.store.coord);
