@@ -2,13 +2,11 @@
 //! onesync VFS from 1 thread, then from N threads (one connection each) on the same database,
 //! in one run; transactions per second of each and the store's flushes per transaction.
 //!
-//! Durable on return, checked for every transaction: inside its write transaction (holding
-//! the database's write lock, so no other commit can be sequenced until it commits) a
-//! thread reads the store's `last_seq` from `PRAGMA onesync_stats`; its own commit is then
-//! `last_seq + 1`. Right after COMMIT returns it reads `durable_seq`, the sequence up to
-//! which every commit has been flushed, and requires `durable_seq >= last_seq + 1`. A VFS
-//! that returned from COMMIT before the flush would fail this whenever the flush had not
-//! yet happened (with one thread, every time). At the end every row id a thread recorded is
+//! Durable on return, checked for every transaction: right after COMMIT returns, the thread
+//! asks `PRAGMA onesync_commit` for the store sequence number the VFS gave this connection's
+//! commit and for `durable_seq`, the sequence up to which every commit has been flushed, and
+//! requires `durable_seq >= seq`. A VFS that returned from COMMIT before the flush would fail
+//! this whenever the flush had not yet happened (with one thread, every time). At the end every row id a thread recorded is
 //! looked up, and `PRAGMA integrity_check` must be ok. (The kill torture with `--threads`
 //! checks the same promise from outside the process.)
 
@@ -259,7 +257,7 @@ fn run_phase(monitor: &Connection, db: &Path, threads: u64, args: &ConcurrencyAr
 /// One transaction inserting one row; returns its row id once COMMIT has returned and the
 /// store confirms the commit durable.
 fn insert_durably(conn: &Connection, thread_no: i64, pause: Duration) -> Result<i64> {
-    let (id, sequenced_before) = retry_while_busy(pause, || {
+    let id = retry_while_busy(pause, || {
         conn.execute_batch("BEGIN IMMEDIATE")?;
         let attempt = (|| {
             conn.execute(
@@ -267,25 +265,31 @@ fn insert_durably(conn: &Connection, thread_no: i64, pause: Duration) -> Result<
                 params![thread_no, PAYLOAD_BYTES],
             )?;
             let id = conn.last_insert_rowid();
-            let json: String = conn.query_row("PRAGMA onesync_stats", [], |r| r.get(0))?;
             conn.execute_batch("COMMIT")?;
-            Ok((id, json))
+            Ok(id)
         })();
         if attempt.is_err() {
             let _ = conn.execute_batch("ROLLBACK");
         }
         attempt
     })?;
-    let inside: crate::sqlite::StoreCounters =
-        serde_json::from_str(&sequenced_before).context("parsing PRAGMA onesync_stats")?;
-    let after = store_counters(conn)?;
-    let own_seq = inside.last_seq + 1;
-    if after.durable_seq < own_seq {
+    let json: String = conn.query_row("PRAGMA onesync_commit", [], |r| r.get(0))?;
+    let commit: CommitReport = serde_json::from_str(&json).context("parsing PRAGMA onesync_commit")?;
+    let Some(seq) = commit.seq else {
+        bail!("COMMIT of row {id} returned but the store has no commit of this connection");
+    };
+    if commit.durable_seq < seq {
         bail!(
-            "COMMIT of row {id} returned before it was durable: its commit is sequence {own_seq}, \
+            "COMMIT of row {id} returned before it was durable: its commit is sequence {seq}, \
              the store's durable_seq is {}",
-            after.durable_seq
+            commit.durable_seq
         );
     }
     Ok(id)
+}
+
+#[derive(serde::Deserialize)]
+struct CommitReport {
+    seq: Option<u64>,
+    durable_seq: u64,
 }

@@ -86,8 +86,6 @@ pub fn retry_while_busy<T>(
 pub struct StoreCounters {
     pub flushes: u64,
     pub flush_micros: u64,
-    pub last_seq: u64,
-    pub durable_seq: u64,
 }
 
 /// Reads `PRAGMA onesync_stats` on a connection opened through the onesync VFS.

@@ -192,6 +192,8 @@ fn process_lock_key(logical: &str) -> u64 {
 struct Coordination {
     files: HashMap<String, FileLock>,
     conns: HashMap<usize, ConnTxn>,
+    /// Store sequence number of each connection's last commit (`PRAGMA onesync_commit`).
+    last_commit: HashMap<usize, u64>,
 }
 
 #[derive(Default)]
@@ -543,6 +545,7 @@ impl StoreDb {
         // Chain: an earlier pending commit of this connection is covered by
         // this one's flush (commits become durable in order).
         ct.pending = Some(pending);
+        coord.last_commit.insert(conn, seq);
         for name in files {
             coord.files.entry(name).or_default().changed_at = seq;
         }
@@ -649,6 +652,19 @@ impl StoreDb {
             }
             (Some("onesync_stats"), _) => {
                 reply(stats_json(&self.store.store));
+                SQLITE_OK
+            }
+            (Some("onesync_commit"), _) => {
+                // This connection's last commit, and how far commits are durable: a COMMIT
+                // that has returned must have seq <= durable_seq.
+                let seq = lock(&self.store.coord).last_commit.get(&self.conn).copied();
+                reply(
+                    serde_json::json!({
+                        "seq": seq,
+                        "durable_seq": self.store.store.durable_seq(),
+                    })
+                    .to_string(),
+                );
                 SQLITE_OK
             }
             _ => SQLITE_NOTFOUND,
