@@ -187,6 +187,38 @@ fn process_lock_key(logical: &str) -> u64 {
     })
 }
 
+impl OpenStore {
+    /// Wait (at most `left`) for a file's writer to let go: a writer holds its lock for
+    /// tens of microseconds, so first yield a few times (no sleep and wake-up, which cost
+    /// as much again on a virtual machine), then sleep on the condvar.
+    fn wait_for_writer_change<'a>(
+        &'a self,
+        coord: MutexGuard<'a, Coordination>,
+        left: Duration,
+    ) -> MutexGuard<'a, Coordination> {
+        let releases = *lock(&LOCK_RELEASES);
+        drop(coord);
+        let spin_until = Instant::now() + WRITER_SPIN.min(left);
+        while Instant::now() < spin_until {
+            std::thread::yield_now();
+            if *lock(&LOCK_RELEASES) != releases {
+                return lock(&self.coord);
+            }
+        }
+        let coord = lock(&self.coord);
+        if *lock(&LOCK_RELEASES) != releases {
+            return coord;
+        }
+        self.writer_left
+            .wait_timeout(coord, left.saturating_sub(WRITER_SPIN))
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+    }
+}
+
+/// How long a connection waiting for a write lock yields before it sleeps.
+const WRITER_SPIN: Duration = Duration::from_micros(30);
+
 /// Lock levels and write transactions of one store, under one mutex.
 #[derive(Default)]
 struct Coordination {
@@ -409,12 +441,7 @@ impl StoreDb {
                     }
                     // About to commit: a flush starting meanwhile should wait for us a little.
                     waiting.get_or_insert_with(|| self.store.store.writer_waiting());
-                    coord = self
-                        .store
-                        .writer_left
-                        .wait_timeout(coord, left)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
+                    coord = self.store.wait_for_writer_change(coord, left);
                 }
                 // Our own connection (the same database twice): waiting would never end.
                 Some(_) => return Err(SQLITE_BUSY),
@@ -508,12 +535,7 @@ impl StoreDb {
                 return;
             }
             waiting.get_or_insert_with(|| self.store.store.writer_waiting());
-            coord = self
-                .store
-                .writer_left
-                .wait_timeout(coord, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            coord = self.store.wait_for_writer_change(coord, left);
         }
     }
 
