@@ -1,6 +1,7 @@
 //! `onesync`: the lab around the onesync store (workloads, meters, reports).
 
 mod bank;
+mod bench;
 mod concurrency;
 mod convert;
 mod kill_torture;
@@ -27,6 +28,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run a workload on several commit schemes (stock journal modes, WAL, onesync) in one
+    /// run, each on a fresh database: TPS, latency percentiles, write calls, bytes and
+    /// fsyncs per transaction, and with --fs the block device's writes, KiB and flushes
+    Bench(bench::BenchArgs),
     /// Measure the store's commit rate, flushes and bytes per commit (1 and 4 threads), a raw
     /// pwrite+fdatasync baseline and recovery time; with --fs also the device's view
     StoreBench(store_bench::StoreBenchArgs),
@@ -50,6 +55,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match &cli.command {
+        Command::Bench(args) => bench::run(args),
         Command::StoreBench(args) => store_bench::run(args).map(|()| ExitCode::SUCCESS),
         Command::Export(args) => convert::export(args).map(|()| ExitCode::SUCCESS),
         Command::Import(args) => convert::import(args).map(|()| ExitCode::SUCCESS),

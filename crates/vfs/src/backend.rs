@@ -8,6 +8,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::ffi::{
     sqlite3_file, sqlite3_io_methods, sqlite3_vfs, SQLITE_IOERR, SQLITE_IOERR_SHMMAP, SQLITE_LOCK_EXCLUSIVE,
@@ -132,6 +133,35 @@ pub trait DbBackend: Send {
     }
 }
 
+/// I/O through pass-through files (of every VFS this crate registered in this process):
+/// what the lab's shim counts for stock SQLite modes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassThroughIo {
+    pub write_calls: u64,
+    pub bytes_written: u64,
+    /// `xSync` calls (each an fsync or fdatasync in SQLite's unix VFS), and `xDelete` calls
+    /// that sync the directory (an fsync of it).
+    pub syncs: u64,
+}
+
+static PT_WRITE_CALLS: AtomicU64 = AtomicU64::new(0);
+static PT_BYTES_WRITTEN: AtomicU64 = AtomicU64::new(0);
+static PT_SYNCS: AtomicU64 = AtomicU64::new(0);
+
+/// A file deleted with its directory synced (SQLite's unix VFS fsyncs the directory).
+pub(crate) fn count_directory_sync() {
+    PT_SYNCS.fetch_add(1, Relaxed);
+}
+
+/// The totals so far (take differences around what you measure).
+pub fn passthrough_io() -> PassThroughIo {
+    PassThroughIo {
+        write_calls: PT_WRITE_CALLS.load(Relaxed),
+        bytes_written: PT_BYTES_WRITTEN.load(Relaxed),
+        syncs: PT_SYNCS.load(Relaxed),
+    }
+}
+
 /// A file of the underlying VFS, every method forwarded unchanged.
 pub struct PassThrough {
     /// The underlying VFS's `sqlite3_file` subclass: `szOsFile` bytes,
@@ -223,6 +253,8 @@ impl DbBackend for PassThrough {
         let f = method!(self.xWrite);
         let amt = c_int::try_from(buf.len()).map_err(|_| SQLITE_IOERR)?;
         let off = i64::try_from(offset).map_err(|_| SQLITE_IOERR)?;
+        PT_WRITE_CALLS.fetch_add(1, Relaxed);
+        PT_BYTES_WRITTEN.fetch_add(buf.len() as u64, Relaxed);
         // SAFETY: open file; `buf` is readable for `amt` bytes.
         check(unsafe { f(self.file(), buf.as_ptr().cast(), amt, off) })
     }
@@ -236,6 +268,7 @@ impl DbBackend for PassThrough {
 
     fn sync(&mut self, flags: c_int) -> IoResult<()> {
         let f = method!(self.xSync);
+        PT_SYNCS.fetch_add(1, Relaxed);
         // SAFETY: open file.
         check(unsafe { f(self.file(), flags) })
     }

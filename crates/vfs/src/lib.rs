@@ -21,7 +21,8 @@ use std::ffi::{c_char, c_int, c_void};
 
 pub use api::ApiTable;
 pub use backend::{
-    DbBackend, IoResult, LockLevel, MainDbFactory, OpenRequest, Opened, PassThrough, PassThroughFactory,
+    passthrough_io, DbBackend, IoResult, LockLevel, MainDbFactory, OpenRequest, Opened, PassThrough,
+    PassThroughFactory, PassThroughIo,
 };
 pub use store_db::{store_stats_json, StoreFactory, DEFAULT_LOGICAL_DB, STORE_PAGE_SIZE};
 pub use vfs::{

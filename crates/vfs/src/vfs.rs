@@ -47,6 +47,11 @@ pub struct RegisterOptions {
     /// (files passed through unchanged, for tests and comparisons);
     /// [`register_static`] and the extension use [`StoreFactory`].
     pub main_db: Box<dyn MainDbFactory>,
+    /// Keep journals in memory (the onesync way). `false` passes them through to the
+    /// underlying VFS like every other file: with [`PassThroughFactory`] that is stock SQLite
+    /// with its I/O counted ([`passthrough_io`](crate::backend::passthrough_io)), the lab's
+    /// shim for measuring stock journal modes.
+    pub memory_journals: bool,
 }
 
 impl Default for RegisterOptions {
@@ -55,6 +60,7 @@ impl Default for RegisterOptions {
             name: VFS_NAME.to_owned(),
             make_default: false,
             main_db: Box::new(PassThroughFactory),
+            memory_journals: true,
         }
     }
 }
@@ -134,6 +140,7 @@ struct VfsState {
     base: *mut sqlite3_vfs,
     journals: Arc<MemStore>,
     main_db: Box<dyn MainDbFactory>,
+    memory_journals: bool,
     counters: Counters,
 }
 
@@ -188,6 +195,7 @@ pub fn register_with(api: &ApiTable, opts: RegisterOptions) -> Result<Registered
         base,
         journals: Arc::new(MemStore::default()),
         main_db: opts.main_db,
+        memory_journals: opts.memory_journals,
         counters: Counters::default(),
     }));
     let z_name = name.into_raw();
@@ -299,7 +307,7 @@ unsafe fn open_backend(
     name: *const c_char,
     flags: c_int,
 ) -> IoResult<(Box<dyn DbBackend>, c_int)> {
-    if flags & MEMORY_KINDS != 0 {
+    if state.memory_journals && flags & MEMORY_KINDS != 0 {
         let c = &state.counters;
         let counter = if flags & SQLITE_OPEN_MAIN_JOURNAL != 0 {
             &c.journal_opens
@@ -385,6 +393,7 @@ unsafe extern "C" fn x_delete(vfs: *mut sqlite3_vfs, name: *const c_char, sync_d
             return SQLITE_MISUSE;
         };
         match state.journals.remove(key) {
+            _ if !state.memory_journals => {}
             Ok(true) => {
                 state.counters.memory_deletes.fetch_add(1, Relaxed);
                 return SQLITE_OK;
@@ -394,6 +403,9 @@ unsafe extern "C" fn x_delete(vfs: *mut sqlite3_vfs, name: *const c_char, sync_d
             Ok(false) if is_journal_name(key) => return SQLITE_IOERR_DELETE_NOENT,
             Ok(false) => {}
             Err(rc) => return rc,
+        }
+        if sync_dir != 0 {
+            crate::backend::count_directory_sync();
         }
         // SAFETY: as above.
         match unsafe { base(vfs) } {
@@ -423,6 +435,7 @@ unsafe extern "C" fn x_access(
             return SQLITE_MISUSE;
         };
         match state.journals.exists(key) {
+            _ if !state.memory_journals => {}
             Ok(true) => {
                 *out_ref = 1;
                 return SQLITE_OK;

@@ -37,6 +37,7 @@ fn passthrough() -> ApiTable {
         name: PASSTHROUGH.to_owned(),
         make_default: false,
         main_db: Box::new(onesync::PassThroughFactory),
+        memory_journals: true,
     };
     onesync::register_with(&api, opts).expect("register pass-through");
     api
@@ -285,6 +286,7 @@ fn panics_become_sqlite_errors_not_unwinding_into_c() {
         name: "onesync-panicky".to_owned(),
         make_default: false,
         main_db: Box::new(PanickyFactory),
+        memory_journals: true,
     };
     assert!(onesync::register_with(&api, opts).is_ok());
     let dir = tempfile::tempdir().unwrap();

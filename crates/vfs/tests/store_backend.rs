@@ -249,6 +249,7 @@ fn batch_atomic_write_is_compiled_in_and_used() {
             name: NAME.to_owned(),
             make_default: false,
             main_db: Box::new(onesync::StoreFactory::new(api)),
+            memory_journals: true,
         },
     )
     .expect("register the batch-test VFS");

@@ -1,0 +1,538 @@
+//! `onesync bench WORKLOAD --mode M1,M2,...`: one workload run on every commit scheme in the
+//! same run, each on a fresh database (and with `--fs`, a fresh filesystem), with the same
+//! meters: transactions per second, commit latency percentiles, and per transaction the
+//! write calls, bytes written and fsync-family calls, plus with `--fs` the block device's
+//! write requests, KiB and flushes.
+//!
+//! Stock modes run through a counting shim: a VFS of the onesync crate registered with
+//! pass-through files only (journals, WAL and shared memory included), so SQLite behaves as
+//! over its default VFS while every `xWrite` and `xSync` is counted. The `onesync` mode
+//! reads the store's own counters (it does its I/O itself; the few bytes per transaction it
+//! writes to its side file for other processes are not included).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rusqlite::{params, Connection, OpenFlags};
+use serde::Serialize;
+
+use crate::loopfs::{DevCounters, FsKind, LoopFs};
+use crate::progress::{phase_bar, phase_spinner};
+use crate::sqlite::{check_integrity, open_onesync, BUSY_TIMEOUT};
+
+/// The counting shim's VFS name.
+const COUNTING_VFS: &str = "onesync-counting";
+/// MobiBench's record: a 100-byte string.
+const PAYLOAD_BYTES: usize = 100;
+/// `tpcb` scale: accounts, tellers and branches (pgbench's scale 1 has 100,000 accounts;
+/// a tenth keeps setup short while transfers still spread over many pages).
+const TPCB_ACCOUNTS: i64 = 10_000;
+const TPCB_TELLERS: i64 = 10;
+const TPCB_BRANCHES: i64 = 1;
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// One INSERT of a 100-byte string (autoincrement key) per transaction (MobiBench)
+    Insert,
+    /// One UPDATE of a random row's 100-byte string per transaction (MobiBench)
+    Update,
+    /// One DELETE of a row per transaction, in key order (MobiBench)
+    Delete,
+    /// TPC-B-like transfers: account, teller and branch balances and a history row per
+    /// transaction; money must be conserved
+    Tpcb,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Rollback journal, deleted at commit (synchronous=FULL)
+    Delete,
+    /// Rollback journal, truncated at commit (synchronous=FULL)
+    Truncate,
+    /// Rollback journal, header zeroed at commit (synchronous=FULL)
+    Persist,
+    /// Write-ahead log, synchronous=FULL
+    Wal,
+    /// Write-ahead log, synchronous=NORMAL (commits are not durable until a checkpoint)
+    WalNormal,
+    /// Write-ahead log, synchronous=FULL, checkpoints only when the log reaches 64 MiB
+    WalDelayed,
+    /// Journal in memory: not crash-safe (a negative control)
+    Memory,
+    /// No journal: not crash-safe (a negative control)
+    Off,
+    /// The onesync VFS over a onesync store (synchronous=FULL)
+    Onesync,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Delete => "delete",
+            Mode::Truncate => "truncate",
+            Mode::Persist => "persist",
+            Mode::Wal => "wal",
+            Mode::WalNormal => "wal-normal",
+            Mode::WalDelayed => "wal-delayed",
+            Mode::Memory => "memory",
+            Mode::Off => "off",
+            Mode::Onesync => "onesync",
+        }
+    }
+
+    /// The pragmas that make a stock connection this mode (none for onesync beyond
+    /// synchronous).
+    fn pragmas(self) -> &'static str {
+        match self {
+            Mode::Delete => "PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL;",
+            Mode::Truncate => "PRAGMA journal_mode=TRUNCATE; PRAGMA synchronous=FULL;",
+            Mode::Persist => "PRAGMA journal_mode=PERSIST; PRAGMA synchronous=FULL;",
+            Mode::Wal => "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
+            Mode::WalNormal => "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            // 16384 pages of 4 KiB: the log grows to 64 MiB before a checkpoint.
+            Mode::WalDelayed => {
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=16384;"
+            }
+            Mode::Memory => "PRAGMA journal_mode=MEMORY; PRAGMA synchronous=FULL;",
+            Mode::Off => "PRAGMA journal_mode=OFF; PRAGMA synchronous=FULL;",
+            Mode::Onesync => "PRAGMA synchronous=FULL;",
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// What each transaction does
+    #[arg(value_enum)]
+    pub workload: Workload,
+
+    /// Modes to run, in order (the first is the baseline of the ratios)
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "delete,wal,onesync")]
+    pub mode: Vec<Mode>,
+
+    /// Measured transactions per mode
+    #[arg(long, value_name = "N", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub txns: u64,
+
+    /// Run in a fresh subdirectory of D per mode [default: the system's temporary directory]
+    #[arg(long, value_name = "D", conflicts_with = "fs")]
+    pub dir: Option<PathBuf>,
+
+    /// Run each mode on a freshly made filesystem of this kind on a loop device, and read
+    /// the device's counters (needs root)
+    #[arg(long, value_enum, value_name = "FS")]
+    pub fs: Option<FsKind>,
+
+    /// Size of each loop image for --fs, in MiB
+    #[arg(long, value_name = "MIB", default_value_t = 1024, requires = "fs")]
+    pub fs_size_mib: u64,
+
+    /// Seed of the rows and accounts chosen
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Write {"results":[...]} (one object per mode) to FILE, or to stdout with "-" (then
+    /// nothing else goes to stdout)
+    #[arg(long, value_name = "FILE|-")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct ModeResult {
+    pub mode: &'static str,
+    pub workload: Workload,
+    pub fs: Option<&'static str>,
+    pub txns: u64,
+    pub tps: f64,
+    pub latency_us: Latency,
+    pub per_txn: PerTxn,
+}
+
+#[derive(Serialize, Debug, Clone, Copy)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+#[derive(Serialize, Debug, Clone, Copy)]
+pub struct PerTxn {
+    pub write_calls: f64,
+    pub bytes_written: f64,
+    pub fsyncs: f64,
+    pub dev_writes: Option<f64>,
+    pub dev_kb: Option<f64>,
+    pub dev_flushes: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Results<'a> {
+    results: &'a [ModeResult],
+}
+
+pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+    if args.mode.is_empty() {
+        bail!("--mode lists no modes");
+    }
+    let mut results = Vec::new();
+    for &mode in &args.mode {
+        results.push(run_mode(args, mode).with_context(|| format!("mode {}", mode.name()))?);
+    }
+    match args.json.as_deref() {
+        Some(path) if path == Path::new("-") => {
+            println!("{}", serde_json::to_string(&Results { results: &results })?)
+        }
+        Some(path) => {
+            std::fs::write(
+                path,
+                serde_json::to_string_pretty(&Results { results: &results })? + "\n",
+            )
+            .with_context(|| format!("writing {}", path.display()))?;
+            print!("{}", table(args, &results));
+        }
+        None => print!("{}", table(args, &results)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
+    // Declared first so it is unmounted after the work directory is gone.
+    let loop_fs = match args.fs {
+        Some(kind) => {
+            let size = args
+                .fs_size_mib
+                .checked_mul(1 << 20)
+                .ok_or_else(|| anyhow!("--fs-size-mib {} is too large", args.fs_size_mib))?;
+            let spinner = phase_spinner("loopfs", "making the filesystem");
+            let made = LoopFs::create(kind, size)?;
+            spinner.finish_and_clear();
+            Some(made)
+        }
+        None => None,
+    };
+    let parent = match (&loop_fs, &args.dir) {
+        (Some(l), _) => l.mount_point().to_owned(),
+        (None, Some(d)) => d.clone(),
+        (None, None) => std::env::temp_dir(),
+    };
+    let work = tempfile::Builder::new()
+        .prefix("onesync-bench-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("making a work directory in {}", parent.display()))?;
+    let conn = open_mode(mode, work.path())?;
+    let spinner = phase_spinner("setup", mode.name());
+    set_up(&conn, args.workload, args.txns)?;
+    spinner.finish_and_clear();
+
+    let mut rng = SmallRng::seed_from_u64(args.seed);
+    let mut latencies = Vec::with_capacity(args.txns as usize);
+    let io_before = io_counters(&conn, mode)?;
+    let dev_before = loop_fs.as_ref().map(LoopFs::counters).transpose()?;
+    let bar = phase_bar(mode.name(), args.txns);
+    let started = Instant::now();
+    for n in 0..args.txns {
+        let t = Instant::now();
+        one_transaction(&conn, args.workload, n, &mut rng)
+            .with_context(|| format!("transaction {n} of {}", args.txns))?;
+        latencies.push(t.elapsed());
+        bar.inc(1);
+    }
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+    let dev = match (&loop_fs, dev_before) {
+        (Some(l), Some(before)) => Some(l.counters()?.delta(&before)),
+        _ => None,
+    };
+    let io = io_counters(&conn, mode)?.minus(io_before);
+    check(&conn, args.workload)?;
+    drop(conn);
+    let txns = args.txns as f64;
+    let per = |v: u64| v as f64 / txns;
+    Ok(ModeResult {
+        mode: mode.name(),
+        workload: args.workload,
+        fs: loop_fs.as_ref().map(|l| l.kind().name()),
+        txns: args.txns,
+        tps: txns / elapsed.as_secs_f64(),
+        latency_us: percentiles(&mut latencies),
+        per_txn: PerTxn {
+            write_calls: per(io.write_calls),
+            bytes_written: per(io.bytes_written),
+            fsyncs: per(io.syncs),
+            dev_writes: dev.map(|d: DevCounters| per(d.write_ios)),
+            dev_kb: dev.map(|d| d.bytes_written() as f64 / 1024.0 / txns),
+            dev_flushes: dev.map(|d| per(d.flushes)),
+        },
+    })
+}
+
+/// Registers the counting shim (idempotent): pass-through files for everything, counted.
+fn register_counting_vfs() -> Result<()> {
+    onesync::register_with(
+        &onesync::api_table_from_sys!(rusqlite::ffi),
+        onesync::RegisterOptions {
+            name: COUNTING_VFS.to_owned(),
+            make_default: false,
+            main_db: Box::new(onesync::PassThroughFactory),
+            memory_journals: false,
+        },
+    )
+    .map_err(|e| anyhow!("registering the counting VFS: {e}"))?;
+    Ok(())
+}
+
+fn open_mode(mode: Mode, dir: &Path) -> Result<Connection> {
+    let conn = if mode == Mode::Onesync {
+        open_onesync(&dir.join("bench.onesync"), true)?
+    } else {
+        register_counting_vfs()?;
+        let path = dir.join("bench.db");
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags_and_vfs(&path, flags, COUNTING_VFS)
+            .with_context(|| format!("opening {} through the counting VFS", path.display()))?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn
+    };
+    // journal_mode answers with a row; the others with nothing.
+    for pragma in mode.pragmas().split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let mut stmt = conn.prepare(pragma)?;
+        let mut rows = stmt.query([])?;
+        while rows.next()?.is_some() {}
+    }
+    Ok(conn)
+}
+
+#[derive(Clone, Copy, Default)]
+struct IoCounters {
+    write_calls: u64,
+    bytes_written: u64,
+    syncs: u64,
+}
+
+impl IoCounters {
+    fn minus(self, before: IoCounters) -> IoCounters {
+        IoCounters {
+            write_calls: self.write_calls.saturating_sub(before.write_calls),
+            bytes_written: self.bytes_written.saturating_sub(before.bytes_written),
+            syncs: self.syncs.saturating_sub(before.syncs),
+        }
+    }
+}
+
+fn io_counters(conn: &Connection, mode: Mode) -> Result<IoCounters> {
+    if mode == Mode::Onesync {
+        #[derive(serde::Deserialize)]
+        struct Store {
+            write_calls: u64,
+            bytes_written: u64,
+            flushes: u64,
+        }
+        let json: String = conn.query_row("PRAGMA onesync_stats", [], |r| r.get(0))?;
+        let s: Store = serde_json::from_str(&json).context("parsing PRAGMA onesync_stats")?;
+        return Ok(IoCounters {
+            write_calls: s.write_calls,
+            bytes_written: s.bytes_written,
+            syncs: s.flushes,
+        });
+    }
+    let io = onesync::passthrough_io();
+    Ok(IoCounters {
+        write_calls: io.write_calls,
+        bytes_written: io.bytes_written,
+        syncs: io.syncs,
+    })
+}
+
+fn payload(rng: &mut SmallRng) -> String {
+    (0..PAYLOAD_BYTES)
+        .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+        .collect()
+}
+
+/// Tables, and the rows the measured transactions update or delete (one transaction).
+fn set_up(conn: &Connection, workload: Workload, txns: u64) -> Result<()> {
+    let mut rng = SmallRng::seed_from_u64(0);
+    conn.execute_batch("BEGIN")?;
+    match workload {
+        Workload::Insert | Workload::Update | Workload::Delete => {
+            conn.execute_batch("CREATE TABLE item(id INTEGER PRIMARY KEY AUTOINCREMENT, v TEXT NOT NULL)")?;
+            if workload != Workload::Insert {
+                let mut insert = conn.prepare("INSERT INTO item(v) VALUES (?1)")?;
+                for _ in 0..txns {
+                    insert.execute([payload(&mut rng)])?;
+                }
+            }
+        }
+        Workload::Tpcb => {
+            conn.execute_batch(
+                "CREATE TABLE branches(bid INTEGER PRIMARY KEY, bbalance INTEGER NOT NULL, filler TEXT);
+                 CREATE TABLE tellers(tid INTEGER PRIMARY KEY, bid INTEGER, tbalance INTEGER NOT NULL, filler TEXT);
+                 CREATE TABLE accounts(aid INTEGER PRIMARY KEY, bid INTEGER, abalance INTEGER NOT NULL, filler TEXT);
+                 CREATE TABLE history(tid INTEGER, bid INTEGER, aid INTEGER, delta INTEGER NOT NULL, mtime INTEGER, filler TEXT);",
+            )?;
+            let filler = "x".repeat(84);
+            for bid in 1..=TPCB_BRANCHES {
+                conn.execute("INSERT INTO branches VALUES (?1, 0, ?2)", params![bid, filler])?;
+            }
+            for tid in 1..=TPCB_TELLERS {
+                conn.execute("INSERT INTO tellers VALUES (?1, 1, 0, ?2)", params![tid, filler])?;
+            }
+            let mut insert = conn.prepare("INSERT INTO accounts VALUES (?1, 1, 0, ?2)")?;
+            for aid in 1..=TPCB_ACCOUNTS {
+                insert.execute(params![aid, filler])?;
+            }
+        }
+    }
+    conn.execute_batch("COMMIT")?;
+    Ok(())
+}
+
+fn one_transaction(conn: &Connection, workload: Workload, n: u64, rng: &mut SmallRng) -> Result<()> {
+    match workload {
+        // Autocommit statements: one transaction each, as MobiBench runs them.
+        Workload::Insert => {
+            conn.prepare_cached("INSERT INTO item(v) VALUES (?1)")?
+                .execute([payload(rng)])?;
+        }
+        Workload::Update => {
+            let rows = conn.query_row("SELECT max(id) FROM item", [], |r| r.get::<_, i64>(0))?;
+            let id = rng.random_range(1..=rows.max(1));
+            conn.prepare_cached("UPDATE item SET v = ?1 WHERE id = ?2")?
+                .execute(params![payload(rng), id])?;
+        }
+        Workload::Delete => {
+            conn.prepare_cached("DELETE FROM item WHERE id = ?1")?
+                .execute([n as i64 + 1])?;
+        }
+        Workload::Tpcb => {
+            let aid = rng.random_range(1..=TPCB_ACCOUNTS);
+            let tid = rng.random_range(1..=TPCB_TELLERS);
+            let bid = rng.random_range(1..=TPCB_BRANCHES);
+            let delta = rng.random_range(-5000..=5000i64);
+            conn.execute_batch("BEGIN")?;
+            let done = (|| -> Result<()> {
+                conn.prepare_cached("UPDATE accounts SET abalance = abalance + ?1 WHERE aid = ?2")?
+                    .execute(params![delta, aid])?;
+                conn.prepare_cached("SELECT abalance FROM accounts WHERE aid = ?1")?
+                    .query_row([aid], |r| r.get::<_, i64>(0))?;
+                conn.prepare_cached("UPDATE tellers SET tbalance = tbalance + ?1 WHERE tid = ?2")?
+                    .execute(params![delta, tid])?;
+                conn.prepare_cached("UPDATE branches SET bbalance = bbalance + ?1 WHERE bid = ?2")?
+                    .execute(params![delta, bid])?;
+                conn.prepare_cached(
+                    "INSERT INTO history(tid, bid, aid, delta, mtime, filler) VALUES (?1, ?2, ?3, ?4, ?5, 'tpcb')",
+                )?
+                .execute(params![tid, bid, aid, delta, n as i64])?;
+                conn.execute_batch("COMMIT")?;
+                Ok(())
+            })();
+            if done.is_err() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            done?;
+        }
+    }
+    Ok(())
+}
+
+/// After the run: integrity, and the workload's own invariant.
+fn check(conn: &Connection, workload: Workload) -> Result<()> {
+    check_integrity(conn)?;
+    if workload == Workload::Tpcb {
+        let sums: (i64, i64, i64, i64) = conn.query_row(
+            "SELECT (SELECT total(abalance) FROM accounts), (SELECT total(tbalance) FROM tellers),
+                    (SELECT total(bbalance) FROM branches), (SELECT total(delta) FROM history)",
+            [],
+            |r| {
+                Ok((
+                    r.get::<_, f64>(0)? as i64,
+                    r.get::<_, f64>(1)? as i64,
+                    r.get::<_, f64>(2)? as i64,
+                    r.get::<_, f64>(3)? as i64,
+                ))
+            },
+        )?;
+        if !(sums.0 == sums.3 && sums.1 == sums.3 && sums.2 == sums.3) {
+            bail!(
+                "tpcb: money not conserved: accounts {}, tellers {}, branches {}, history {}",
+                sums.0,
+                sums.1,
+                sums.2,
+                sums.3
+            );
+        }
+    }
+    Ok(())
+}
+
+fn percentiles(latencies: &mut [Duration]) -> Latency {
+    latencies.sort_unstable();
+    let at = |q: f64| -> f64 {
+        if latencies.is_empty() {
+            return 0.0;
+        }
+        let i = ((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1;
+        latencies[i].as_secs_f64() * 1e6
+    };
+    Latency {
+        p50: at(0.50),
+        p99: at(0.99),
+        p999: at(0.999),
+        max: at(1.0),
+    }
+}
+
+fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
+    let mut out = format!(
+        "bench {} ({} transactions per mode, {}):\n",
+        serde_json::to_value(args.workload)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        args.txns,
+        match args.fs {
+            Some(kind) => format!("a fresh {} on a loop device per mode", kind.name()),
+            None => "a fresh directory per mode".to_owned(),
+        }
+    );
+    out.push_str(&format!(
+        "{:<12} {:>9} {:>6} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>7}",
+        "mode", "txn/s", "vs 1st", "p50 us", "p99 us", "p99.9 us", "writes", "KiB", "fsyncs", ""
+    ));
+    if args.fs.is_some() {
+        out.push_str(&format!("{:>9} {:>8} {:>9}", "dev wr", "dev KiB", "dev flush"));
+    }
+    out.push('\n');
+    let base = results.first().map(|r| r.tps).unwrap_or(1.0);
+    for r in results {
+        out.push_str(&format!(
+            "{:<12} {:>9.0} {:>6.2} {:>8.0} {:>8.0} {:>9.0} {:>9.2} {:>7.2} {:>8.3} {:>7}",
+            r.mode,
+            r.tps,
+            r.tps / base,
+            r.latency_us.p50,
+            r.latency_us.p99,
+            r.latency_us.p999,
+            r.per_txn.write_calls,
+            r.per_txn.bytes_written / 1024.0,
+            r.per_txn.fsyncs,
+            ""
+        ));
+        if let (Some(w), Some(k), Some(f)) = (r.per_txn.dev_writes, r.per_txn.dev_kb, r.per_txn.dev_flushes) {
+            out.push_str(&format!("{w:>9.2} {k:>8.2} {f:>9.3}"));
+        }
+        out.push('\n');
+    }
+    out.push_str("(writes, KiB and fsyncs per transaction; dev: the block device's write requests, KiB and flushes per transaction)\n");
+    out
+}

@@ -1,0 +1,160 @@
+//! `onesync bench` run as a user would, on small workloads: every mode answers in the JSON
+//! shape the lab promises, the counting shim sees the stock modes' journals, and onesync
+//! makes one flush per transaction. With `--fs` (root, mkfs.ext4) the device columns too.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn onesync(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_onesync"))
+        .args(args)
+        .output()
+        .expect("the onesync binary runs")
+}
+
+fn results(output: &Output) -> Vec<Value> {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout).expect("one JSON object on stdout");
+    v["results"].as_array().expect("results").clone()
+}
+
+fn f(v: &Value, path: &[&str]) -> f64 {
+    let mut at = v;
+    for key in path {
+        at = &at[*key];
+    }
+    at.as_f64().unwrap_or_else(|| panic!("{path:?} in {v}"))
+}
+
+#[test]
+fn every_mode_reports_its_costs() {
+    let dir = tempfile::tempdir().unwrap();
+    let modes = "delete,truncate,persist,wal,wal-normal,wal-delayed,memory,off,onesync";
+    let out = onesync(&[
+        "bench",
+        "insert",
+        "--mode",
+        modes,
+        "--txns",
+        "150",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    let rows = results(&out);
+    let names: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(names, modes.split(',').collect::<Vec<_>>());
+    for r in &rows {
+        assert_eq!(r["workload"], "insert");
+        assert_eq!(r["txns"], 150);
+        assert!(r["fs"].is_null());
+        assert!(f(r, &["tps"]) > 0.0, "{r}");
+        let l = &r["latency_us"];
+        assert!(f(l, &["p50"]) <= f(l, &["p99"]) && f(l, &["p99"]) <= f(l, &["p999"]));
+        assert!(f(l, &["p999"]) <= f(l, &["max"]), "{r}");
+        assert!(r["per_txn"]["dev_writes"].is_null());
+        assert!(f(r, &["per_txn", "write_calls"]) >= 1.0, "{r}");
+    }
+    let by = |m: &str| rows.iter().find(|r| r["mode"] == m).unwrap();
+    // The rollback journal: the journal's writes and syncs are counted (the shim passes
+    // journals through), so more than the database's own.
+    assert!(f(by("delete"), &["per_txn", "fsyncs"]) >= 2.9, "{}", by("delete"));
+    assert!(f(by("delete"), &["per_txn", "write_calls"]) > 3.0);
+    assert!(f(by("wal"), &["per_txn", "fsyncs"]) < 1.1);
+    assert!(f(by("wal-normal"), &["per_txn", "fsyncs"]) < 0.1);
+    let o = by("onesync");
+    assert!(f(o, &["per_txn", "fsyncs"]) <= 1.02, "{o}");
+    assert!(f(o, &["per_txn", "bytes_written"]) <= 8.5 * 1024.0, "{o}");
+}
+
+#[test]
+fn tpcb_conserves_money_on_every_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = onesync(&[
+        "bench",
+        "tpcb",
+        "--mode",
+        "delete,wal,onesync",
+        "--txns",
+        "100",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    assert_eq!(results(&out).len(), 3);
+}
+
+#[test]
+fn update_and_delete_run() {
+    let dir = tempfile::tempdir().unwrap();
+    for workload in ["update", "delete"] {
+        let out = onesync(&[
+            "bench",
+            workload,
+            "--mode",
+            "persist,onesync",
+            "--txns",
+            "100",
+            "--dir",
+            dir.path().to_str().unwrap(),
+            "--json",
+            "-",
+        ]);
+        assert_eq!(results(&out).len(), 2, "{workload}");
+    }
+}
+
+#[test]
+fn on_a_loop_ext4_the_device_is_counted() {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    let mkfs = Command::new("mkfs.ext4").arg("-V").output().is_ok();
+    if !root || !mkfs {
+        eprintln!("SKIPPED: needs root and mkfs.ext4");
+        return;
+    }
+    let out = onesync(&[
+        "bench",
+        "insert",
+        "--mode",
+        "delete,onesync",
+        "--txns",
+        "200",
+        "--fs",
+        "ext4",
+        "--fs-size-mib",
+        "256",
+        "--json",
+        "-",
+    ]);
+    let rows = results(&out);
+    for r in &rows {
+        assert_eq!(r["fs"], "ext4");
+        assert!(f(r, &["per_txn", "dev_writes"]) > 0.0, "{r}");
+    }
+    let o = &rows[1];
+    assert!(f(o, &["per_txn", "dev_flushes"]) <= 1.05, "{o}");
+    // The rollback journal costs the device several times onesync's bytes.
+    assert!(f(&rows[0], &["per_txn", "dev_kb"]) > 3.0 * f(o, &["per_txn", "dev_kb"]));
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let out = onesync(&["bench", "insert", "--mode", "nonsense"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nonsense"));
+    let out = onesync(&["bench", "insert", "--txns", "0"]);
+    assert!(!out.status.success());
+}
