@@ -46,6 +46,10 @@ pub enum Workload {
     /// TPC-B-like transfers: account, teller and branch balances and a history row per
     /// transaction; money must be conserved
     Tpcb,
+    /// Several threads (--threads), one connection each, each on its own table (or with
+    /// --shared-table all on one): per transaction an insert (60 %), an update of a random
+    /// row (20 %), a delete (10 %) or an index search (10 %)
+    Dbbench,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -137,6 +141,15 @@ pub struct BenchArgs {
     /// Seed of the rows and accounts chosen
     #[arg(long, value_name = "S", default_value_t = 1)]
     pub seed: u64,
+
+    /// Threads for dbbench (one connection each; the transactions are split among them)
+    #[arg(long, value_name = "T", default_value_t = 4,
+          value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub threads: u64,
+
+    /// dbbench: every thread on one shared table (overlapping) instead of its own
+    #[arg(long)]
+    pub shared_table: bool,
 
     /// Write {"results":[...]} (one object per mode) to FILE, or to stdout with "-" (then
     /// nothing else goes to stdout)
@@ -237,13 +250,52 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
     let io_before = io_counters(&conn, mode)?;
     let dev_before = loop_fs.as_ref().map(LoopFs::counters).transpose()?;
     let bar = phase_bar(mode.name(), args.txns);
-    let started = Instant::now();
-    for n in 0..args.txns {
-        let t = Instant::now();
-        one_transaction(&conn, args.workload, n, &mut rng)
-            .with_context(|| format!("transaction {n} of {}", args.txns))?;
-        latencies.push(t.elapsed());
-        bar.inc(1);
+    let started;
+    if args.workload == Workload::Dbbench {
+        let db = db_path(mode, work.path());
+        let start = std::sync::Barrier::new(args.threads as usize + 1);
+        let (began, per_thread) = std::thread::scope(|scope| -> Result<_> {
+            let workers: Vec<_> = (0..args.threads)
+                .map(|t| {
+                    let share = args.txns / args.threads + u64::from(t < args.txns % args.threads);
+                    let (start, bar, db) = (&start, &bar, &db);
+                    let table = dbbench_table(if args.shared_table { 0 } else { t % DBBENCH_TABLES });
+                    let seed = args.seed ^ (t + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    scope.spawn(move || -> Result<Vec<Duration>> {
+                        let opened = reopen_mode(mode, db);
+                        start.wait();
+                        let conn = opened?;
+                        let mut rng = SmallRng::seed_from_u64(seed);
+                        let mut times = Vec::with_capacity(share as usize);
+                        for _ in 0..share {
+                            let t = Instant::now();
+                            dbbench_transaction(&conn, &table, &mut rng)?;
+                            times.push(t.elapsed());
+                            bar.inc(1);
+                        }
+                        Ok(times)
+                    })
+                })
+                .collect();
+            start.wait();
+            let began = Instant::now();
+            let mut all = Vec::new();
+            for w in workers {
+                all.push(w.join().map_err(|_| anyhow!("a dbbench thread panicked"))??);
+            }
+            Ok((began, all))
+        })?;
+        started = began;
+        latencies = per_thread.into_iter().flatten().collect();
+    } else {
+        started = Instant::now();
+        for n in 0..args.txns {
+            let t = Instant::now();
+            one_transaction(&conn, args.workload, n, &mut rng)
+                .with_context(|| format!("transaction {n} of {}", args.txns))?;
+            latencies.push(t.elapsed());
+            bar.inc(1);
+        }
     }
     let elapsed = started.elapsed();
     bar.finish_and_clear();
@@ -289,16 +341,28 @@ fn register_counting_vfs() -> Result<()> {
     Ok(())
 }
 
+fn db_path(mode: Mode, dir: &Path) -> PathBuf {
+    dir.join(if mode == Mode::Onesync {
+        "bench.onesync"
+    } else {
+        "bench.db"
+    })
+}
+
 fn open_mode(mode: Mode, dir: &Path) -> Result<Connection> {
+    reopen_mode(mode, &db_path(mode, dir))
+}
+
+/// Opens (creating if need be) the mode's database at `path`, with the mode's pragmas.
+fn reopen_mode(mode: Mode, path: &Path) -> Result<Connection> {
     let conn = if mode == Mode::Onesync {
-        open_onesync(&dir.join("bench.onesync"), true)?
+        open_onesync(path, true)?
     } else {
         register_counting_vfs()?;
-        let path = dir.join("bench.db");
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags_and_vfs(&path, flags, COUNTING_VFS)
+        let conn = Connection::open_with_flags_and_vfs(path, flags, COUNTING_VFS)
             .with_context(|| format!("opening {} through the counting VFS", path.display()))?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn
@@ -373,6 +437,24 @@ fn set_up(conn: &Connection, workload: Workload, txns: u64) -> Result<()> {
                 }
             }
         }
+        Workload::Dbbench => {
+            // Rows to update, delete and search from the start: a tenth of the run per table.
+            let per_table = (txns / 10).max(10);
+            for table in 0..DBBENCH_TABLES {
+                conn.execute_batch(&format!(
+                    "CREATE TABLE {t}(id INTEGER PRIMARY KEY, k INTEGER NOT NULL, v TEXT NOT NULL);
+                     CREATE INDEX {t}_k ON {t}(k);",
+                    t = dbbench_table(table)
+                ))?;
+                let mut insert = conn.prepare(&format!(
+                    "INSERT INTO {}(k, v) VALUES (?1, ?2)",
+                    dbbench_table(table)
+                ))?;
+                for _ in 0..per_table {
+                    insert.execute(params![rng.random_range(0..1_000_000i64), payload(&mut rng)])?;
+                }
+            }
+        }
         Workload::Tpcb => {
             conn.execute_batch(
                 "CREATE TABLE branches(bid INTEGER PRIMARY KEY, bbalance INTEGER NOT NULL, filler TEXT);
@@ -397,8 +479,43 @@ fn set_up(conn: &Connection, workload: Workload, txns: u64) -> Result<()> {
     Ok(())
 }
 
+/// Tables dbbench creates (threads beyond this share them round-robin).
+const DBBENCH_TABLES: u64 = 64;
+
+fn dbbench_table(n: u64) -> String {
+    format!("bench_{n}")
+}
+
+/// One dbbench transaction on `table`.
+fn dbbench_transaction(conn: &Connection, table: &str, rng: &mut SmallRng) -> Result<()> {
+    let roll = rng.random_range(0..100u32);
+    let key = rng.random_range(0..1_000_000i64);
+    if roll < 60 {
+        conn.prepare_cached(&format!("INSERT INTO {table}(k, v) VALUES (?1, ?2)"))?
+            .execute(params![key, payload(rng)])?;
+    } else if roll < 80 {
+        conn.prepare_cached(&format!(
+            "UPDATE {table} SET v = ?1 WHERE id = (SELECT id FROM {table} WHERE k >= ?2 ORDER BY k LIMIT 1)"
+        ))?
+        .execute(params![payload(rng), key])?;
+    } else if roll < 90 {
+        conn.prepare_cached(&format!(
+            "DELETE FROM {table} WHERE id = (SELECT id FROM {table} WHERE k >= ?1 ORDER BY k LIMIT 1)"
+        ))?
+        .execute([key])?;
+    } else {
+        let mut search = conn.prepare_cached(&format!(
+            "SELECT id, v FROM {table} WHERE k >= ?1 ORDER BY k LIMIT 10"
+        ))?;
+        let mut rows = search.query([key])?;
+        while rows.next()?.is_some() {}
+    }
+    Ok(())
+}
+
 fn one_transaction(conn: &Connection, workload: Workload, n: u64, rng: &mut SmallRng) -> Result<()> {
     match workload {
+        Workload::Dbbench => dbbench_transaction(conn, &dbbench_table(0), rng)?,
         // Autocommit statements: one transaction each, as MobiBench runs them.
         Workload::Insert => {
             conn.prepare_cached("INSERT INTO item(v) VALUES (?1)")?

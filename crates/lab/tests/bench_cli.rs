@@ -93,6 +93,36 @@ fn tpcb_conserves_money_on_every_mode() {
 }
 
 #[test]
+fn dbbench_runs_threads_on_separate_and_shared_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    for shared in [false, true] {
+        let mut args = vec![
+            "bench",
+            "dbbench",
+            "--threads",
+            "3",
+            "--mode",
+            "wal,onesync",
+            "--txns",
+            "300",
+            "--dir",
+            dir.path().to_str().unwrap(),
+            "--json",
+            "-",
+        ];
+        if shared {
+            args.push("--shared-table");
+        }
+        let rows = results(&onesync(&args));
+        assert_eq!(rows.len(), 2);
+        for r in &rows {
+            assert_eq!(r["txns"], 300);
+            assert!(f(r, &["tps"]) > 0.0);
+        }
+    }
+}
+
+#[test]
 fn update_and_delete_run() {
     let dir = tempfile::tempdir().unwrap();
     for workload in ["update", "delete"] {
