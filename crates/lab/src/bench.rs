@@ -166,6 +166,9 @@ pub struct ModeResult {
     pub tps: f64,
     pub latency_us: Latency,
     pub per_txn: PerTxn,
+    /// Sorted commit latencies in microseconds, thinned to at most 500 points (for a CDF).
+    #[serde(skip)]
+    pub latency_sample_us: Vec<f64>,
 }
 
 #[derive(Serialize, Debug, Clone, Copy)]
@@ -191,14 +194,19 @@ struct Results<'a> {
     results: &'a [ModeResult],
 }
 
-pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+/// Runs the workload on every mode of `args`, in order.
+pub fn measure(args: &BenchArgs) -> Result<Vec<ModeResult>> {
     if args.mode.is_empty() {
         bail!("--mode lists no modes");
     }
-    let mut results = Vec::new();
-    for &mode in &args.mode {
-        results.push(run_mode(args, mode).with_context(|| format!("mode {}", mode.name()))?);
-    }
+    args.mode
+        .iter()
+        .map(|&mode| run_mode(args, mode).with_context(|| format!("mode {}", mode.name())))
+        .collect()
+}
+
+pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+    let results = measure(args)?;
     match args.json.as_deref() {
         Some(path) if path == Path::new("-") => {
             println!("{}", serde_json::to_string(&Results { results: &results })?)
@@ -315,6 +323,7 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
         txns: args.txns,
         tps: txns / elapsed.as_secs_f64(),
         latency_us: percentiles(&mut latencies),
+        latency_sample_us: thinned(&latencies),
         per_txn: PerTxn {
             write_calls: per(io.write_calls),
             bytes_written: per(io.bytes_written),
@@ -609,7 +618,21 @@ fn percentiles(latencies: &mut [Duration]) -> Latency {
     }
 }
 
-fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
+/// Sorted latencies thinned to at most 500 evenly spaced ranks (the last one kept).
+fn thinned(sorted: &[Duration]) -> Vec<f64> {
+    let step = sorted.len().div_ceil(500).max(1);
+    let mut points: Vec<f64> = sorted
+        .iter()
+        .step_by(step)
+        .map(|d| d.as_secs_f64() * 1e6)
+        .collect();
+    if let Some(last) = sorted.last() {
+        points.push(last.as_secs_f64() * 1e6);
+    }
+    points
+}
+
+pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
     let mut out = format!(
         "bench {} ({} transactions per mode, {}):\n",
         serde_json::to_value(args.workload)

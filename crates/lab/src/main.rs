@@ -8,6 +8,7 @@ mod kill_torture;
 mod loopfs;
 mod meter;
 mod progress;
+mod report;
 mod sqlite;
 mod store_bench;
 
@@ -32,6 +33,9 @@ enum Command {
     /// run, each on a fresh database: TPS, latency percentiles, write calls, bytes and
     /// fsyncs per transaction, and with --fs the block device's writes, KiB and flushes
     Bench(bench::BenchArgs),
+    /// Run the standard comparison (insert on every mode, dbbench on WAL and onesync) and
+    /// write report.html (SVG charts) and report.md (tables) into --out
+    Report(report::ReportArgs),
     /// Measure the store's commit rate, flushes and bytes per commit (1 and 4 threads), a raw
     /// pwrite+fdatasync baseline and recovery time; with --fs also the device's view
     StoreBench(store_bench::StoreBenchArgs),
@@ -56,6 +60,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match &cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::Report(args) => report::run(args),
         Command::StoreBench(args) => store_bench::run(args).map(|()| ExitCode::SUCCESS),
         Command::Export(args) => convert::export(args).map(|()| ExitCode::SUCCESS),
         Command::Import(args) => convert::import(args).map(|()| ExitCode::SUCCESS),

@@ -188,3 +188,33 @@ fn bad_arguments_are_refused() {
     let out = onesync(&["bench", "insert", "--txns", "0"]);
     assert!(!out.status.success());
 }
+
+#[test]
+fn report_writes_html_with_charts_and_markdown_tables() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = onesync(&[
+        "report",
+        "--out",
+        out_dir.path().to_str().unwrap(),
+        "--txns",
+        "100",
+        "--no-fs",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(out_dir.path().join("report.html")).unwrap();
+    // Five charts: TPS, KiB and flushes per transaction, the latency CDF, dbbench TPS.
+    assert_eq!(
+        html.matches("<svg").count(),
+        5,
+        "{}",
+        &html[..html.len().min(2000)]
+    );
+    for mode in ["delete", "truncate", "persist", "wal", "memory", "off", "onesync"] {
+        assert!(
+            html.contains(&format!("<td>{mode}</td>")),
+            "{mode} missing from the HTML table"
+        );
+    }
+    let md = std::fs::read_to_string(out_dir.path().join("report.md")).unwrap();
+    assert!(md.contains("| onesync |") && md.contains("## dbbench"), "{md}");
+}

@@ -1,0 +1,344 @@
+//! `onesync report --out DIR`: the standard comparison, as pictures and tables.
+//!
+//! It runs `bench insert` on every mode and `bench dbbench` (4 threads) on WAL and onesync,
+//! on a fresh loop-mounted ext4 per mode when it can (root and mkfs.ext4), else in a
+//! temporary directory, and writes `report.html` (SVG bar charts of transactions per second,
+//! KiB and flushes per transaction, and the commit latency CDF) and `report.md` (the tables).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Context, Result};
+use plotters::prelude::*;
+
+use crate::bench::{self, BenchArgs, Mode, ModeResult, Workload};
+use crate::loopfs::FsKind;
+
+#[derive(clap::Args, Debug)]
+pub struct ReportArgs {
+    /// Directory to write report.html and report.md into (created if missing)
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+
+    /// Transactions per mode
+    #[arg(long, value_name = "N", default_value_t = 3000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub txns: u64,
+
+    /// Run in a temporary directory even when a loop ext4 could be made
+    #[arg(long)]
+    pub no_fs: bool,
+}
+
+const INSERT_MODES: [Mode; 8] = [
+    Mode::Delete,
+    Mode::Truncate,
+    Mode::Persist,
+    Mode::Wal,
+    Mode::WalNormal,
+    Mode::Memory,
+    Mode::Off,
+    Mode::Onesync,
+];
+
+fn can_make_loop_fs() -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    root && std::process::Command::new("mkfs.ext4").arg("-V").output().is_ok()
+}
+
+pub fn run(args: &ReportArgs) -> Result<ExitCode> {
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let fs = (!args.no_fs && can_make_loop_fs()).then_some(FsKind::Ext4);
+    let bench_args = |workload: Workload, modes: &[Mode]| BenchArgs {
+        workload,
+        mode: modes.to_vec(),
+        txns: args.txns,
+        dir: None,
+        fs,
+        fs_size_mib: 1024,
+        seed: 1,
+        threads: 4,
+        shared_table: false,
+        json: None,
+    };
+    let insert_args = bench_args(Workload::Insert, &INSERT_MODES);
+    let insert = bench::measure(&insert_args)?;
+    let dbbench_args = bench_args(Workload::Dbbench, &[Mode::Wal, Mode::Onesync]);
+    let dbbench = bench::measure(&dbbench_args)?;
+    let place = match fs {
+        Some(kind) => format!("a fresh {} on a loop device per mode", kind.name()),
+        None => format!("a temporary directory ({})", std::env::temp_dir().display()),
+    };
+
+    let mut md = format!(
+        "# onesync report\n\nEvery mode ran the same workload in the same run, on {place}.\n\n\
+         ## insert ({} transactions per mode: one 100-byte INSERT each)\n\n",
+        args.txns
+    );
+    md.push_str(&markdown_table(&insert));
+    let _ = write!(
+        md,
+        "\n## dbbench, 4 threads ({} transactions in all: inserts, updates, deletes, searches)\n\n",
+        args.txns
+    );
+    md.push_str(&markdown_table(&dbbench));
+    md.push_str(
+        "\n`memory` and `off` are not crash-safe; `wal-normal` commits are not durable when \
+         COMMIT returns. They are here as references, not as choices.\n",
+    );
+    let md_path = args.out.join("report.md");
+    std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
+
+    let device = insert.iter().all(|r| r.per_txn.dev_kb.is_some());
+    let kib = |r: &ModeResult| match r.per_txn.dev_kb {
+        Some(kb) => kb,
+        None => r.per_txn.bytes_written / 1024.0,
+    };
+    let flushes = |r: &ModeResult| r.per_txn.dev_flushes.unwrap_or(r.per_txn.fsyncs);
+    let charts = [
+        bar_chart("Transactions per second (insert)", "txn/s", &insert, |r| r.tps)?,
+        bar_chart(
+            if device {
+                "KiB written to the device per transaction (insert)"
+            } else {
+                "KiB written per transaction (insert)"
+            },
+            "KiB",
+            &insert,
+            kib,
+        )?,
+        bar_chart(
+            if device {
+                "Device flushes per transaction (insert)"
+            } else {
+                "fsync calls per transaction (insert)"
+            },
+            "flushes",
+            &insert,
+            flushes,
+        )?,
+        cdf_chart("Commit latency, cumulative (insert)", &insert)?,
+        bar_chart(
+            "Transactions per second (dbbench, 4 threads)",
+            "txn/s",
+            &dbbench,
+            |r| r.tps,
+        )?,
+    ];
+    let mut html = format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>onesync report</title>\n\
+         <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}}\
+         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}\
+         th:first-child,td:first-child{{text-align:left}}</style></head><body>\n\
+         <h1>onesync report</h1>\n<p>Every mode ran the same workload in the same run, on {place}. \
+         Higher is better for transactions per second; lower is better for bytes, flushes and \
+         latency. <code>memory</code> and <code>off</code> are not crash-safe and \
+         <code>wal-normal</code> is not durable at COMMIT: references only.</p>\n"
+    );
+    for chart in &charts {
+        let _ = writeln!(html, "<div>{chart}</div>");
+    }
+    html.push_str("<h2>insert</h2>\n");
+    html.push_str(&html_table(&insert));
+    html.push_str("<h2>dbbench, 4 threads</h2>\n");
+    html.push_str(&html_table(&dbbench));
+    html.push_str("</body></html>\n");
+    let html_path = args.out.join("report.html");
+    std::fs::write(&html_path, &html).with_context(|| format!("writing {}", html_path.display()))?;
+    println!(
+        "onesync report: wrote {} and {}",
+        html_path.display(),
+        md_path.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+const COLUMNS: [&str; 10] = [
+    "mode",
+    "txn/s",
+    "p50 us",
+    "p99 us",
+    "p99.9 us",
+    "writes/txn",
+    "KiB/txn",
+    "fsyncs/txn",
+    "dev KiB/txn",
+    "dev flushes/txn",
+];
+
+fn row(r: &ModeResult) -> [String; 10] {
+    let opt = |v: Option<f64>, digits: usize| v.map_or("–".to_owned(), |v| format!("{v:.digits$}"));
+    [
+        r.mode.to_owned(),
+        format!("{:.0}", r.tps),
+        format!("{:.0}", r.latency_us.p50),
+        format!("{:.0}", r.latency_us.p99),
+        format!("{:.0}", r.latency_us.p999),
+        format!("{:.2}", r.per_txn.write_calls),
+        format!("{:.2}", r.per_txn.bytes_written / 1024.0),
+        format!("{:.3}", r.per_txn.fsyncs),
+        opt(r.per_txn.dev_kb, 2),
+        opt(r.per_txn.dev_flushes, 3),
+    ]
+}
+
+fn markdown_table(results: &[ModeResult]) -> String {
+    let mut out = format!("| {} |\n|{}\n", COLUMNS.join(" | "), "---|".repeat(COLUMNS.len()));
+    for r in results {
+        let _ = writeln!(out, "| {} |", row(r).join(" | "));
+    }
+    out
+}
+
+fn html_table(results: &[ModeResult]) -> String {
+    let mut out = String::from("<table><tr>");
+    for c in COLUMNS {
+        let _ = write!(out, "<th>{c}</th>");
+    }
+    out.push_str("</tr>\n");
+    for r in results {
+        out.push_str("<tr>");
+        for cell in row(r) {
+            let _ = write!(out, "<td>{cell}</td>");
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+fn color(mode: &str) -> RGBColor {
+    match mode {
+        "onesync" => RGBColor(0x1b, 0x9e, 0x77),
+        "wal" | "wal-normal" | "wal-delayed" => RGBColor(0x75, 0x70, 0xb3),
+        "memory" | "off" => RGBColor(0xb0, 0xb0, 0xb0),
+        _ => RGBColor(0xd9, 0x5f, 0x02),
+    }
+}
+
+fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!("drawing a chart: {e:?}")
+}
+
+/// One bar per mode.
+fn bar_chart(
+    title: &str,
+    unit: &str,
+    results: &[ModeResult],
+    value: impl Fn(&ModeResult) -> f64,
+) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 320)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let top = results.iter().map(&value).fold(0.0f64, f64::max).max(1e-9) * 1.15;
+        let n = results.len();
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(70)
+            .build_cartesian_2d((0..n).into_segmented(), 0.0..top)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .y_desc(unit)
+            .x_label_formatter(&|x| match x {
+                SegmentValue::CenterOf(i) => results.get(*i).map(|r| r.mode.to_owned()).unwrap_or_default(),
+                _ => String::new(),
+            })
+            .draw()
+            .map_err(plot_err)?;
+        for (i, r) in results.iter().enumerate() {
+            let v = value(r);
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), v)],
+                    color(r.mode).filled(),
+                )))
+                .map_err(plot_err)?;
+            let label = if v >= 100.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.2}")
+            };
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    label,
+                    (SegmentValue::CenterOf(i), v + top * 0.02),
+                    ("sans-serif", 13),
+                )))
+                .map_err(plot_err)?;
+        }
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
+
+/// Fraction of commits done within x microseconds, per mode (log x axis).
+fn cdf_chart(title: &str, results: &[ModeResult]) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 380)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let lo = results
+            .iter()
+            .filter_map(|r| r.latency_sample_us.first().copied())
+            .fold(f64::INFINITY, f64::min)
+            .max(1.0);
+        let hi = results
+            .iter()
+            .filter_map(|r| r.latency_sample_us.last().copied())
+            .fold(0.0f64, f64::max)
+            .max(lo * 10.0);
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc("commit latency, microseconds (log scale)")
+            .y_desc("fraction of commits")
+            .draw()
+            .map_err(plot_err)?;
+        for r in results {
+            let n = r.latency_sample_us.len().max(1) as f64;
+            let c = color(r.mode);
+            let style = if r.mode == "onesync" {
+                c.stroke_width(3)
+            } else {
+                c.stroke_width(1)
+            };
+            chart
+                .draw_series(LineSeries::new(
+                    r.latency_sample_us
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &us)| (us.max(lo), (i + 1) as f64 / n)),
+                    style,
+                ))
+                .map_err(plot_err)?
+                .label(r.mode)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
