@@ -46,6 +46,12 @@ pub enum Workload {
     /// TPC-B-like transfers: account, teller and branch balances and a history row per
     /// transaction; money must be conserved
     Tpcb,
+    /// TPC-H partsupp: 60,000 rows of about 220 bytes; each transaction updates --pages rows
+    /// chosen at random (so about that many pages)
+    Partsupp,
+    /// 1,000 records; each transaction is a point search or an update of one record,
+    /// --searches-per-write searches for each update
+    Mixed,
     /// Several threads (--threads), one connection each, each on its own table (or with
     /// --shared-table all on one): per transaction an insert (60 %), an update of a random
     /// row (20 %), a delete (10 %) or an index search (10 %)
@@ -151,6 +157,15 @@ pub struct BenchArgs {
     #[arg(long)]
     pub shared_table: bool,
 
+    /// partsupp: rows (pages) each transaction updates
+    #[arg(long, value_name = "K", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=20))]
+    pub pages: u64,
+
+    /// mixed: point searches per update (0: updates only)
+    #[arg(long, value_name = "R", default_value_t = 1.0)]
+    pub searches_per_write: f64,
+
     /// Write {"results":[...]} (one object per mode) to FILE, or to stdout with "-" (then
     /// nothing else goes to stdout)
     #[arg(long, value_name = "FILE|-")]
@@ -198,6 +213,12 @@ struct Results<'a> {
 pub fn measure(args: &BenchArgs) -> Result<Vec<ModeResult>> {
     if args.mode.is_empty() {
         bail!("--mode lists no modes");
+    }
+    if !(args.searches_per_write >= 0.0 && args.searches_per_write.is_finite()) {
+        bail!(
+            "--searches-per-write must be a number of at least 0, not {}",
+            args.searches_per_write
+        );
     }
     args.mode
         .iter()
@@ -299,7 +320,7 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
         started = Instant::now();
         for n in 0..args.txns {
             let t = Instant::now();
-            one_transaction(&conn, args.workload, n, &mut rng)
+            one_transaction(args, &conn, n, &mut rng)
                 .with_context(|| format!("transaction {n} of {}", args.txns))?;
             latencies.push(t.elapsed());
             bar.inc(1);
@@ -446,6 +467,33 @@ fn set_up(conn: &Connection, workload: Workload, txns: u64) -> Result<()> {
                 }
             }
         }
+        Workload::Partsupp => {
+            conn.execute_batch(
+                "CREATE TABLE partsupp(ps_partkey INTEGER NOT NULL, ps_suppkey INTEGER NOT NULL,
+                    ps_availqty INTEGER NOT NULL, ps_supplycost REAL NOT NULL, ps_comment TEXT NOT NULL,
+                    PRIMARY KEY (ps_partkey, ps_suppkey)) WITHOUT ROWID",
+            )?;
+            let mut insert = conn.prepare("INSERT INTO partsupp VALUES (?1, ?2, ?3, ?4, ?5)")?;
+            // 15,000 parts with 4 suppliers each; the comment brings a row to about 220 bytes.
+            for part in 0..PARTSUPP_ROWS / 4 {
+                for supp in 0..4 {
+                    insert.execute(params![
+                        part,
+                        supp,
+                        rng.random_range(1..10_000i64),
+                        rng.random_range(1.0..1000.0f64),
+                        payload(&mut rng) + &payload(&mut rng)[..95],
+                    ])?;
+                }
+            }
+        }
+        Workload::Mixed => {
+            conn.execute_batch("CREATE TABLE record(id INTEGER PRIMARY KEY, v TEXT NOT NULL)")?;
+            let mut insert = conn.prepare("INSERT INTO record(id, v) VALUES (?1, ?2)")?;
+            for id in 0..MIXED_RECORDS {
+                insert.execute(params![id, payload(&mut rng)])?;
+            }
+        }
         Workload::Dbbench => {
             // Rows to update, delete and search from the start: a tenth of the run per table.
             let per_table = (txns / 10).max(10);
@@ -488,6 +536,11 @@ fn set_up(conn: &Connection, workload: Workload, txns: u64) -> Result<()> {
     Ok(())
 }
 
+/// partsupp rows (TPC-H scale factor 0.075: 60,000 rows).
+const PARTSUPP_ROWS: i64 = 60_000;
+/// mixed: records.
+const MIXED_RECORDS: i64 = 1_000;
+
 /// Tables dbbench creates (threads beyond this share them round-robin).
 const DBBENCH_TABLES: u64 = 64;
 
@@ -522,8 +575,43 @@ fn dbbench_transaction(conn: &Connection, table: &str, rng: &mut SmallRng) -> Re
     Ok(())
 }
 
-fn one_transaction(conn: &Connection, workload: Workload, n: u64, rng: &mut SmallRng) -> Result<()> {
-    match workload {
+fn one_transaction(args: &BenchArgs, conn: &Connection, n: u64, rng: &mut SmallRng) -> Result<()> {
+    match args.workload {
+        Workload::Partsupp => {
+            conn.execute_batch("BEGIN")?;
+            let done = (|| -> Result<()> {
+                let mut update = conn.prepare_cached(
+                    "UPDATE partsupp SET ps_availqty = ?1, ps_supplycost = ?2 \
+                     WHERE ps_partkey = ?3 AND ps_suppkey = ?4",
+                )?;
+                for _ in 0..args.pages {
+                    let row = rng.random_range(0..PARTSUPP_ROWS);
+                    update.execute(params![
+                        rng.random_range(1..10_000i64),
+                        rng.random_range(1.0..1000.0f64),
+                        row / 4,
+                        row % 4
+                    ])?;
+                }
+                conn.execute_batch("COMMIT")?;
+                Ok(())
+            })();
+            if done.is_err() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            done?;
+        }
+        Workload::Mixed => {
+            let id = rng.random_range(0..MIXED_RECORDS);
+            let ratio = args.searches_per_write.max(0.0);
+            if rng.random_bool(ratio / (ratio + 1.0)) {
+                conn.prepare_cached("SELECT v FROM record WHERE id = ?1")?
+                    .query_row([id], |r| r.get::<_, String>(0))?;
+            } else {
+                conn.prepare_cached("UPDATE record SET v = ?1 WHERE id = ?2")?
+                    .execute(params![payload(rng), id])?;
+            }
+        }
         Workload::Dbbench => dbbench_transaction(conn, &dbbench_table(0), rng)?,
         // Autocommit statements: one transaction each, as MobiBench runs them.
         Workload::Insert => {

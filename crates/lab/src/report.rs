@@ -65,6 +65,8 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
         seed: 1,
         threads: 4,
         shared_table: false,
+        pages: 5,
+        searches_per_write: 1.0,
         json: None,
     };
     let insert_args = bench_args(Workload::Insert, &INSERT_MODES);

@@ -125,7 +125,7 @@ fn dbbench_runs_threads_on_separate_and_shared_tables() {
 #[test]
 fn update_and_delete_run() {
     let dir = tempfile::tempdir().unwrap();
-    for workload in ["update", "delete"] {
+    for workload in ["update", "delete", "partsupp", "mixed"] {
         let out = onesync(&[
             "bench",
             workload,
@@ -187,6 +187,9 @@ fn bad_arguments_are_refused() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nonsense"));
     let out = onesync(&["bench", "insert", "--txns", "0"]);
     assert!(!out.status.success());
+    let out = onesync(&["bench", "mixed", "--searches-per-write=nan"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--searches-per-write"));
 }
 
 #[test]
