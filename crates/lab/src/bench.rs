@@ -383,6 +383,12 @@ fn open_mode(mode: Mode, dir: &Path) -> Result<Connection> {
     reopen_mode(mode, &db_path(mode, dir))
 }
 
+/// Opens (creating if need be) a stock mode's database at `path` through the counting shim,
+/// with the mode's pragmas.
+pub fn open_stock(mode: Mode, path: &Path) -> Result<Connection> {
+    reopen_mode(mode, path)
+}
+
 /// Opens (creating if need be) the mode's database at `path`, with the mode's pragmas.
 fn reopen_mode(mode: Mode, path: &Path) -> Result<Connection> {
     let conn = if mode == Mode::Onesync {

@@ -53,6 +53,18 @@ pub enum ChildKind {
     /// Negative control, must FAIL: the default VFS with each transfer split into three
     /// autocommit transactions (debit; credit; ledger row)
     PlainSplitTransfers,
+    /// Stock SQLite, rollback journal (journal_mode=DELETE), through the lab's counting shim
+    Delete,
+    /// Stock SQLite, journal_mode=TRUNCATE
+    Truncate,
+    /// Stock SQLite, journal_mode=PERSIST
+    Persist,
+    /// Stock SQLite, journal_mode=WAL
+    Wal,
+    /// Stock SQLite, journal_mode=MEMORY (not crash-safe; SIGKILL alone rarely shows it)
+    Memory,
+    /// Stock SQLite, journal_mode=OFF (not crash-safe; SIGKILL alone rarely shows it)
+    Off,
 }
 
 impl ChildKind {
@@ -60,13 +72,32 @@ impl ChildKind {
         match self {
             ChildKind::Onesync => "bank.onesync",
             ChildKind::PlainSplitTransfers => "bank-plain.db",
+            _ => "bank-stock.db",
         }
     }
 
+    /// The bench mode of a stock child.
+    fn stock_mode(self) -> Option<crate::bench::Mode> {
+        use crate::bench::Mode;
+        Some(match self {
+            ChildKind::Delete => Mode::Delete,
+            ChildKind::Truncate => Mode::Truncate,
+            ChildKind::Persist => Mode::Persist,
+            ChildKind::Wal => Mode::Wal,
+            ChildKind::Memory => Mode::Memory,
+            ChildKind::Off => Mode::Off,
+            ChildKind::Onesync | ChildKind::PlainSplitTransfers => return None,
+        })
+    }
+
     fn open(self, path: &Path) -> Result<Connection> {
+        if let Some(mode) = self.stock_mode() {
+            // synchronous=FULL comes with the mode's pragmas.
+            return crate::bench::open_stock(mode, path);
+        }
         let conn = match self {
             ChildKind::Onesync => open_onesync(path, true)?,
-            ChildKind::PlainSplitTransfers => open_plain(path, OpenFlags::default())?,
+            _ => open_plain(path, OpenFlags::default())?,
         };
         conn.execute_batch("PRAGMA synchronous = FULL")?;
         Ok(conn)
@@ -431,6 +462,12 @@ fn child_kind_arg(kind: ChildKind) -> &'static str {
     match kind {
         ChildKind::Onesync => "onesync",
         ChildKind::PlainSplitTransfers => "plain-split-transfers",
+        ChildKind::Delete => "delete",
+        ChildKind::Truncate => "truncate",
+        ChildKind::Persist => "persist",
+        ChildKind::Wal => "wal",
+        ChildKind::Memory => "memory",
+        ChildKind::Off => "off",
     }
 }
 
@@ -459,14 +496,14 @@ pub fn run_child(args: &TransferChildArgs) -> Result<()> {
                     let to = (from + rng.random_range(1..bank::ACCOUNTS) - 1) % bank::ACCOUNTS + 1;
                     let amount = rng.random_range(1..=100);
                     match kind {
-                        // A failed attempt rolled back: the whole transfer may run again.
-                        ChildKind::Onesync => retry_while_busy(BUSY_RETRY_PAUSE, || {
-                            bank::transfer_atomically(&conn, &id, from, to, amount)
-                        }),
                         // Each of its three statements retries on its own.
                         ChildKind::PlainSplitTransfers => {
                             bank::transfer_in_three_commits(&conn, &id, from, to, amount)
                         }
+                        // A failed attempt rolled back: the whole transfer may run again.
+                        _ => retry_while_busy(BUSY_RETRY_PAUSE, || {
+                            bank::transfer_atomically(&conn, &id, from, to, amount)
+                        }),
                     }
                     .with_context(|| format!("transfer {id}"))?;
                     print_line(&format!("{COMMITTED_PREFIX}{id}"))?;

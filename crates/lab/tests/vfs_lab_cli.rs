@@ -314,6 +314,18 @@ fn sigkill_of_several_processes_sharing_the_database_never_loses_a_reported_tran
 }
 
 #[test]
+fn stock_journal_modes_survive_sigkill_too() {
+    // The same torture on stock SQLite through the lab's counting shim (SIGKILL loses only a
+    // process's memory, so even journal_mode=OFF passes: losing data there takes a power cut).
+    for child in ["delete", "wal", "off"] {
+        let (output, report) = kill_torture(15, &["--child", child, "--processes", "2"]);
+        assert!(output.status.success(), "{child}: {}", text(&output.stderr));
+        assert_eq!(number(&report, "failures"), 0.0, "{child}");
+        assert!(number(&report, "transfers_reported") > 0.0, "{child}: {report}");
+    }
+}
+
+#[test]
 fn negative_control_split_transfers_of_several_processes_are_caught() {
     let (output, report) = kill_torture(40, &["--child", "plain-split-transfers", "--processes", "3"]);
     assert!(
