@@ -96,6 +96,11 @@ impl Mode {
         }
     }
 
+    /// [`Mode::pragmas`], one statement each.
+    pub fn pragma_list(self) -> impl Iterator<Item = &'static str> {
+        self.pragmas().split(';').map(str::trim).filter(|p| !p.is_empty())
+    }
+
     /// The pragmas that make a stock connection this mode (none for onesync beyond
     /// synchronous).
     fn pragmas(self) -> &'static str {
@@ -365,6 +370,7 @@ fn register_counting_vfs() -> Result<()> {
             make_default: false,
             main_db: Box::new(onesync::PassThroughFactory),
             memory_journals: false,
+            files: None,
         },
     )
     .map_err(|e| anyhow!("registering the counting VFS: {e}"))?;
@@ -404,7 +410,7 @@ fn reopen_mode(mode: Mode, path: &Path) -> Result<Connection> {
         conn
     };
     // journal_mode answers with a row; the others with nothing.
-    for pragma in mode.pragmas().split(';').map(str::trim).filter(|p| !p.is_empty()) {
+    for pragma in mode.pragma_list() {
         let mut stmt = conn.prepare(pragma)?;
         let mut rows = stmt.query([])?;
         while rows.next()?.is_some() {}

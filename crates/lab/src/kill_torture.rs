@@ -76,6 +76,20 @@ impl ChildKind {
         }
     }
 
+    /// The child that runs `mode`.
+    pub fn for_mode(mode: crate::bench::Mode) -> ChildKind {
+        use crate::bench::Mode;
+        match mode {
+            Mode::Delete => ChildKind::Delete,
+            Mode::Truncate => ChildKind::Truncate,
+            Mode::Persist => ChildKind::Persist,
+            Mode::Wal | Mode::WalNormal | Mode::WalDelayed => ChildKind::Wal,
+            Mode::Memory => ChildKind::Memory,
+            Mode::Off => ChildKind::Off,
+            Mode::Onesync => ChildKind::Onesync,
+        }
+    }
+
     /// The bench mode of a stock child.
     fn stock_mode(self) -> Option<crate::bench::Mode> {
         use crate::bench::Mode;
@@ -146,6 +160,10 @@ pub struct KillTortureArgs {
     /// Write the summary as one JSON object to FILE, or to stdout with "-"
     #[arg(long, value_name = "FILE|-")]
     pub json: Option<PathBuf>,
+
+    /// Print the report on stderr (when another command owns stdout)
+    #[arg(skip)]
+    pub report_to_stderr: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -183,6 +201,15 @@ struct Summary {
 }
 
 pub fn run(args: &KillTortureArgs) -> Result<ExitCode> {
+    Ok(if passes(args)? {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Runs the torture (printing its report); whether every check passed.
+pub fn passes(args: &KillTortureArgs) -> Result<bool> {
     if args.min_delay_ms > args.max_delay_ms {
         bail!(
             "--min-delay-ms ({}) is larger than --max-delay-ms ({})",
@@ -284,6 +311,7 @@ pub fn run(args: &KillTortureArgs) -> Result<ExitCode> {
                 .with_context(|| format!("writing {}", path.display()))?;
             println!("{report}");
         }
+        None if args.report_to_stderr => eprintln!("{report}"),
         None => println!("{report}"),
     }
     if let Some(failure) = &summary.first_failure {
@@ -291,11 +319,7 @@ pub fn run(args: &KillTortureArgs) -> Result<ExitCode> {
         eprintln!("vfs-kill-torture: FAILED at {failure}");
         eprintln!("vfs-kill-torture: the database is kept in {}", kept_at.display());
     }
-    Ok(if kept {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(!kept)
 }
 
 /// What one killed child printed.

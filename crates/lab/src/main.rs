@@ -7,6 +7,7 @@ mod convert;
 mod kill_torture;
 mod loopfs;
 mod meter;
+mod powercut;
 mod progress;
 mod report;
 mod sqlite;
@@ -33,6 +34,9 @@ enum Command {
     /// run, each on a fresh database: TPS, latency percentiles, write calls, bytes and
     /// fsyncs per transaction, and with --fs the block device's writes, KiB and flushes
     Bench(bench::BenchArgs),
+    /// Bank transfers under simulated power cuts (and real kills) on one commit scheme;
+    /// checks integrity, conservation of money and every acknowledged transfer
+    Torture(powercut::TortureArgs),
     /// Run the standard comparison (insert on every mode, dbbench on WAL and onesync) and
     /// write report.html (SVG charts) and report.md (tables) into --out
     Report(report::ReportArgs),
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
     let outcome = match &cli.command {
         Command::Bench(args) => bench::run(args),
         Command::Report(args) => report::run(args),
+        Command::Torture(args) => powercut::run(args),
         Command::StoreBench(args) => store_bench::run(args).map(|()| ExitCode::SUCCESS),
         Command::Export(args) => convert::export(args).map(|()| ExitCode::SUCCESS),
         Command::Import(args) => convert::import(args).map(|()| ExitCode::SUCCESS),

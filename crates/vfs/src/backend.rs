@@ -133,6 +133,19 @@ pub trait DbBackend: Send {
     }
 }
 
+/// Every file of a VFS, when the host supplies them (the lab's power-cut simulation): opens,
+/// deletions and existence checks of all files, main databases and journals included, go
+/// here instead of to the underlying VFS.
+pub trait FileSystem: Send + Sync {
+    /// Opens `name` (`None`: an anonymous temporary file) with SQLite's open `flags`;
+    /// returns the file and the out-flags.
+    fn open(&self, name: Option<&[u8]>, flags: c_int) -> IoResult<(Box<dyn DbBackend>, c_int)>;
+    /// Deletes `name` (`SQLITE_IOERR_DELETE_NOENT` if it does not exist).
+    fn delete(&self, name: &[u8], sync_dir: bool) -> IoResult<()>;
+    /// Whether `name` exists.
+    fn exists(&self, name: &[u8]) -> IoResult<bool>;
+}
+
 /// I/O through pass-through files (of every VFS this crate registered in this process):
 /// what the lab's shim counts for stock SQLite modes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -21,10 +21,10 @@ use std::ffi::{c_char, c_int, c_void};
 
 pub use api::ApiTable;
 pub use backend::{
-    passthrough_io, DbBackend, IoResult, LockLevel, MainDbFactory, OpenRequest, Opened, PassThrough,
-    PassThroughFactory, PassThroughIo,
+    passthrough_io, DbBackend, FileSystem, IoResult, LockLevel, MainDbFactory, OpenRequest, Opened,
+    PassThrough, PassThroughFactory, PassThroughIo,
 };
-pub use store_db::{store_stats_json, StoreFactory, DEFAULT_LOGICAL_DB, STORE_PAGE_SIZE};
+pub use store_db::{store_stats_json, StoreFactory, StoreOpener, DEFAULT_LOGICAL_DB, STORE_PAGE_SIZE};
 pub use vfs::{
     register_static, register_with, stats, RegisterError, RegisterOptions, Registered, Stats,
     MIN_SQLITE_VERSION, VFS_NAME,

@@ -47,14 +47,28 @@ pub const DEFAULT_LOGICAL_DB: &str = "main";
 /// commit in rollback-journal mode (and restored by a rollback).
 const CHANGE_COUNTER: std::ops::Range<usize> = 24..28;
 
+/// Opens (or, if the flag says so, creates) the store at a path: how a host puts stores on
+/// another medium (the lab's power-cut simulation puts them on a `SimDisk`).
+pub type StoreOpener = Arc<dyn Fn(&Path, &Options, bool) -> Result<Store, StoreError> + Send + Sync>;
+
 /// Opens main database files as logical files of stores.
 pub struct StoreFactory {
     api: ApiTable,
+    opener: Option<StoreOpener>,
 }
 
 impl StoreFactory {
     pub fn new(api: ApiTable) -> Self {
-        Self { api }
+        Self { api, opener: None }
+    }
+
+    /// Stores opened by `opener` instead of from files (the path is still the registry key,
+    /// so every database of one path shares one store).
+    pub fn with_opener(api: ApiTable, opener: StoreOpener) -> Self {
+        Self {
+            api,
+            opener: Some(opener),
+        }
     }
 }
 
@@ -76,7 +90,7 @@ impl MainDbFactory for StoreFactory {
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| DEFAULT_LOGICAL_DB.to_owned());
         let create = req.flags() & SQLITE_OPEN_CREATE != 0;
-        let store = match registry_acquire(&path, create) {
+        let store = match registry_acquire(&path, create, self.opener.as_ref()) {
             Ok(store) => store,
             Err((code, msg)) => {
                 // xOpen cannot carry a message: SQLite's log gets it, and so
@@ -281,7 +295,11 @@ fn canonical(path: &Path) -> PathBuf {
     }
 }
 
-fn registry_acquire(path: &Path, create: bool) -> Result<Arc<OpenStore>, (c_int, String)> {
+fn registry_acquire(
+    path: &Path,
+    create: bool,
+    opener: Option<&StoreOpener>,
+) -> Result<Arc<OpenStore>, (c_int, String)> {
     let key = canonical(path);
     let mut registry = lock(&REGISTRY);
     if let Some((store, count)) = registry.get_mut(&key) {
@@ -292,7 +310,11 @@ fn registry_acquire(path: &Path, create: bool) -> Result<Arc<OpenStore>, (c_int,
         page_size: STORE_PAGE_SIZE,
         ..Options::default()
     };
-    let store = match Store::open(&key, &opts) {
+    let opened = match opener {
+        Some(open) => open(&key, &opts, create),
+        None => Store::open(&key, &opts),
+    };
+    let store = match opened {
         Ok(s) => s,
         Err(StoreError::NotFound(_)) if create => Store::create(&key, &opts).map_err(|e| {
             (

@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use crate::api::ApiTable;
-use crate::backend::{DbBackend, IoResult, MainDbFactory, OpenRequest, PassThrough, PassThroughFactory};
+use crate::backend::{
+    DbBackend, FileSystem, IoResult, MainDbFactory, OpenRequest, PassThrough, PassThroughFactory,
+};
 use crate::ffi::{
     sqlite3_file, sqlite3_int64, sqlite3_syscall_ptr, sqlite3_vfs, DlSymResult, SQLITE_CANTOPEN,
     SQLITE_ERROR, SQLITE_IOERR, SQLITE_IOERR_DELETE, SQLITE_IOERR_DELETE_NOENT, SQLITE_MISUSE,
@@ -52,6 +54,9 @@ pub struct RegisterOptions {
     /// with its I/O counted ([`passthrough_io`](crate::backend::passthrough_io)), the lab's
     /// shim for measuring stock journal modes.
     pub memory_journals: bool,
+    /// Serve every file from this instead of the underlying VFS (and of `main_db` and the
+    /// in-memory journals): a simulation of a disk, for crash tests of stock SQLite.
+    pub files: Option<Arc<dyn FileSystem>>,
 }
 
 impl Default for RegisterOptions {
@@ -61,6 +66,7 @@ impl Default for RegisterOptions {
             make_default: false,
             main_db: Box::new(PassThroughFactory),
             memory_journals: true,
+            files: None,
         }
     }
 }
@@ -141,6 +147,7 @@ struct VfsState {
     journals: Arc<MemStore>,
     main_db: Box<dyn MainDbFactory>,
     memory_journals: bool,
+    files: Option<Arc<dyn FileSystem>>,
     counters: Counters,
 }
 
@@ -196,6 +203,7 @@ pub fn register_with(api: &ApiTable, opts: RegisterOptions) -> Result<Registered
         journals: Arc::new(MemStore::default()),
         main_db: opts.main_db,
         memory_journals: opts.memory_journals,
+        files: opts.files,
         counters: Counters::default(),
     }));
     let z_name = name.into_raw();
@@ -307,6 +315,10 @@ unsafe fn open_backend(
     name: *const c_char,
     flags: c_int,
 ) -> IoResult<(Box<dyn DbBackend>, c_int)> {
+    if let Some(files) = &state.files {
+        // SAFETY: per this function's contract.
+        return files.open(unsafe { name_bytes(name) }, flags);
+    }
     if state.memory_journals && flags & MEMORY_KINDS != 0 {
         let c = &state.counters;
         let counter = if flags & SQLITE_OPEN_MAIN_JOURNAL != 0 {
@@ -392,6 +404,12 @@ unsafe extern "C" fn x_delete(vfs: *mut sqlite3_vfs, name: *const c_char, sync_d
         let (Some(state), Some(key)) = (unsafe { state(vfs) }, unsafe { name_bytes(name) }) else {
             return SQLITE_MISUSE;
         };
+        if let Some(files) = &state.files {
+            return match files.delete(key, sync_dir != 0) {
+                Ok(()) => SQLITE_OK,
+                Err(rc) => rc,
+            };
+        }
         match state.journals.remove(key) {
             _ if !state.memory_journals => {}
             Ok(true) => {
@@ -434,6 +452,15 @@ unsafe extern "C" fn x_access(
         else {
             return SQLITE_MISUSE;
         };
+        if let Some(files) = &state.files {
+            return match files.exists(key) {
+                Ok(exists) => {
+                    *out_ref = c_int::from(exists);
+                    SQLITE_OK
+                }
+                Err(rc) => rc,
+            };
+        }
         match state.journals.exists(key) {
             _ if !state.memory_journals => {}
             Ok(true) => {

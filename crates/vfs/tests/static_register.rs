@@ -38,6 +38,7 @@ fn passthrough() -> ApiTable {
         make_default: false,
         main_db: Box::new(onesync::PassThroughFactory),
         memory_journals: true,
+        files: None,
     };
     onesync::register_with(&api, opts).expect("register pass-through");
     api
@@ -287,6 +288,7 @@ fn panics_become_sqlite_errors_not_unwinding_into_c() {
         make_default: false,
         main_db: Box::new(PanickyFactory),
         memory_journals: true,
+        files: None,
     };
     assert!(onesync::register_with(&api, opts).is_ok());
     let dir = tempfile::tempdir().unwrap();

@@ -250,6 +250,7 @@ fn batch_atomic_write_is_compiled_in_and_used() {
             make_default: false,
             main_db: Box::new(onesync::StoreFactory::new(api)),
             memory_journals: true,
+            files: None,
         },
     )
     .expect("register the batch-test VFS");
