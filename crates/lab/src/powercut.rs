@@ -172,6 +172,12 @@ impl Sim {
             let disk = Arc::new(Mutex::new(SimDisk::new()));
             let medium = disk.clone();
             let opener: onesync::StoreOpener = Arc::new(move |_path: &Path, opts: &Options, create: bool| {
+                // A small medium: every power cut copies its image.
+                let opts = &Options {
+                    initial_capacity: 1 << 20,
+                    growth_step: 1 << 20,
+                    ..opts.clone()
+                };
                 let disk = lock(&medium);
                 if disk.image().is_empty() && create {
                     Store::create_with_io(disk.io(), opts)
