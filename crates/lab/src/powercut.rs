@@ -40,6 +40,9 @@ const SIM_FILES_VFS: &str = "onesync-sim-files";
 const SIM_STORE_VFS: &str = "onesync-sim-store";
 /// Largest number of I/O calls a run gets before its cut (about a few dozen transfers).
 const MAX_CALLS_BEFORE_CUT: u64 = 400;
+/// Cuts on one database before starting over on a fresh one (every cut copies the medium's
+/// image, so a database that grew over thousands of cuts would make each cut slower).
+const CUTS_PER_DATABASE: u64 = 250;
 
 #[derive(clap::Args, Debug)]
 pub struct TortureArgs {
@@ -87,6 +90,9 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
     let sim = Sim::new(args.mode)?;
     let bar = phase_bar("power cuts", args.power_cuts);
     for cut in 1..=args.power_cuts {
+        if cut % CUTS_PER_DATABASE == 0 {
+            sim.start_over();
+        }
         match sim.one_cut(cut, &mut rng) {
             Ok(acked) => summary.transfers_acknowledged += acked,
             Err(e) => {
@@ -236,6 +242,14 @@ impl Sim {
                 conn.execute_batch("PRAGMA synchronous=FULL")?;
                 Ok(conn)
             }
+        }
+    }
+
+    /// An empty medium (the next open creates the database again).
+    fn start_over(&self) {
+        match self {
+            Sim::Files { fs, .. } => lock(&fs.state).files.clear(),
+            Sim::Store { disk, .. } => *lock(disk) = SimDisk::new(),
         }
     }
 
