@@ -315,9 +315,10 @@ fn sigkill_of_several_processes_sharing_the_database_never_loses_a_reported_tran
 
 #[test]
 fn stock_journal_modes_survive_sigkill_too() {
-    // The same torture on stock SQLite through the lab's counting shim (SIGKILL loses only a
-    // process's memory, so even journal_mode=OFF passes: losing data there takes a power cut).
-    for child in ["delete", "wal", "off"] {
+    // The same torture on stock SQLite through the lab's counting shim. (journal_mode=OFF is
+    // not here: a kill between two page writes of one commit leaves it half applied; with two
+    // processes that happens within tens of kills, but not reliably within a few.)
+    for child in ["delete", "wal"] {
         let (output, report) = kill_torture(15, &["--child", child, "--processes", "2"]);
         assert!(output.status.success(), "{child}: {}", text(&output.stderr));
         assert_eq!(number(&report, "failures"), 0.0, "{child}");

@@ -6,7 +6,6 @@
 
 use crate::error::{Error, Result};
 use crate::format::{Checkpoint, CheckpointEncoder, Op, NO_SLOT};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Bytes laid over a page without rewriting it: sorted, disjoint `(offset, bytes)` ranges.
@@ -27,24 +26,32 @@ impl Overlay {
         }
     }
 
-    /// This overlay with `bytes` at `offset` laid on top.
+    /// This overlay with `bytes` at `offset` laid on top. Ranges stay sorted, disjoint and
+    /// not adjacent (touching ones are joined).
     pub fn merged(&self, offset: u32, bytes: &[u8]) -> Overlay {
-        let mut by_offset: BTreeMap<u32, u8> = BTreeMap::new();
+        let (mut start, mut end) = (offset as usize, offset as usize + bytes.len());
+        // The new bytes join every range they overlap or touch into one region (ranges are
+        // never adjacent, so one pass finds them all).
         for (o, b) in &self.ranges {
-            for (i, v) in b.iter().enumerate() {
-                by_offset.insert(o + i as u32, *v);
+            if (*o as usize) <= end && *o as usize + b.len() >= start {
+                start = start.min(*o as usize);
+                end = end.max(*o as usize + b.len());
             }
         }
-        for (i, v) in bytes.iter().enumerate() {
-            by_offset.insert(offset + i as u32, *v);
-        }
-        let mut ranges: Vec<(u32, Vec<u8>)> = Vec::new();
-        for (o, v) in by_offset {
-            match ranges.last_mut() {
-                Some((start, run)) if *start + run.len() as u32 == o => run.push(v),
-                _ => ranges.push((o, vec![v])),
+        let mut region = vec![0u8; end - start];
+        let mut ranges = Vec::with_capacity(self.ranges.len() + 1);
+        for (o, b) in &self.ranges {
+            let o = *o as usize;
+            if o + b.len() >= start && o <= end {
+                region[o - start..o - start + b.len()].copy_from_slice(b);
+            } else {
+                ranges.push((o as u32, b.clone()));
             }
         }
+        let at = offset as usize - start;
+        region[at..at + bytes.len()].copy_from_slice(bytes);
+        let position = ranges.partition_point(|(o, _)| (*o as usize) < start);
+        ranges.insert(position, (start as u32, region));
         Overlay { ranges }
     }
 }
@@ -324,6 +331,34 @@ mod tests {
         let mut page = [0u8; 16];
         o.apply_to(&mut page);
         assert_eq!(&page[..], &[9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 7, 3, 4, 0, 0]);
+    }
+
+    proptest::proptest! {
+        /// Merging range by range gives the same bytes, as sorted, disjoint, non-adjacent
+        /// ranges, as laying every byte on a map in order.
+        #[test]
+        fn overlay_merge_matches_a_byte_map(
+            writes in proptest::collection::vec((0u32..200, proptest::collection::vec(proptest::num::u8::ANY, 1..40)), 1..30)
+        ) {
+            let mut overlay = Overlay::default();
+            let mut model = std::collections::BTreeMap::new();
+            for (offset, bytes) in &writes {
+                overlay = overlay.merged(*offset, bytes);
+                for (i, b) in bytes.iter().enumerate() {
+                    model.insert(offset + i as u32, *b);
+                }
+            }
+            let mut flat = std::collections::BTreeMap::new();
+            for (o, b) in &overlay.ranges {
+                for (i, v) in b.iter().enumerate() {
+                    flat.insert(o + i as u32, *v);
+                }
+            }
+            proptest::prop_assert_eq!(&flat, &model);
+            for pair in overlay.ranges.windows(2) {
+                proptest::prop_assert!(pair[0].0 as usize + pair[0].1.len() < pair[1].0 as usize);
+            }
+        }
     }
 
     #[test]

@@ -703,9 +703,9 @@ impl Transaction {
             .page_slots
             .first()
             .is_some_and(|s| slot_offset(*s, shared.page_size) == record_end);
-        if first_joins {
-            record_bytes.resize(sequenced.record_slots as usize * page_size, 0);
-        }
+        // Whole slots: a write of part of a block makes the kernel read the rest first
+        // (a read from the disk, if the block is not cached) before it can write it.
+        record_bytes.resize(sequenced.record_slots as usize * page_size, 0);
         writes.push((record_offset, record_bytes));
         let mut run_next_slot = None;
         for (i, (page, &slot)) in pages.iter().zip(&sequenced.page_slots).enumerate() {

@@ -40,6 +40,12 @@ use crate::ffi::{
 /// common case maps one SQLite page to one store page).
 pub const STORE_PAGE_SIZE: u32 = 4096;
 
+/// Page changes up to this many bytes (since the page was last written whole) ride in the
+/// commit record. A one-row INSERT or UPDATE changes about a hundred bytes of its leaf page
+/// plus SQLite's change counter on page 1: carried in the record, such a commit writes one
+/// block instead of a record block and a page.
+pub const EMBED_LIMIT: usize = 256;
+
 /// The logical file of a database opened without `db=`.
 pub const DEFAULT_LOGICAL_DB: &str = "main";
 
@@ -308,6 +314,7 @@ fn registry_acquire(
     }
     let opts = Options {
         page_size: STORE_PAGE_SIZE,
+        embed_limit: EMBED_LIMIT,
         ..Options::default()
     };
     let opened = match opener {
