@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use anyhow::{bail, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::sqlite::{retry_while_busy, BUSY_RETRY_PAUSE};
+use crate::sqlite::{in_transaction, retry_while_busy, BUSY_RETRY_PAUSE};
 
 pub const ACCOUNTS: i64 = 100;
 pub const INITIAL_BALANCE: i64 = 1_000;
@@ -39,16 +39,6 @@ pub fn set_up(conn: &Connection) -> rusqlite::Result<()> {
         }
         Ok(())
     })
-}
-
-/// Runs `body` inside `BEGIN IMMEDIATE` … `COMMIT`, rolling back if anything fails.
-fn in_transaction(conn: &Connection, body: impl FnOnce() -> rusqlite::Result<()>) -> rusqlite::Result<()> {
-    conn.execute_batch("BEGIN IMMEDIATE")?;
-    let outcome = body().and_then(|()| conn.execute_batch("COMMIT"));
-    if outcome.is_err() {
-        let _ = conn.execute_batch("ROLLBACK");
-    }
-    outcome
 }
 
 /// One transfer as one transaction: both balance updates and the ledger row, or none.

@@ -21,8 +21,9 @@ use rusqlite::{params, Connection, OpenFlags};
 use serde::Serialize;
 
 use crate::loopfs::{DevCounters, FsKind, LoopFs};
+use crate::output::{self, Human};
 use crate::progress::{phase_bar, phase_spinner};
-use crate::sqlite::{check_integrity, open_onesync, BUSY_TIMEOUT};
+use crate::sqlite::{check_integrity, in_transaction, open_onesync, BUSY_TIMEOUT};
 
 /// The counting shim's VFS name.
 const COUNTING_VFS: &str = "onesync-counting";
@@ -233,47 +234,19 @@ pub fn measure(args: &BenchArgs) -> Result<Vec<ModeResult>> {
 
 pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     let results = measure(args)?;
-    match args.json.as_deref() {
-        Some(path) if path == Path::new("-") => {
-            println!("{}", serde_json::to_string(&Results { results: &results })?)
-        }
-        Some(path) => {
-            std::fs::write(
-                path,
-                serde_json::to_string_pretty(&Results { results: &results })? + "\n",
-            )
-            .with_context(|| format!("writing {}", path.display()))?;
-            print!("{}", table(args, &results));
-        }
-        None => print!("{}", table(args, &results)),
-    }
+    output::emit(
+        args.json.as_deref(),
+        &Results { results: &results },
+        &table(args, &results),
+        Human::Stdout,
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
 fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
     // Declared first so it is unmounted after the work directory is gone.
-    let loop_fs = match args.fs {
-        Some(kind) => {
-            let size = args
-                .fs_size_mib
-                .checked_mul(1 << 20)
-                .ok_or_else(|| anyhow!("--fs-size-mib {} is too large", args.fs_size_mib))?;
-            let spinner = phase_spinner("loopfs", "making the filesystem");
-            let made = LoopFs::create(kind, size)?;
-            spinner.finish_and_clear();
-            Some(made)
-        }
-        None => None,
-    };
-    let parent = match (&loop_fs, &args.dir) {
-        (Some(l), _) => l.mount_point().to_owned(),
-        (None, Some(d)) => d.clone(),
-        (None, None) => std::env::temp_dir(),
-    };
-    let work = tempfile::Builder::new()
-        .prefix("onesync-bench-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("making a work directory in {}", parent.display()))?;
+    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib)?;
+    let work = output::work_dir("onesync-bench-", loop_fs.as_ref(), args.dir.as_deref())?;
     let conn = open_mode(mode, work.path())?;
     let spinner = phase_spinner("setup", mode.name());
     set_up(&conn, args.workload, args.txns)?;
@@ -468,84 +441,86 @@ fn payload(rng: &mut SmallRng) -> String {
 /// Tables, and the rows the measured transactions update or delete (one transaction).
 fn set_up(conn: &Connection, workload: Workload, txns: u64) -> Result<()> {
     let mut rng = SmallRng::seed_from_u64(0);
-    conn.execute_batch("BEGIN")?;
-    match workload {
-        Workload::Insert | Workload::Update | Workload::Delete => {
-            conn.execute_batch("CREATE TABLE item(id INTEGER PRIMARY KEY AUTOINCREMENT, v TEXT NOT NULL)")?;
-            if workload != Workload::Insert {
-                let mut insert = conn.prepare("INSERT INTO item(v) VALUES (?1)")?;
-                for _ in 0..txns {
-                    insert.execute([payload(&mut rng)])?;
+    in_transaction(conn, || -> Result<()> {
+        match workload {
+            Workload::Insert | Workload::Update | Workload::Delete => {
+                conn.execute_batch(
+                    "CREATE TABLE item(id INTEGER PRIMARY KEY AUTOINCREMENT, v TEXT NOT NULL)",
+                )?;
+                if workload != Workload::Insert {
+                    let mut insert = conn.prepare("INSERT INTO item(v) VALUES (?1)")?;
+                    for _ in 0..txns {
+                        insert.execute([payload(&mut rng)])?;
+                    }
                 }
             }
-        }
-        Workload::Partsupp => {
-            conn.execute_batch(
-                "CREATE TABLE partsupp(ps_partkey INTEGER NOT NULL, ps_suppkey INTEGER NOT NULL,
+            Workload::Partsupp => {
+                conn.execute_batch(
+                    "CREATE TABLE partsupp(ps_partkey INTEGER NOT NULL, ps_suppkey INTEGER NOT NULL,
                     ps_availqty INTEGER NOT NULL, ps_supplycost REAL NOT NULL, ps_comment TEXT NOT NULL,
                     PRIMARY KEY (ps_partkey, ps_suppkey)) WITHOUT ROWID",
-            )?;
-            let mut insert = conn.prepare("INSERT INTO partsupp VALUES (?1, ?2, ?3, ?4, ?5)")?;
-            // 15,000 parts with 4 suppliers each; the comment brings a row to about 220 bytes.
-            for part in 0..PARTSUPP_ROWS / 4 {
-                for supp in 0..4 {
-                    insert.execute(params![
-                        part,
-                        supp,
-                        rng.random_range(1..10_000i64),
-                        rng.random_range(1.0..1000.0f64),
-                        payload(&mut rng) + &payload(&mut rng)[..95],
-                    ])?;
+                )?;
+                let mut insert = conn.prepare("INSERT INTO partsupp VALUES (?1, ?2, ?3, ?4, ?5)")?;
+                // 15,000 parts with 4 suppliers each; the comment brings a row to about 220 bytes.
+                for part in 0..PARTSUPP_ROWS / 4 {
+                    for supp in 0..4 {
+                        insert.execute(params![
+                            part,
+                            supp,
+                            rng.random_range(1..10_000i64),
+                            rng.random_range(1.0..1000.0f64),
+                            payload(&mut rng) + &payload(&mut rng)[..95],
+                        ])?;
+                    }
                 }
             }
-        }
-        Workload::Mixed => {
-            conn.execute_batch("CREATE TABLE record(id INTEGER PRIMARY KEY, v TEXT NOT NULL)")?;
-            let mut insert = conn.prepare("INSERT INTO record(id, v) VALUES (?1, ?2)")?;
-            for id in 0..MIXED_RECORDS {
-                insert.execute(params![id, payload(&mut rng)])?;
+            Workload::Mixed => {
+                conn.execute_batch("CREATE TABLE record(id INTEGER PRIMARY KEY, v TEXT NOT NULL)")?;
+                let mut insert = conn.prepare("INSERT INTO record(id, v) VALUES (?1, ?2)")?;
+                for id in 0..MIXED_RECORDS {
+                    insert.execute(params![id, payload(&mut rng)])?;
+                }
             }
-        }
-        Workload::Dbbench => {
-            // Rows to update, delete and search from the start: a tenth of the run per table.
-            let per_table = (txns / 10).max(10);
-            for table in 0..DBBENCH_TABLES {
-                conn.execute_batch(&format!(
-                    "CREATE TABLE {t}(id INTEGER PRIMARY KEY, k INTEGER NOT NULL, v TEXT NOT NULL);
+            Workload::Dbbench => {
+                // Rows to update, delete and search from the start: a tenth of the run per table.
+                let per_table = (txns / 10).max(10);
+                for table in 0..DBBENCH_TABLES {
+                    conn.execute_batch(&format!(
+                        "CREATE TABLE {t}(id INTEGER PRIMARY KEY, k INTEGER NOT NULL, v TEXT NOT NULL);
                      CREATE INDEX {t}_k ON {t}(k);",
-                    t = dbbench_table(table)
-                ))?;
-                let mut insert = conn.prepare(&format!(
-                    "INSERT INTO {}(k, v) VALUES (?1, ?2)",
-                    dbbench_table(table)
-                ))?;
-                for _ in 0..per_table {
-                    insert.execute(params![rng.random_range(0..1_000_000i64), payload(&mut rng)])?;
+                        t = dbbench_table(table)
+                    ))?;
+                    let mut insert = conn.prepare(&format!(
+                        "INSERT INTO {}(k, v) VALUES (?1, ?2)",
+                        dbbench_table(table)
+                    ))?;
+                    for _ in 0..per_table {
+                        insert.execute(params![rng.random_range(0..1_000_000i64), payload(&mut rng)])?;
+                    }
                 }
             }
-        }
-        Workload::Tpcb => {
-            conn.execute_batch(
+            Workload::Tpcb => {
+                conn.execute_batch(
                 "CREATE TABLE branches(bid INTEGER PRIMARY KEY, bbalance INTEGER NOT NULL, filler TEXT);
                  CREATE TABLE tellers(tid INTEGER PRIMARY KEY, bid INTEGER, tbalance INTEGER NOT NULL, filler TEXT);
                  CREATE TABLE accounts(aid INTEGER PRIMARY KEY, bid INTEGER, abalance INTEGER NOT NULL, filler TEXT);
                  CREATE TABLE history(tid INTEGER, bid INTEGER, aid INTEGER, delta INTEGER NOT NULL, mtime INTEGER, filler TEXT);",
             )?;
-            let filler = "x".repeat(84);
-            for bid in 1..=TPCB_BRANCHES {
-                conn.execute("INSERT INTO branches VALUES (?1, 0, ?2)", params![bid, filler])?;
-            }
-            for tid in 1..=TPCB_TELLERS {
-                conn.execute("INSERT INTO tellers VALUES (?1, 1, 0, ?2)", params![tid, filler])?;
-            }
-            let mut insert = conn.prepare("INSERT INTO accounts VALUES (?1, 1, 0, ?2)")?;
-            for aid in 1..=TPCB_ACCOUNTS {
-                insert.execute(params![aid, filler])?;
+                let filler = "x".repeat(84);
+                for bid in 1..=TPCB_BRANCHES {
+                    conn.execute("INSERT INTO branches VALUES (?1, 0, ?2)", params![bid, filler])?;
+                }
+                for tid in 1..=TPCB_TELLERS {
+                    conn.execute("INSERT INTO tellers VALUES (?1, 1, 0, ?2)", params![tid, filler])?;
+                }
+                let mut insert = conn.prepare("INSERT INTO accounts VALUES (?1, 1, 0, ?2)")?;
+                for aid in 1..=TPCB_ACCOUNTS {
+                    insert.execute(params![aid, filler])?;
+                }
             }
         }
-    }
-    conn.execute_batch("COMMIT")?;
-    Ok(())
+        Ok(())
+    })
 }
 
 /// partsupp rows (TPC-H scale factor 0.075: 60,000 rows).
@@ -590,8 +565,7 @@ fn dbbench_transaction(conn: &Connection, table: &str, rng: &mut SmallRng) -> Re
 fn one_transaction(args: &BenchArgs, conn: &Connection, n: u64, rng: &mut SmallRng) -> Result<()> {
     match args.workload {
         Workload::Partsupp => {
-            conn.execute_batch("BEGIN")?;
-            let done = (|| -> Result<()> {
+            in_transaction(conn, || -> Result<()> {
                 let mut update = conn.prepare_cached(
                     "UPDATE partsupp SET ps_availqty = ?1, ps_supplycost = ?2 \
                      WHERE ps_partkey = ?3 AND ps_suppkey = ?4",
@@ -605,13 +579,8 @@ fn one_transaction(args: &BenchArgs, conn: &Connection, n: u64, rng: &mut SmallR
                         row % 4
                     ])?;
                 }
-                conn.execute_batch("COMMIT")?;
                 Ok(())
-            })();
-            if done.is_err() {
-                let _ = conn.execute_batch("ROLLBACK");
-            }
-            done?;
+            })?;
         }
         Workload::Mixed => {
             let id = rng.random_range(0..MIXED_RECORDS);
@@ -645,8 +614,7 @@ fn one_transaction(args: &BenchArgs, conn: &Connection, n: u64, rng: &mut SmallR
             let tid = rng.random_range(1..=TPCB_TELLERS);
             let bid = rng.random_range(1..=TPCB_BRANCHES);
             let delta = rng.random_range(-5000..=5000i64);
-            conn.execute_batch("BEGIN")?;
-            let done = (|| -> Result<()> {
+            in_transaction(conn, || -> Result<()> {
                 conn.prepare_cached("UPDATE accounts SET abalance = abalance + ?1 WHERE aid = ?2")?
                     .execute(params![delta, aid])?;
                 conn.prepare_cached("SELECT abalance FROM accounts WHERE aid = ?1")?
@@ -659,13 +627,8 @@ fn one_transaction(args: &BenchArgs, conn: &Connection, n: u64, rng: &mut SmallR
                     "INSERT INTO history(tid, bid, aid, delta, mtime, filler) VALUES (?1, ?2, ?3, ?4, ?5, 'tpcb')",
                 )?
                 .execute(params![tid, bid, aid, delta, n as i64])?;
-                conn.execute_batch("COMMIT")?;
                 Ok(())
-            })();
-            if done.is_err() {
-                let _ = conn.execute_batch("ROLLBACK");
-            }
-            done?;
+            })?;
         }
     }
     Ok(())

@@ -20,9 +20,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
-use crate::loopfs::{FsKind, LoopFs};
+use crate::loopfs::FsKind;
+use crate::output::{self, Human};
 use crate::progress::phase_spinner;
-use crate::sqlite::{check_integrity, open_onesync, retry_while_busy, store_counters};
+use crate::sqlite::{check_integrity, in_transaction, open_onesync, retry_while_busy, store_counters};
 
 const PAYLOAD_BYTES: i64 = 100;
 
@@ -95,32 +96,8 @@ struct Phase {
 
 pub fn run(args: &ConcurrencyArgs) -> Result<ExitCode> {
     // Declared before the work directory so it is unmounted after the directory goes.
-    let loop_fs = match args.fs {
-        Some(kind) => {
-            let size = args
-                .fs_size_mib
-                .checked_mul(1 << 20)
-                .ok_or_else(|| anyhow!("--fs-size-mib {} is too large", args.fs_size_mib))?;
-            let spinner = phase_spinner("loopfs", "making the filesystem");
-            let made = LoopFs::create(kind, size)?;
-            spinner.finish_and_clear();
-            Some(made)
-        }
-        None => None,
-    };
-    let dir = loop_fs
-        .as_ref()
-        .map(|l| l.mount_point().to_owned())
-        .or(args.dir.clone());
-    let work = match &dir {
-        Some(dir) => tempfile::Builder::new()
-            .prefix("onesync-concurrency-")
-            .tempdir_in(dir)
-            .with_context(|| format!("creating a directory in {}", dir.display()))?,
-        None => tempfile::Builder::new()
-            .prefix("onesync-concurrency-")
-            .tempdir()?,
-    };
+    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib)?;
+    let work = output::work_dir("onesync-concurrency-", loop_fs.as_ref(), args.dir.as_deref())?;
     let db = work.path().join("concurrency.onesync");
     // This connection stays open for the whole run: it keeps the store open between phases
     // and reads the flush counter.
@@ -174,15 +151,7 @@ pub fn run(args: &ConcurrencyArgs) -> Result<ExitCode> {
         report.flush_us4,
         report.ratio
     );
-    match args.json.as_deref() {
-        Some(path) if path == Path::new("-") => println!("{}", serde_json::to_string(&report)?),
-        Some(path) => {
-            std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-                .with_context(|| format!("writing {}", path.display()))?;
-            println!("{table}");
-        }
-        None => println!("{table}"),
-    }
+    output::emit(args.json.as_deref(), &report, &table, Human::Stdout)?;
     if let Some(min) = args.min_ratio {
         if report.ratio < min {
             eprintln!(
@@ -258,20 +227,13 @@ fn run_phase(monitor: &Connection, db: &Path, threads: u64, args: &ConcurrencyAr
 /// store confirms the commit durable.
 fn insert_durably(conn: &Connection, thread_no: i64, pause: Duration) -> Result<i64> {
     let id = retry_while_busy(pause, || {
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        let attempt = (|| {
+        in_transaction(conn, || {
             conn.execute(
                 "INSERT INTO item(thread, payload) VALUES (?1, randomblob(?2))",
                 params![thread_no, PAYLOAD_BYTES],
             )?;
-            let id = conn.last_insert_rowid();
-            conn.execute_batch("COMMIT")?;
-            Ok(id)
-        })();
-        if attempt.is_err() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        attempt
+            Ok(conn.last_insert_rowid())
+        })
     })?;
     let json: String = conn.query_row("PRAGMA onesync_commit", [], |r| r.get(0))?;
     let commit: CommitReport = serde_json::from_str(&json).context("parsing PRAGMA onesync_commit")?;

@@ -35,6 +35,7 @@ use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
 use crate::bank;
+use crate::output::{self, Human};
 use crate::progress::phase_bar;
 use crate::sqlite::{open_onesync, open_plain, retry_while_busy, BUSY_RETRY_PAUSE};
 
@@ -218,13 +219,7 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
         );
     }
     let seed = args.seed.unwrap_or_else(rand::random);
-    let work = match &args.dir {
-        Some(dir) => tempfile::Builder::new()
-            .prefix("onesync-kill-")
-            .tempdir_in(dir)
-            .with_context(|| format!("creating a directory in {}", dir.display()))?,
-        None => tempfile::Builder::new().prefix("onesync-kill-").tempdir()?,
-    };
+    let work = output::work_dir("onesync-kill-", None, args.dir.as_deref())?;
     let db = work.path().join(args.child.database_name());
     let exe = std::env::current_exe().context("finding the onesync binary to run as the child")?;
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -304,16 +299,12 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
         summary.failures,
         summary.seconds
     );
-    match args.json.as_deref() {
-        Some(path) if path == Path::new("-") => println!("{}", serde_json::to_string(&summary)?),
-        Some(path) => {
-            std::fs::write(path, serde_json::to_string_pretty(&summary)? + "\n")
-                .with_context(|| format!("writing {}", path.display()))?;
-            println!("{report}");
-        }
-        None if args.report_to_stderr => eprintln!("{report}"),
-        None => println!("{report}"),
-    }
+    let human = if args.report_to_stderr {
+        Human::Stderr
+    } else {
+        Human::Stdout
+    };
+    output::emit(args.json.as_deref(), &summary, &report, human)?;
     if let Some(failure) = &summary.first_failure {
         let kept_at = work.keep();
         eprintln!("vfs-kill-torture: FAILED at {failure}");

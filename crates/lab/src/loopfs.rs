@@ -6,7 +6,6 @@
 
 use std::fmt;
 use std::fs::{self, File};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread;
@@ -234,13 +233,9 @@ impl LoopFs {
     fn sync(&self) -> Result<()> {
         let dir = File::open(&self.mount_point)
             .with_context(|| format!("opening {}", self.mount_point.display()))?;
-        // SAFETY: syncfs only reads the descriptor, which `dir` keeps open for the call.
-        let status = unsafe { libc::syncfs(dir.as_raw_fd()) };
-        if status != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("syncfs {}", self.mount_point.display()));
-        }
-        Ok(())
+        nix::unistd::syncfs(&dir)
+            .map_err(std::io::Error::from)
+            .with_context(|| format!("syncfs {}", self.mount_point.display()))
     }
 
     fn unmount(&mut self) -> Result<()> {
@@ -305,7 +300,7 @@ impl Drop for LoopFs {
 }
 
 /// Fails early, naming what is missing, instead of letting losetup or mount fail obscurely.
-fn check_prerequisites(kind: FsKind) -> Result<()> {
+pub fn check_prerequisites(kind: FsKind) -> Result<()> {
     if !running_as_root() {
         bail!("--fs needs root: loop devices and mount (run as root, or use --dir)");
     }
@@ -315,9 +310,8 @@ fn check_prerequisites(kind: FsKind) -> Result<()> {
     require_program(kind.mkfs_program(), kind.package())
 }
 
-fn running_as_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+pub fn running_as_root() -> bool {
+    nix::unistd::geteuid().is_root()
 }
 
 /// Errors with an install hint when `program` is on neither $PATH nor the sbin directories

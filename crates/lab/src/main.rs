@@ -7,6 +7,7 @@ mod convert;
 mod kill_torture;
 mod loopfs;
 mod meter;
+mod output;
 mod powercut;
 mod progress;
 mod report;

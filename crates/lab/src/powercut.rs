@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::{anyhow, Context, Result};
 use onesync::ffi::{SQLITE_IOERR, SQLITE_IOERR_DELETE_NOENT, SQLITE_IOERR_SHORT_READ, SQLITE_OPEN_CREATE};
-use onesync::{DbBackend, FileSystem, IoResult, LockLevel};
+use onesync::{DbBackend, FileSystem, IoResult};
 use onesync_store::sim::SimDisk;
 use onesync_store::{Options, Store};
 use rand::rngs::SmallRng;
@@ -33,6 +33,7 @@ use serde::Serialize;
 use crate::bank;
 use crate::bench::Mode;
 use crate::kill_torture::{self, ChildKind, KillTortureArgs};
+use crate::output::{self, Human};
 use crate::progress::phase_bar;
 
 /// VFS names of the two simulations.
@@ -139,15 +140,7 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         summary.kills,
         summary.kill_failures,
     );
-    match args.json.as_deref() {
-        Some(p) if p == Path::new("-") => println!("{}", serde_json::to_string(&summary)?),
-        Some(p) => {
-            std::fs::write(p, serde_json::to_string_pretty(&summary)? + "\n")
-                .with_context(|| format!("writing {}", p.display()))?;
-            println!("{line}");
-        }
-        None => println!("{line}"),
-    }
+    output::emit(args.json.as_deref(), &summary, &line, Human::Stdout)?;
     Ok(if failed {
         ExitCode::FAILURE
     } else {
@@ -495,10 +488,8 @@ impl DbBackend for SimHandle {
         self.with_file(|file| Ok(file.current.len() as u64))
     }
 
-    fn lock(&mut self, _level: LockLevel) -> IoResult<()> {
-        // One connection (locking_mode=EXCLUSIVE): every lock is granted.
-        Ok(())
-    }
+    // Locks: the trait's default grants every one, right for one connection
+    // (locking_mode=EXCLUSIVE).
 
     fn sector_size(&mut self) -> i32 {
         512

@@ -42,19 +42,10 @@ const INSERT_MODES: [Mode; 8] = [
     Mode::Onesync,
 ];
 
-fn can_make_loop_fs() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    root && std::process::Command::new("mkfs.ext4").arg("-V").output().is_ok()
-}
-
 pub fn run(args: &ReportArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let fs = (!args.no_fs && can_make_loop_fs()).then_some(FsKind::Ext4);
+    let fs =
+        (!args.no_fs && crate::loopfs::check_prerequisites(FsKind::Ext4).is_ok()).then_some(FsKind::Ext4);
     let bench_args = |workload: Workload, modes: &[Mode]| BenchArgs {
         workload,
         mode: modes.to_vec(),

@@ -54,6 +54,22 @@ pub fn check_integrity(conn: &Connection) -> Result<()> {
     }
 }
 
+/// Runs `body` inside `BEGIN IMMEDIATE` … `COMMIT`, rolling back if anything fails.
+pub fn in_transaction<T, E: From<rusqlite::Error>>(
+    conn: &Connection,
+    body: impl FnOnce() -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let outcome = body().and_then(|value| {
+        conn.execute_batch("COMMIT")?;
+        Ok(value)
+    });
+    if outcome.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    outcome
+}
+
 /// True for SQLITE_BUSY and SQLITE_LOCKED (in any extended form): try the transaction again.
 pub fn is_busy(error: &rusqlite::Error) -> bool {
     matches!(

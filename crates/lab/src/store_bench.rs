@@ -2,7 +2,6 @@
 //! (one pwrite + fdatasync), and how long recovery takes after a long log.
 
 use std::fs::{self, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::thread;
@@ -16,6 +15,7 @@ use serde::Serialize;
 
 use crate::loopfs::{FsKind, LoopFs};
 use crate::meter::{per, Measurement, Meter};
+use crate::output::{self, Human};
 use crate::progress::{phase_bar, phase_spinner};
 use onesync_store::{FileId, Options, Store};
 
@@ -154,42 +154,11 @@ struct Ratios {
 
 pub fn run(args: &StoreBenchArgs) -> Result<()> {
     // Fail before a long run, not after it, when the JSON could not be written anyway.
-    if let Some(json_path) = args.json.as_deref().filter(|path| *path != Path::new("-")) {
-        let json_dir = json_path.parent().filter(|dir| !dir.as_os_str().is_empty());
-        if let Some(json_dir) = json_dir.filter(|dir| !dir.is_dir()) {
-            bail!(
-                "--json {}: {} is not a directory",
-                json_path.display(),
-                json_dir.display()
-            );
-        }
-    }
+    output::check_json_path(args.json.as_deref())?;
     // Declared before the work directory so it is dropped (unmounted) after it.
-    let loop_fs = match args.fs {
-        Some(kind) => {
-            let size_bytes = args
-                .fs_size_mib
-                .checked_mul(MIB)
-                .ok_or_else(|| anyhow!("--fs-size-mib {} is too large", args.fs_size_mib))?;
-            let spinner = phase_spinner("loopfs", "making the filesystem");
-            let loop_fs = LoopFs::create(kind, size_bytes)?;
-            spinner.finish_and_clear();
-            Some(loop_fs)
-        }
-        None => None,
-    };
-    let parent = match (&loop_fs, &args.dir) {
-        (Some(loop_fs), _) => loop_fs.mount_point().to_owned(),
-        (None, Some(dir)) => dir.clone(),
-        (None, None) => std::env::temp_dir(),
-    };
-    if !parent.is_dir() {
-        bail!("{} is not a directory", parent.display());
-    }
-    let work_dir = tempfile::Builder::new()
-        .prefix("onesync-store-bench-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("making a work directory in {}", parent.display()))?;
+    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib)?;
+    let work_dir = output::work_dir("onesync-store-bench-", loop_fs.as_ref(), args.dir.as_deref())?;
+    let parent = work_dir.path().parent().map(Path::to_owned).unwrap_or_default();
 
     let report = measure(args, work_dir.path(), loop_fs.as_ref())?;
     work_dir
@@ -200,24 +169,12 @@ pub fn run(args: &StoreBenchArgs) -> Result<()> {
         Some(loop_fs) => format!("{} on {}", loop_fs.kind(), loop_fs.device_name()),
         None => parent.display().to_string(),
     };
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    if let Some(json_path) = &args.json {
-        let json = serde_json::to_string(&report).context("encoding the results as JSON")?;
-        if json_to_stdout {
-            let mut stdout = std::io::stdout().lock();
-            writeln!(stdout, "{json}").context("writing JSON to stdout")?;
-        } else {
-            fs::write(json_path, format!("{json}\n"))
-                .with_context(|| format!("writing {}", json_path.display()))?;
-        }
-    }
-    if !json_to_stdout {
-        let table = render_table(&report, args, &place);
-        std::io::stdout()
-            .lock()
-            .write_all(table.as_bytes())
-            .context("writing the table to stdout")?;
-    }
+    output::emit(
+        args.json.as_deref(),
+        &report,
+        &render_table(&report, args, &place),
+        Human::Stdout,
+    )?;
     Ok(())
 }
 

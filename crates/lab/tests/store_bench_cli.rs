@@ -24,8 +24,7 @@ fn onesync(args: &[&str]) -> Output {
 }
 
 fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }
 
 fn number(report: &Value, pointer: &str) -> f64 {

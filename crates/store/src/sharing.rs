@@ -147,17 +147,6 @@ impl Drop for InitGuard {
     }
 }
 
-/// See [`Sharing::unlocker`].
-pub struct WriterUnlocker {
-    file: File,
-}
-
-impl WriterUnlocker {
-    pub fn unlock_writer(&self) {
-        let _ = set_lock(&self.file, Kind::Unlock, WRITE, false);
-    }
-}
-
 /// Take `INIT` on `file` (waiting for another process's open or close to finish); shared
 /// for a read-only process (its file descriptor cannot take exclusive locks).
 pub fn lock_init(file: &File, read_only: bool) -> Result<InitGuard> {
@@ -267,17 +256,6 @@ impl Sharing {
 
     pub fn unlock_writer(&self) {
         let _ = set_lock(&self.file, Kind::Unlock, WRITE, false);
-    }
-
-    /// Something that can let go of the write lock after `self` is moved away (the locks
-    /// belong to the open file description, which a duplicate shares).
-    pub fn unlocker(&self) -> Result<WriterUnlocker> {
-        Ok(WriterUnlocker {
-            file: self
-                .file
-                .try_clone()
-                .map_err(io_err("locking the store for writing"))?,
-        })
     }
 
     fn user_offset(key: u64) -> i64 {

@@ -156,8 +156,6 @@ struct WriterClaims {
     held: bool,
     /// Commits being sequenced or written, and checkpoints running.
     claims: usize,
-    /// Checkpoint generation of the latest commit sequenced here.
-    generation: u64,
 }
 
 /// Everything commits and checkpoints change, under one lock held only for bookkeeping
@@ -348,12 +346,13 @@ impl Store {
         let opened = match (&sharing, arrival) {
             (Some(joining), Arrival::Joined) => {
                 // Writers wait while this process reads the chain, so that it does not see
-                // a checkpoint half written.
-                let unlocker = joining.unlocker()?;
+                // a checkpoint half written. (If opening fails, closing the file lets go.)
                 joining.lock_writer()?;
-                let opened = Store::open_inner(io, opts, sharing, true);
-                unlocker.unlock_writer();
-                opened
+                Store::open_inner(io, opts, sharing, true).inspect(|store| {
+                    if let Some(s) = &store.shared.sharing {
+                        s.unlock_writer();
+                    }
+                })
             }
             _ => Store::open_inner(io, opts, sharing, false),
         };
@@ -461,7 +460,6 @@ impl Store {
         if let (Some(s), false) = (&sharing, joined) {
             s.publish_progress(meta.header.generation, last)?;
         }
-        let meta_generation = meta.header.generation;
         let flush = FlushState {
             sequenced: last,
             written_upto: last,
@@ -479,10 +477,7 @@ impl Store {
                 written_changed: Condvar::new(),
                 counters,
                 next_file_id: AtomicU32::new(next_file_id),
-                writer: Mutex::new(WriterClaims {
-                    generation: meta_generation,
-                    ..WriterClaims::default()
-                }),
+                writer: Mutex::new(WriterClaims::default()),
                 sharing,
             }),
         })
@@ -513,18 +508,6 @@ impl Store {
         WaitingWriter {
             shared: self.shared.clone(),
         }
-    }
-
-    /// When the file named `name` last changed in the latest committed state of any process
-    /// (`None`: no such file), without taking a snapshot.
-    pub fn latest_file_changed_at(&self, name: &str) -> Result<Option<u64>> {
-        let mut meta = lock(&self.shared.meta);
-        self.shared.catch_up(&mut meta, false)?;
-        let state = &meta.visible;
-        Ok(state
-            .file_by_name(name)
-            .and_then(|id| state.files.get(&id))
-            .map(|f| f.changed_seq))
     }
 
     /// Begin a transaction on the latest committed state.
@@ -797,9 +780,7 @@ impl Shared {
         // (The pin stays this low until the caller's next snapshot change raises it.)
         let known = meta.state.seq;
         self.set_pin(meta, Some(known))?;
-        let result = self.catch_up_pinned(s, meta, holding_writer);
-        self.release_unread(meta);
-        result
+        self.catch_up_pinned(s, meta, holding_writer)
     }
 
     fn catch_up_pinned(&self, s: &Sharing, meta: &mut Meta, holding_writer: bool) -> Result<()> {
@@ -859,6 +840,7 @@ impl Shared {
             // This process's superseded slots are covered by that checkpoint.
             let covered_slots = std::mem::take(&mut meta.awaiting_checkpoint);
             meta.awaiting_readers.extend(covered_slots);
+            self.release_unread(meta);
         }
         let mut superseded_elsewhere = Vec::new();
         while let Some((record, crc, len)) = record_at(io, meta.head, page_size, capacity)? {
@@ -897,7 +879,6 @@ impl Shared {
             f.sequenced = f.sequenced.max(seq);
             f.written_upto = f.written_upto.max(seq);
         }
-        lock(&self.writer).generation = meta.header.generation;
         Ok(())
     }
 
@@ -1220,9 +1201,6 @@ impl Shared {
         meta.state = Arc::new(next_state);
         meta.unpublished.insert(seq, meta.state.clone());
         lock(&self.flush).sequenced = seq;
-        if self.sharing.is_some() {
-            lock(&self.writer).generation = epoch;
-        }
         meta.commits_since_checkpoint += 1;
         meta.log_bytes_since_checkpoint += record_slots * page_size;
         Ok(Sequenced {
@@ -1360,7 +1338,6 @@ impl Shared {
             }
         }
         meta.header = header;
-        lock(&self.writer).generation = header.generation;
         if let Some(s) = &self.sharing {
             // Under the write lock still: others see the new generation before any record.
             // Unpublished, another writer could extend the old chain: stop here instead.

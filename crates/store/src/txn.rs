@@ -90,6 +90,11 @@ impl Snapshot {
         self.state.file_by_name(name).map(FileId)
     }
 
+    /// A transaction on this state (it keeps the state readable while it lives).
+    pub fn begin(self) -> Transaction {
+        Transaction::new(self)
+    }
+
     /// The sequence number of the last commit that changed the file named `name`.
     pub fn file_changed_at(&self, name: &str) -> Option<u64> {
         let id = self.state.file_by_name(name)?;

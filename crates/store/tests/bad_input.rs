@@ -350,8 +350,7 @@ fn slot_holding(image: &[u8], content: &[u8]) -> Option<u64> {
 }
 
 fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1108,12 +1107,8 @@ fn huge_file_child() {
         return;
     }
     // 4 GiB of address space: whatever the store asks for fails fast instead of paging.
-    let limit = libc::rlimit {
-        rlim_cur: 4 << 30,
-        rlim_max: 4 << 30,
-    };
-    // SAFETY: setrlimit only reads the struct passed to it.
-    unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) };
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_AS, 4 << 30, 4 << 30)
+        .expect("limiting the address space");
     let made = make_history(History::Closed);
     let mut image = made.image.clone();
     let h = harness::newest_header(&image);

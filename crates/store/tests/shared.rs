@@ -84,16 +84,20 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// A new store with an empty logical file "data" of `PAGES` pages.
+fn create_with_data_file(path: &std::path::Path) -> Store {
+    let store = Store::create(path, &opts()).unwrap();
+    let mut t = store.begin();
+    let f = t.create_file("data").unwrap();
+    t.set_file_size(f, PAGES * PS as u64).unwrap();
+    t.commit().unwrap();
+    store
+}
+
 fn run(steps: &[Step]) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shared.onesync");
-    let first = Store::create(&path, &opts()).unwrap();
-    {
-        let mut t = first.begin();
-        let f = t.create_file("data").unwrap();
-        t.set_file_size(f, PAGES * PS as u64).unwrap();
-        t.commit().unwrap();
-    }
+    let first = create_with_data_file(&path);
     let mut handles: Vec<Option<Store>> = vec![
         Some(first),
         Some(Store::open(&path, &opts()).unwrap()),
@@ -202,13 +206,7 @@ proptest! {
 fn an_idle_handle_catches_up_after_many_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idle.onesync");
-    let busy = Store::create(&path, &opts()).unwrap();
-    {
-        let mut t = busy.begin();
-        let f = t.create_file("data").unwrap();
-        t.set_file_size(f, PAGES * PS as u64).unwrap();
-        t.commit().unwrap();
-    }
+    let busy = create_with_data_file(&path);
     let idle = Store::open(&path, &opts()).unwrap();
     assert!(idle.try_snapshot().unwrap().file("data").is_some());
     let mut model = Model::new();

@@ -479,9 +479,27 @@ impl StoreDb {
         // Other processes: the same lock, held by the process; then their commits to this
         // database since our snapshot make it stale too.
         let key = process_lock_key(&self.logical);
+        let mut coord = self.lock_for_process(coord, key, deadline, snapshot_seq)?;
+        if let Err(e) = self.start_writing(&mut coord, changed_at) {
+            self.store.store.unlock_for_process(key);
+            return Err(e);
+        }
+        RETRY_AT_ONCE.with(|r| r.set(false));
+        Ok(())
+    }
+
+    /// Takes the database's write lock among processes (polling until `deadline`: there is
+    /// no wake-up across processes); `coord` is let go meanwhile and taken again.
+    fn lock_for_process<'a>(
+        &'a self,
+        mut coord: MutexGuard<'a, Coordination>,
+        key: u64,
+        deadline: Instant,
+        snapshot_seq: u64,
+    ) -> IoResult<MutexGuard<'a, Coordination>> {
         loop {
             match self.store.store.try_lock_for_process(key) {
-                Ok(true) => break,
+                Ok(true) => return Ok(coord),
                 Ok(false) if Instant::now() < deadline => {
                     drop(coord);
                     std::thread::sleep(PROCESS_LOCK_POLL);
@@ -498,35 +516,30 @@ impl StoreDb {
                 Err(_) => return Err(SQLITE_IOERR_LOCK),
             }
         }
-        let stale = match (
-            &self.snapshot,
-            self.store.store.latest_file_changed_at(&self.logical),
-        ) {
-            (Some(ours), Ok(latest)) => ours.file_changed_at(&self.logical) != latest,
-            (None, Ok(_)) => false,
-            (_, Err(_)) => {
-                self.store.store.unlock_for_process(key);
-                return Err(SQLITE_IOERR_LOCK);
-            }
-        };
-        if stale {
-            self.store.store.unlock_for_process(key);
+    }
+
+    /// Holding the write lock in this process and among processes: refuse a stale snapshot,
+    /// then join (or begin) the connection's store transaction as this handle's writer.
+    fn start_writing(&self, coord: &mut Coordination, changed_at: u64) -> IoResult<()> {
+        let latest = self.store.store.try_snapshot().map_err(|_| SQLITE_IOERR_LOCK)?;
+        if self
+            .snapshot
+            .as_ref()
+            .is_some_and(|ours| ours.file_changed_at(&self.logical) != latest.file_changed_at(&self.logical))
+        {
             return Err(stale_snapshot());
         }
         let conn = coord.conns.entry(self.conn).or_default();
         if conn.txn.as_ref().is_some_and(|t| t.base_seq() < changed_at) {
-            self.store.store.unlock_for_process(key);
             return Err(stale_snapshot());
         }
-        let txn = conn.txn.get_or_insert_with(|| self.store.store.begin());
+        let txn = conn.txn.get_or_insert_with(|| latest.begin());
         let mut base_counter = [0u8; 4];
         if let Some(id) = txn.file(&self.logical) {
             if txn.file_size(id).unwrap_or(0) >= CHANGE_COUNTER.end as u64 {
                 let mut page = vec![0u8; self.store.page_size as usize];
-                if let Err(e) = txn.read_page(id, 0, &mut page) {
-                    self.store.store.unlock_for_process(key);
-                    return Err(store_err(SQLITE_IOERR_READ)(e));
-                }
+                txn.read_page(id, 0, &mut page)
+                    .map_err(store_err(SQLITE_IOERR_READ))?;
                 base_counter.copy_from_slice(&page[CHANGE_COUNTER]);
             }
         }
@@ -542,7 +555,6 @@ impl StoreDb {
         if let Some(file) = coord.files.get_mut(&self.logical) {
             file.writer = Some((self.handle, self.conn));
         }
-        RETRY_AT_ONCE.with(|r| r.set(false));
         Ok(())
     }
 
@@ -1003,6 +1015,9 @@ impl DbBackend for StoreDb {
         if self.level > LockLevel::None {
             result = self.unlock(LockLevel::None);
         }
+        // A connection closes its databases together; keeping its entry past that would
+        // let the map grow with every connection ever opened.
+        lock(&self.store.coord).last_commit.remove(&self.conn);
         registry_release(&self.store);
         result
     }
