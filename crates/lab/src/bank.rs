@@ -69,6 +69,35 @@ pub fn transfer_in_three_commits(
     Ok(())
 }
 
+/// A transfer made and then undone with ROLLBACK: it must leave no trace.
+pub fn transfer_rolled_back(
+    conn: &Connection,
+    id: &str,
+    from: i64,
+    to: i64,
+    amount: i64,
+) -> rusqlite::Result<()> {
+    conn.execute_batch("BEGIN")?;
+    let moved = move_money(conn, id, from, to, amount);
+    let undone = conn.execute_batch("ROLLBACK");
+    moved.and(undone)
+}
+
+/// Fails if any of `ids` (transfers rolled back) is in the ledger.
+pub fn check_absent(conn: &Connection, ids: &[String]) -> Result<()> {
+    let mut lookup = conn.prepare("SELECT 1 FROM ledger WHERE transfer_id = ?1")?;
+    for id in ids {
+        if lookup
+            .query_row([id], |r| r.get::<_, i64>(0))
+            .optional()?
+            .is_some()
+        {
+            bail!("transfer {id} was rolled back but is in the ledger");
+        }
+    }
+    Ok(())
+}
+
 fn move_money(conn: &Connection, id: &str, from: i64, to: i64, amount: i64) -> rusqlite::Result<()> {
     conn.execute(DEBIT, params![amount, from])?;
     conn.execute(CREDIT, params![amount, to])?;

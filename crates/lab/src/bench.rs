@@ -454,26 +454,7 @@ fn set_up(conn: &Connection, workload: Workload, txns: u64) -> Result<()> {
                     }
                 }
             }
-            Workload::Partsupp => {
-                conn.execute_batch(
-                    "CREATE TABLE partsupp(ps_partkey INTEGER NOT NULL, ps_suppkey INTEGER NOT NULL,
-                    ps_availqty INTEGER NOT NULL, ps_supplycost REAL NOT NULL, ps_comment TEXT NOT NULL,
-                    PRIMARY KEY (ps_partkey, ps_suppkey)) WITHOUT ROWID",
-                )?;
-                let mut insert = conn.prepare("INSERT INTO partsupp VALUES (?1, ?2, ?3, ?4, ?5)")?;
-                // 15,000 parts with 4 suppliers each; the comment brings a row to about 220 bytes.
-                for part in 0..PARTSUPP_ROWS / 4 {
-                    for supp in 0..4 {
-                        insert.execute(params![
-                            part,
-                            supp,
-                            rng.random_range(1..10_000i64),
-                            rng.random_range(1.0..1000.0f64),
-                            payload(&mut rng) + &payload(&mut rng)[..95],
-                        ])?;
-                    }
-                }
-            }
+            Workload::Partsupp => partsupp_set_up(conn, &mut rng)?,
             Workload::Mixed => {
                 conn.execute_batch("CREATE TABLE record(id INTEGER PRIMARY KEY, v TEXT NOT NULL)")?;
                 let mut insert = conn.prepare("INSERT INTO record(id, v) VALUES (?1, ?2)")?;
@@ -523,6 +504,51 @@ fn set_up(conn: &Connection, workload: Workload, txns: u64) -> Result<()> {
     })
 }
 
+/// The partsupp table (60,000 rows of about 220 bytes), filled; inside the caller's
+/// transaction.
+pub fn partsupp_set_up(conn: &Connection, rng: &mut SmallRng) -> Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE partsupp(ps_partkey INTEGER NOT NULL, ps_suppkey INTEGER NOT NULL,
+        ps_availqty INTEGER NOT NULL, ps_supplycost REAL NOT NULL, ps_comment TEXT NOT NULL,
+        PRIMARY KEY (ps_partkey, ps_suppkey)) WITHOUT ROWID",
+    )?;
+    let mut insert = conn.prepare("INSERT INTO partsupp VALUES (?1, ?2, ?3, ?4, ?5)")?;
+    // 15,000 parts with 4 suppliers each; the comment brings a row to about 220 bytes.
+    for part in 0..PARTSUPP_ROWS / 4 {
+        for supp in 0..4 {
+            insert.execute(params![
+                part,
+                supp,
+                rng.random_range(1..10_000i64),
+                rng.random_range(1.0..1000.0f64),
+                payload(rng) + &payload(rng)[..95],
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+/// One partsupp transaction: `pages` random rows updated (each on its own page, almost
+/// always: 60,000 rows span about 1,700 to 3,400 pages).
+pub fn partsupp_transaction(conn: &Connection, pages: u64, rng: &mut SmallRng) -> Result<()> {
+    in_transaction(conn, || -> Result<()> {
+        let mut update = conn.prepare_cached(
+            "UPDATE partsupp SET ps_availqty = ?1, ps_supplycost = ?2 \
+             WHERE ps_partkey = ?3 AND ps_suppkey = ?4",
+        )?;
+        for _ in 0..pages {
+            let row = rng.random_range(0..PARTSUPP_ROWS);
+            update.execute(params![
+                rng.random_range(1..10_000i64),
+                rng.random_range(1.0..1000.0f64),
+                row / 4,
+                row % 4
+            ])?;
+        }
+        Ok(())
+    })
+}
+
 /// partsupp rows (TPC-H scale factor 0.075: 60,000 rows).
 const PARTSUPP_ROWS: i64 = 60_000;
 /// mixed: records.
@@ -564,24 +590,7 @@ fn dbbench_transaction(conn: &Connection, table: &str, rng: &mut SmallRng) -> Re
 
 fn one_transaction(args: &BenchArgs, conn: &Connection, n: u64, rng: &mut SmallRng) -> Result<()> {
     match args.workload {
-        Workload::Partsupp => {
-            in_transaction(conn, || -> Result<()> {
-                let mut update = conn.prepare_cached(
-                    "UPDATE partsupp SET ps_availqty = ?1, ps_supplycost = ?2 \
-                     WHERE ps_partkey = ?3 AND ps_suppkey = ?4",
-                )?;
-                for _ in 0..args.pages {
-                    let row = rng.random_range(0..PARTSUPP_ROWS);
-                    update.execute(params![
-                        rng.random_range(1..10_000i64),
-                        rng.random_range(1.0..1000.0f64),
-                        row / 4,
-                        row % 4
-                    ])?;
-                }
-                Ok(())
-            })?;
-        }
+        Workload::Partsupp => partsupp_transaction(conn, args.pages, rng)?,
         Workload::Mixed => {
             let id = rng.random_range(0..MIXED_RECORDS);
             let ratio = args.searches_per_write.max(0.0);

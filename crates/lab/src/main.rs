@@ -4,6 +4,7 @@ mod bank;
 mod bench;
 mod concurrency;
 mod convert;
+mod flash;
 mod kill_torture;
 mod loopfs;
 mod meter;
@@ -56,6 +57,9 @@ enum Command {
     /// Transactions per second of one-row inserts through the onesync VFS from 1 thread and
     /// from N threads, checking each COMMIT is durable when it returns
     VfsConcurrency(concurrency::ConcurrencyArgs),
+    /// The X-FTL paper's experiments on a simulated NAND SSD with SQLite on it (partsupp, gc,
+    /// fio, restart, torture): simulated time, NAND programs, erases, GC runs per mode
+    Flash(flash::FlashArgs),
     /// The child process of vfs-kill-torture (not for direct use)
     #[command(name = "__transfer-child", hide = true)]
     TransferChild(kill_torture::TransferChildArgs),
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
         Command::Import(args) => convert::import(args).map(|()| ExitCode::SUCCESS),
         Command::VfsKillTorture(args) => kill_torture::run(args),
         Command::VfsConcurrency(args) => concurrency::run(args),
+        Command::Flash(args) => flash::run(args),
         Command::TransferChild(args) => kill_torture::run_child(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {

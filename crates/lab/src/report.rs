@@ -13,6 +13,7 @@ use anyhow::{anyhow, Context, Result};
 use plotters::prelude::*;
 
 use crate::bench::{self, BenchArgs, Mode, ModeResult, Workload};
+use crate::flash::{self, FlashResult};
 use crate::loopfs::FsKind;
 
 #[derive(clap::Args, Debug)]
@@ -29,6 +30,10 @@ pub struct ReportArgs {
     /// Run in a temporary directory even when a loop ext4 could be made
     #[arg(long)]
     pub no_fs: bool,
+
+    /// Leave out the simulated-flash (X-FTL) experiments
+    #[arg(long)]
+    pub no_flash: bool,
 }
 
 const INSERT_MODES: [Mode; 8] = [
@@ -153,6 +158,12 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
     html.push_str(&html_table(&insert));
     html.push_str("<h2>dbbench, 4 threads</h2>\n");
     html.push_str(&html_table(&dbbench));
+    if !args.no_flash {
+        let (flash_html, flash_md) = flash_section()?;
+        html.push_str(&flash_html);
+        md.push_str(&flash_md);
+        std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
+    }
     html.push_str("</body></html>\n");
     let html_path = args.out.join("report.html");
     std::fs::write(&html_path, &html).with_context(|| format!("writing {}", html_path.display()))?;
@@ -243,12 +254,21 @@ fn bar_chart(
     results: &[ModeResult],
     value: impl Fn(&ModeResult) -> f64,
 ) -> Result<String> {
+    let bars: Vec<(String, f64, RGBColor)> = results
+        .iter()
+        .map(|r| (r.mode.to_owned(), value(r), color(r.mode)))
+        .collect();
+    labelled_bars(title, unit, &bars)
+}
+
+/// One bar per (label, value, colour).
+fn labelled_bars(title: &str, unit: &str, bars: &[(String, f64, RGBColor)]) -> Result<String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (900, 320)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
-        let top = results.iter().map(&value).fold(0.0f64, f64::max).max(1e-9) * 1.15;
-        let n = results.len();
+        let top = bars.iter().map(|b| b.1).fold(0.0f64, f64::max).max(1e-9) * 1.15;
+        let n = bars.len();
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 20))
             .margin(10)
@@ -268,20 +288,19 @@ fn bar_chart(
                 }
             })
             .x_label_formatter(&|x| match x {
-                SegmentValue::CenterOf(i) => results.get(*i).map(|r| r.mode.to_owned()).unwrap_or_default(),
+                SegmentValue::CenterOf(i) => bars.get(*i).map(|b| b.0.clone()).unwrap_or_default(),
                 _ => String::new(),
             })
             .draw()
             .map_err(plot_err)?;
-        for (i, r) in results.iter().enumerate() {
-            let v = value(r);
+        for (i, (_, v, c)) in bars.iter().enumerate() {
             chart
                 .draw_series(std::iter::once(Rectangle::new(
-                    [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), v)],
-                    color(r.mode).filled(),
+                    [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), *v)],
+                    c.filled(),
                 )))
                 .map_err(plot_err)?;
-            let label = if v >= 100.0 {
+            let label = if *v >= 100.0 {
                 format!("{v:.0}")
             } else {
                 format!("{v:.2}")
@@ -353,6 +372,176 @@ fn cdf_chart(title: &str, results: &[ModeResult]) -> Result<String> {
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
+
+/// The X-FTL experiments on the simulated drive (shorter runs than the subcommands'
+/// defaults): charts for the HTML, tables for the Markdown.
+fn flash_section() -> Result<(String, String)> {
+    let partsupp = flash::partsupp(&flash::PartsuppArgs {
+        mode: vec![flash::SqlMode::Rbj, flash::SqlMode::Wal, flash::SqlMode::Xftl],
+        pages: vec![1, 5, 10, 15, 20],
+        txns: 300,
+        capacity_mib: 128,
+        json: None,
+    })?;
+    let gc = flash::gc(&flash::GcArgs {
+        mode: vec![flash::SqlMode::Rbj, flash::SqlMode::Wal, flash::SqlMode::Xftl],
+        ratios: vec![30, 50, 70],
+        pages: 5,
+        txns: 600,
+        capacity_mib: 64,
+        json: None,
+    })?;
+    let fio = flash::fio(&flash::FioArgs {
+        mode: vec![
+            flash::FioMode::Xftl,
+            flash::FioMode::Ordered,
+            flash::FioMode::Data,
+        ],
+        pages_per_fsync: vec![1, 5, 10, 15, 20],
+        writes: 2000,
+        file_mib: 32,
+        capacity_mib: 128,
+        json: None,
+    })?;
+    let restart = flash::restart(&flash::RestartArgs {
+        mode: vec![flash::SqlMode::Rbj, flash::SqlMode::Wal, flash::SqlMode::Xftl],
+        txns: 150,
+        capacity_mib: 128,
+        json: None,
+    })?;
+    let per_txn_ms = |r: &FlashResult| r.sim_ms / r.ops.max(1) as f64;
+    let charts = [
+        line_chart(
+            "Simulated SSD: time per transaction (partsupp)",
+            "pages updated per transaction",
+            "ms per transaction",
+            &series(&partsupp, per_txn_ms),
+        )?,
+        line_chart(
+            "Simulated SSD: NAND pages programmed per transaction (partsupp)",
+            "pages updated per transaction",
+            "NAND programs",
+            &series(&partsupp, |r| r.nand_programs as f64 / r.ops.max(1) as f64),
+        )?,
+        line_chart(
+            "Simulated SSD: garbage collections per 1,000 transactions (partsupp, 5 pages)",
+            "valid-page ratio of GC victims, %",
+            "GC runs",
+            &series(&gc, |r| r.gc_runs as f64 * 1000.0 / r.ops.max(1) as f64),
+        )?,
+        line_chart(
+            "Simulated SSD: FIO random writes",
+            "pages written per fsync",
+            "IOPS (simulated)",
+            &series(&fio, |r| r.per_sec),
+        )?,
+        labelled_bars(
+            "Simulated SSD: restart after a power cut mid-transaction (drive + mount + SQLite)",
+            "ms",
+            &restart
+                .iter()
+                .map(|r| (r.mode.clone(), r.sim_ms, flash_color(&r.mode)))
+                .collect::<Vec<_>>(),
+        )?,
+    ];
+    let mut html = String::from(
+        "<h2>Simulated flash SSD (X-FTL)</h2>\n<p>SQLite on a simulated MLC NAND SSD (8 KiB \
+         pages, 128 pages per block, greedy GC): <code>rbj</code> and <code>wal</code> on an \
+         ext4-like ordered-journaling filesystem, <code>xftl</code> with the journal in memory \
+         and every commit one drive transaction. Time is the drive's simulated clock. Lower is \
+         better except for IOPS.</p>\n",
+    );
+    for chart in &charts {
+        let _ = writeln!(html, "<div>{chart}</div>");
+    }
+    let all: Vec<FlashResult> = partsupp.into_iter().chain(gc).chain(fio).chain(restart).collect();
+    let _ = writeln!(html, "<pre>{}</pre>", flash::table(&all));
+    let md = format!(
+        "\n## Simulated flash SSD (X-FTL)\n\nrbj and wal on an ext4-like ordered-journaling \
+         filesystem, xftl with SQLite's journal in memory and each commit one drive transaction; \
+         time is the drive's simulated clock.\n\n```\n{}```\n",
+        flash::table(&all)
+    );
+    Ok((html, md))
+}
+
+/// Points per mode, in the order the modes first appear.
+fn series(results: &[FlashResult], value: impl Fn(&FlashResult) -> f64) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut out: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for r in results {
+        let point = (r.param, value(r));
+        match out.iter_mut().find(|(m, _)| *m == r.mode) {
+            Some((_, points)) => points.push(point),
+            None => out.push((r.mode.clone(), vec![point])),
+        }
+    }
+    out
+}
+
+fn flash_color(mode: &str) -> RGBColor {
+    match mode {
+        "xftl" => RGBColor(0x1b, 0x9e, 0x77),
+        "wal" | "ordered" => RGBColor(0x75, 0x70, 0xb3),
+        _ => RGBColor(0xd9, 0x5f, 0x02),
+    }
+}
+
+/// Lines with markers, one per series.
+fn line_chart(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 340)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let points = series.iter().flat_map(|(_, p)| p.iter());
+        let (x_lo, x_hi, y_hi) = points.fold(
+            (f64::INFINITY, f64::NEG_INFINITY, 0.0f64),
+            |(a, b, c), &(x, y)| (a.min(x), b.max(x), c.max(y)),
+        );
+        let (x_lo, x_hi) = if x_lo.is_finite() {
+            (x_lo - 0.5, x_hi + 0.5)
+        } else {
+            (0.0, 1.0)
+        };
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x_lo..x_hi, 0.0..(y_hi.max(1e-9) * 1.15))
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .draw()
+            .map_err(plot_err)?;
+        for (name, points) in series {
+            let c = flash_color(name);
+            chart
+                .draw_series(LineSeries::new(points.iter().copied(), c.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
+            chart
+                .draw_series(points.iter().map(|&p| Circle::new(p, 4, c.filled())))
+                .map_err(plot_err)?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
             .draw()
             .map_err(plot_err)?;
         root.present().map_err(plot_err)?;

@@ -200,10 +200,12 @@ fn report_writes_html_with_charts_and_markdown_tables() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(out_dir.path().join("report.html")).unwrap();
-    // Five charts: TPS, KiB and flushes per transaction, the latency CDF, dbbench TPS.
+    // Five charts (TPS, KiB and flushes per transaction, the latency CDF, dbbench TPS) and
+    // five of the simulated flash SSD (partsupp time and programs, GC, FIO, restart).
+    assert!(html.contains("Simulated flash SSD"));
     assert_eq!(
         html.matches("<svg").count(),
-        5,
+        10,
         "{}",
         &html[..html.len().min(2000)]
     );
