@@ -431,7 +431,7 @@ fn flash_section() -> Result<(String, String)> {
         )?,
         line_chart(
             "Simulated SSD: garbage collections per 1,000 transactions (partsupp, 5 pages)",
-            "valid-page ratio of GC victims, %",
+            "target valid-page ratio of GC victims, % (measured ratios in the table)",
             "GC runs",
             &series(&gc, |r| r.gc_runs as f64 * 1000.0 / r.ops.max(1) as f64),
         )?,
