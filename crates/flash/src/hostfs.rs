@@ -35,6 +35,7 @@
 //! rewritten from the inodes: they are written for their cost).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::RangeInclusive;
 
 use crate::{FlashError, Lpn, Ssd, TxId};
 
@@ -430,11 +431,6 @@ struct FileState {
     committed: Option<Inode>,
 }
 
-struct CachedBlock {
-    data: Box<[u8]>,
-    dirty: bool,
-}
-
 #[derive(Clone, Copy, Debug, Default)]
 struct JournalState {
     /// Next log position to write, and the sequence number of the next transaction.
@@ -457,8 +453,10 @@ pub struct FlashFs {
     /// Freed by operations not yet committed: reusable (and discardable) after the commit.
     /// (X-FTL: with the file whose commit releases them; `None`: any commit.)
     freed_uncommitted: Vec<(Lpn, u64, Option<u32>)>,
-    cache: HashMap<(u32, u64), CachedBlock>,
-    dirty_blocks: usize,
+    /// The page cache: every file block read or written since the mount.
+    cache: BTreeMap<(u32, u64), Box<[u8]>>,
+    /// Cached blocks changed since they were last written to the drive.
+    dirty: BTreeSet<(u32, u64)>,
     /// Metadata blocks changed in the running transaction.
     meta_dirty: BTreeSet<Lpn>,
     /// Blocks logged in the journal and not yet written home (newest content).
@@ -535,8 +533,8 @@ impl FlashFs {
             used_blocks: vec![false; data_blocks],
             alloc_cursor: 0,
             freed_uncommitted: Vec::new(),
-            cache: HashMap::new(),
-            dirty_blocks: 0,
+            cache: BTreeMap::new(),
+            dirty: BTreeSet::new(),
             meta_dirty: BTreeSet::new(),
             pending_home: BTreeMap::new(),
             journal: JournalState {
@@ -709,7 +707,7 @@ impl FlashFs {
             let within = (pos % bs) as usize;
             let n = (self.layout.block_size - within).min(available - done);
             self.load_block(id.ino, fblock)?;
-            let block = &self.cache[&(id.ino, fblock)].data;
+            let block = &self.cache[&(id.ino, fblock)];
             buf[done..done + n].copy_from_slice(&block[within..within + n]);
             done += n;
         }
@@ -741,18 +739,8 @@ impl FlashFs {
             let n = (self.layout.block_size - within).min(data.len() - done);
             if n < self.layout.block_size {
                 self.load_block(id.ino, fblock)?;
-            } else {
-                self.cache.entry((id.ino, fblock)).or_insert_with(|| CachedBlock {
-                    data: vec![0u8; bs as usize].into_boxed_slice(),
-                    dirty: false,
-                });
             }
-            let entry = self.cache.get_mut(&(id.ino, fblock)).expect("cached above");
-            entry.data[within..within + n].copy_from_slice(&data[done..done + n]);
-            if !entry.dirty {
-                entry.dirty = true;
-                self.dirty_blocks += 1;
-            }
+            self.dirty_block(id.ino, fblock)[within..within + n].copy_from_slice(&data[done..done + n]);
             let state = self.file_mut(id.ino)?;
             state.initialized.insert(fblock);
             state.times_changed = true;
@@ -765,7 +753,7 @@ impl FlashFs {
             let block = self.layout.inode_block(id.ino);
             self.dirty_meta(&[block]);
         }
-        if self.dirty_blocks > self.cfg.dirty_limit_blocks {
+        if self.dirty.len() > self.cfg.dirty_limit_blocks {
             self.write_back_all()?;
         }
         Ok(())
@@ -784,12 +772,7 @@ impl FlashFs {
             // The partial last block's tail must read as zeros if the file grows again.
             if !size.is_multiple_of(bs) && self.file(id.ino)?.initialized.contains(&(size / bs)) {
                 self.load_block(id.ino, size / bs)?;
-                let entry = self.cache.get_mut(&(id.ino, size / bs)).expect("loaded");
-                entry.data[(size % bs) as usize..].fill(0);
-                if !entry.dirty {
-                    entry.dirty = true;
-                    self.dirty_blocks += 1;
-                }
+                self.dirty_block(id.ino, size / bs)[(size % bs) as usize..].fill(0);
             }
             self.drop_cached(id.ino, keep_blocks);
             let state = self.file_mut(id.ino)?;
@@ -824,15 +807,7 @@ impl FlashFs {
             if self.file(ino)?.initialized.contains(&fblock) {
                 continue;
             }
-            let entry = self.cache.entry((ino, fblock)).or_insert_with(|| CachedBlock {
-                data: vec![0u8; bs as usize].into_boxed_slice(),
-                dirty: false,
-            });
-            entry.data.fill(0);
-            if !entry.dirty {
-                entry.dirty = true;
-                self.dirty_blocks += 1;
-            }
+            self.dirty_block(ino, fblock).fill(0);
             self.file_mut(ino)?.initialized.insert(fblock);
         }
         Ok(())
@@ -873,8 +848,6 @@ impl FlashFs {
                     self.meta_dirty.extend(meta);
                     return Err(e);
                 }
-                self.counters.tx_commits += 1;
-                self.counters.flushes += 1;
                 self.after_commit(Some(id.ino))?;
                 let state = self.file_mut(id.ino)?;
                 state.tx = None;
@@ -895,7 +868,7 @@ impl FlashFs {
                 if blocks.is_empty() && !self.file(id.ino)?.needs_commit {
                     return self.flush();
                 }
-                self.journal_commit(blocks)
+                self.journal_commit(homes(blocks))
             }
         }
     }
@@ -924,15 +897,10 @@ impl FlashFs {
             self.cache.remove(&(id.ino, fblock));
         }
         // Drop dirty blocks; clean ones still hold committed data.
-        let dirty: Vec<(u32, u64)> = self
-            .cache
-            .iter()
-            .filter(|(k, v)| k.0 == id.ino && v.dirty)
-            .map(|(k, _)| *k)
-            .collect();
+        let dirty: Vec<(u32, u64)> = self.dirty.range(file_blocks(id.ino, 0)).copied().collect();
         for key in dirty {
             self.cache.remove(&key);
-            self.dirty_blocks -= 1;
+            self.dirty.remove(&key);
         }
         let state = self.file_mut(id.ino)?;
         state.inode = restored;
@@ -1136,43 +1104,46 @@ impl FlashFs {
                 }
             }
         }
-        self.cache
-            .insert((ino, fblock), CachedBlock { data, dirty: false });
+        self.cache.insert((ino, fblock), data);
         Ok(())
+    }
+
+    /// The cached block, marked dirty (a zero block if it was not cached).
+    fn dirty_block(&mut self, ino: u32, fblock: u64) -> &mut Box<[u8]> {
+        self.dirty.insert((ino, fblock));
+        let size = self.layout.block_size;
+        self.cache
+            .entry((ino, fblock))
+            .or_insert_with(|| vec![0u8; size].into_boxed_slice())
     }
 
     fn drop_cached(&mut self, ino: u32, from_block: u64) {
         let keys: Vec<(u32, u64)> = self
             .cache
-            .keys()
-            .filter(|k| k.0 == ino && k.1 >= from_block)
-            .copied()
+            .range(file_blocks(ino, from_block))
+            .map(|(k, _)| *k)
             .collect();
         for key in keys {
-            if self.cache.remove(&key).is_some_and(|b| b.dirty) {
-                self.dirty_blocks -= 1;
-            }
+            self.cache.remove(&key);
+            self.dirty.remove(&key);
         }
     }
 
-    /// Takes the file's dirty blocks out of the dirty state: (home lpn, content).
-    fn take_dirty(&mut self, ino: u32) -> FsResult<Vec<(Lpn, Box<[u8]>)>> {
-        let mut keys: Vec<u64> = self
-            .cache
-            .iter()
-            .filter(|(k, v)| k.0 == ino && v.dirty)
-            .map(|(k, _)| k.1)
-            .collect();
-        keys.sort_unstable();
+    /// Takes the file's dirty blocks out of the dirty state: (file block, home lpn, content).
+    fn take_dirty(&mut self, ino: u32) -> FsResult<Vec<DirtyBlock>> {
+        let keys: Vec<(u32, u64)> = self.dirty.range(file_blocks(ino, 0)).copied().collect();
         let mut out = Vec::with_capacity(keys.len());
-        for fblock in keys {
+        for key in keys {
+            let fblock = key.1;
             let lpn = self.file(ino)?.inode.extents.lpn_of(fblock).ok_or_else(|| {
                 FsError::Corrupt(format!("cached block {fblock} of inode {ino} has no home"))
             })?;
-            let entry = self.cache.get_mut(&(ino, fblock)).expect("listed above");
-            entry.dirty = false;
-            self.dirty_blocks -= 1;
-            out.push((lpn, entry.data.clone()));
+            self.dirty.remove(&key);
+            out.push(DirtyBlock {
+                fblock,
+                lpn,
+                data: self.cache[&key].clone(),
+            });
         }
         Ok(out)
     }
@@ -1186,25 +1157,20 @@ impl FlashFs {
         }
         match self.cfg.journaling {
             Journaling::Ordered => {
-                for (lpn, data) in blocks {
+                for DirtyBlock { lpn, data, .. } in blocks {
                     self.ssd.write(lpn, &data)?;
                     self.counters.data_blocks_written += 1;
                 }
             }
             Journaling::XFtl => {
                 let tx = self.tx_of(ino)?;
-                let state = self.file(ino)?;
-                let fblocks: Vec<u64> = blocks
-                    .iter()
-                    .map(|(lpn, _)| fblock_of(&state.inode.extents, *lpn))
-                    .collect();
-                for (lpn, data) in &blocks {
-                    self.ssd.write_tx(tx, *lpn, data)?;
+                for DirtyBlock { fblock, lpn, data } in blocks {
+                    self.ssd.write_tx(tx, lpn, &data)?;
                     self.counters.data_blocks_written += 1;
+                    self.file_mut(ino)?.tx_written.insert(fblock);
                 }
-                self.file_mut(ino)?.tx_written.extend(fblocks);
             }
-            Journaling::Data => self.journal_commit(blocks)?,
+            Journaling::Data => self.journal_commit(homes(blocks))?,
         }
         Ok(())
     }
@@ -1234,6 +1200,7 @@ impl FlashFs {
         }
     }
 
+    /// X-FTL: writes the metadata blocks `meta` under `tx` and commits it.
     fn commit_with_meta(&mut self, tx: TxId, meta: &[Lpn]) -> FsResult<()> {
         for &lpn in meta {
             let block = self.meta_block(lpn);
@@ -1241,6 +1208,8 @@ impl FlashFs {
             self.counters.meta_blocks_written += 1;
         }
         self.ssd.commit(tx)?;
+        self.counters.tx_commits += 1;
+        self.counters.flushes += 1;
         Ok(())
     }
 
@@ -1252,14 +1221,7 @@ impl FlashFs {
         let tx = self.next_tx;
         self.next_tx += 1;
         let meta: Vec<Lpn> = std::mem::take(&mut self.meta_dirty).into_iter().collect();
-        for lpn in meta {
-            let block = self.meta_block(lpn);
-            self.ssd.write_tx(tx, lpn, &block)?;
-            self.counters.meta_blocks_written += 1;
-        }
-        self.ssd.commit(tx)?;
-        self.counters.tx_commits += 1;
-        self.counters.flushes += 1;
+        self.commit_with_meta(tx, &meta)?;
         self.after_commit(None)
     }
 
@@ -1305,7 +1267,6 @@ impl FlashFs {
             .into_iter()
             .map(|lpn| (lpn, self.meta_block(lpn).into_boxed_slice()))
             .collect();
-        let data_count = data.len() as u64;
         blocks.extend(data);
         if blocks.is_empty() {
             return self.flush();
@@ -1365,7 +1326,6 @@ impl FlashFs {
                 self.pending_home.insert(lpn, block);
             }
         }
-        let _ = data_count;
         self.after_commit(None)?;
         if self.journal.used > log_len / 2 {
             self.checkpoint()?;
@@ -1619,13 +1579,20 @@ fn expand(extents: &Extents) -> impl Iterator<Item = Lpn> + '_ {
     extents.0.iter().flat_map(|&(s, l)| s..s + l)
 }
 
-fn fblock_of(extents: &Extents, lpn: Lpn) -> u64 {
-    let mut base = 0;
-    for &(start, len) in &extents.0 {
-        if lpn >= start && lpn < start + len {
-            return base + (lpn - start);
-        }
-        base += len;
-    }
-    u64::MAX
+/// Cache keys of file `ino` from block `from`.
+fn file_blocks(ino: u32, from: u64) -> RangeInclusive<(u32, u64)> {
+    (ino, from)..=(ino, u64::MAX)
+}
+
+/// A file block taken out of the dirty state to be written.
+struct DirtyBlock {
+    fblock: u64,
+    /// Its home on the drive.
+    lpn: Lpn,
+    data: Box<[u8]>,
+}
+
+/// Dirty blocks as (home, content), for the journal.
+fn homes(blocks: Vec<DirtyBlock>) -> Vec<(Lpn, Box<[u8]>)> {
+    blocks.into_iter().map(|b| (b.lpn, b.data)).collect()
 }

@@ -85,17 +85,23 @@ pub fn transfer_rolled_back(
 
 /// Fails if any of `ids` (transfers rolled back) is in the ledger.
 pub fn check_absent(conn: &Connection, ids: &[String]) -> Result<()> {
-    let mut lookup = conn.prepare("SELECT 1 FROM ledger WHERE transfer_id = ?1")?;
+    let mut lookup = conn.prepare(LEDGER_LOOKUP)?;
     for id in ids {
-        if lookup
-            .query_row([id], |r| r.get::<_, i64>(0))
-            .optional()?
-            .is_some()
-        {
+        if in_ledger(&mut lookup, id)? {
             bail!("transfer {id} was rolled back but is in the ledger");
         }
     }
     Ok(())
+}
+
+const LEDGER_LOOKUP: &str = "SELECT 1 FROM ledger WHERE transfer_id = ?1";
+
+/// Whether transfer `id` is in the ledger (`lookup` prepared from [`LEDGER_LOOKUP`]).
+fn in_ledger(lookup: &mut rusqlite::Statement<'_>, id: &str) -> rusqlite::Result<bool> {
+    Ok(lookup
+        .query_row([id], |r| r.get::<_, i64>(0))
+        .optional()?
+        .is_some())
 }
 
 fn move_money(conn: &Connection, id: &str, from: i64, to: i64, amount: i64) -> rusqlite::Result<()> {
@@ -162,10 +168,9 @@ pub fn audit(conn: &Connection, setup_reported: bool, reported: &[String]) -> Re
             bail!("account {id} holds {balance} but the ledger says {want}: a transfer is half applied");
         }
     }
-    let mut lookup = conn.prepare("SELECT 1 FROM ledger WHERE transfer_id = ?1")?;
+    let mut lookup = conn.prepare(LEDGER_LOOKUP)?;
     for id in reported {
-        let found: Option<i64> = lookup.query_row([id], |r| r.get(0)).optional()?;
-        if found.is_none() {
+        if !in_ledger(&mut lookup, id)? {
             bail!("transfer {id} was reported committed but is not in the ledger");
         }
     }

@@ -137,16 +137,16 @@ impl FileSystem for FlashFiles {
 
     fn delete(&self, name: &[u8], sync_dir: bool) -> IoResult<()> {
         let name = file_name(name);
+        if !self.exists(name.as_bytes())? {
+            return Err(SQLITE_IOERR_DELETE_NOENT);
+        }
         self.call(SQLITE_IOERR, |fs| {
-            if !fs.exists(&name) {
-                return Ok(Err(SQLITE_IOERR_DELETE_NOENT));
-            }
             fs.unlink(&name)?;
             if sync_dir {
                 fs.sync_directory()?;
             }
-            Ok(Ok(()))
-        })?
+            Ok(())
+        })
     }
 
     fn exists(&self, name: &[u8]) -> IoResult<bool> {
