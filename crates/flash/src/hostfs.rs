@@ -726,6 +726,9 @@ impl FlashFs {
         let had = self.file(id.ino)?.inode.extents.blocks();
         self.ensure_allocated(id.ino, (end - 1) / bs)?;
         let old_size = self.file(id.ino)?.inode.size;
+        if end > old_size {
+            self.zero_old_tail(id.ino, old_size)?;
+        }
         // Blocks allocated now inside the old size fill a hole (a truncate grew the file).
         self.zero_gap(id.ino, had * bs, old_size)?;
         if offset > old_size {
@@ -787,6 +790,7 @@ impl FlashFs {
             self.dirty_meta(&meta);
         }
         if size > old {
+            self.zero_old_tail(id.ino, old)?;
             self.zero_gap(id.ino, old, size)?;
         }
         let state = self.file_mut(id.ino)?;
@@ -794,6 +798,21 @@ impl FlashFs {
         state.needs_commit = true;
         let block = self.layout.inode_block(id.ino);
         self.dirty_meta(&[block]);
+        Ok(())
+    }
+
+    /// Before the file grows past `old_size`: the block holding the old end is rewritten with
+    /// zeros past it (Linux's `pagecache_isize_extended`), since on the drive it may hold
+    /// bytes of an extension a crash undid, which must not reappear inside the new size.
+    fn zero_old_tail(&mut self, ino: u32, old_size: u64) -> FsResult<()> {
+        let bs = self.layout.block_size as u64;
+        let fblock = old_size / bs;
+        if old_size.is_multiple_of(bs) || !self.file(ino)?.initialized.contains(&fblock) {
+            return Ok(());
+        }
+        // Loading zeroes the block past the old end.
+        self.load_block(ino, fblock)?;
+        self.dirty_block(ino, fblock);
         Ok(())
     }
 
@@ -1093,8 +1112,10 @@ impl FlashFs {
         if self.cache.contains_key(&(ino, fblock)) {
             return Ok(());
         }
-        let mut data = vec![0u8; self.layout.block_size].into_boxed_slice();
+        let bs = self.layout.block_size;
+        let mut data = vec![0u8; bs].into_boxed_slice();
         let state = self.file(ino)?;
+        let size = state.inode.size;
         if state.initialized.contains(&fblock) {
             if let Some(lpn) = state.inode.extents.lpn_of(fblock) {
                 if let Some(pending) = self.pending_home.get(&lpn) {
@@ -1103,6 +1124,13 @@ impl FlashFs {
                     self.ssd.read(lpn, &mut data)?;
                 }
             }
+        }
+        // As Linux's readpage does: bytes past the end of the file read as zeros, whatever
+        // the block holds there (data of an extension that a crash kept from committing), so
+        // that growing the file later shows zeros and writes them.
+        let block_start = fblock * bs as u64;
+        if size < block_start + bs as u64 {
+            data[size.saturating_sub(block_start) as usize..].fill(0);
         }
         self.cache.insert((ino, fblock), data);
         Ok(())

@@ -116,20 +116,35 @@ struct ModelFile {
     touched: bool,
 }
 
-/// Random files, writes, truncates and syncs under X-FTL, with power cuts at random NAND
-/// operations: after each restart every file holds exactly its last synced content
-/// (uncommitted changes never show), or that of a sync the cut interrupted.
+/// Random files, writes, truncates and syncs in every mount mode, with power cuts at random
+/// NAND operations: after each restart every file synced and untouched since holds exactly
+/// its last synced content (under X-FTL also: uncommitted changes never show, or the cut sync
+/// committed). `ONESYNC_FLASH_FS_MODE` (ordered, data, xftl) picks one mode,
+/// `ONESYNC_FLASH_FS_CASES` and `ONESYNC_FLASH_FS_FIRST_CASE` the cases,
+/// `ONESYNC_FLASH_FS_TRACE` prints the operations.
 #[test]
 fn random_operations_under_power_cuts() {
     let cases: u64 = std::env::var("ONESYNC_FLASH_FS_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(60);
-    // Under X-FTL only. The journaling modes (ordered, data) are the comparisons' cost models;
-    // run under this test they still fail rarely (about 1 case in 1,000: a synced file comes
-    // back with an older block after a restart), an open bug noted in crates/flash/README.md.
-    let mode = Journaling::XFtl;
-    for case in 0..cases {
+    let modes = match std::env::var("ONESYNC_FLASH_FS_MODE").as_deref() {
+        Ok("ordered") => vec![Journaling::Ordered],
+        Ok("data") => vec![Journaling::Data],
+        Ok("xftl") => vec![Journaling::XFtl],
+        _ => MODES.to_vec(),
+    };
+    let first: u64 = std::env::var("ONESYNC_FLASH_FS_FIRST_CASE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    for mode in modes {
+        random_operations_in_mode(mode, first..first + cases);
+    }
+}
+
+fn random_operations_in_mode(mode: Journaling, cases: std::ops::Range<u64>) {
+    for case in cases {
         let mut rng = SmallRng::seed_from_u64(case);
         let mut fs = FlashFs::format(small_drive(), config(mode)).unwrap();
         let mut model: HashMap<String, ModelFile> = HashMap::new();
@@ -140,6 +155,7 @@ fn random_operations_under_power_cuts() {
             loop {
                 let name = format!("f{}", rng.random_range(0..4));
                 let step = rng.random_range(0..10);
+                let trace = std::env::var("ONESYNC_FLASH_FS_TRACE").is_ok();
                 let result: Result<(), FsError> = (|| {
                     let id = match handles.get(&name) {
                         Some(&id) if fs.exists(&name) => id,
@@ -161,6 +177,9 @@ fn random_operations_under_power_cuts() {
                             let byte: u8 = rng.random();
                             // A write the cut interrupts may have reached the drive.
                             entry.touched = true;
+                            if trace {
+                                eprintln!("write {name} {offset}+{len}");
+                            }
                             fs.write(id, offset, &vec![byte; len])?;
                             let end = offset as usize + len;
                             if entry.current.len() < end {
@@ -172,6 +191,9 @@ fn random_operations_under_power_cuts() {
                         5 => {
                             let size = rng.random_range(0..30_000u64);
                             entry.touched = true;
+                            if trace {
+                                eprintln!("truncate {name} {size}");
+                            }
                             fs.truncate(id, size)?;
                             entry.current.resize(size as usize, 0);
                             entry.touched = true;
@@ -179,12 +201,18 @@ fn random_operations_under_power_cuts() {
                         6..=8 => {
                             // A sync the cut interrupts may or may not have committed.
                             entry.syncing = Some(entry.current.clone());
+                            if trace {
+                                eprintln!("fdatasync {name}");
+                            }
                             fs.fdatasync(id)?;
                             entry.synced = entry.syncing.take();
                             entry.touched = false;
                         }
                         _ => {
                             if mode != Journaling::XFtl {
+                                if trace {
+                                    eprintln!("unlink {name}");
+                                }
                                 fs.unlink(&name)?;
                                 model.remove(&name);
                                 handles.remove(&name);
@@ -198,6 +226,9 @@ fn random_operations_under_power_cuts() {
                     Err(FsError::PowerLost) => break,
                     Err(e) => panic!("case {case} ({mode:?}): {e}"),
                 }
+            }
+            if std::env::var("ONESYNC_FLASH_FS_TRACE").is_ok() {
+                eprintln!("--- power cut, restart");
             }
             fs = restart(fs, mode);
             for (name, file) in model.iter_mut() {
