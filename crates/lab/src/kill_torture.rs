@@ -40,9 +40,9 @@ use crate::progress::phase_bar;
 use crate::sqlite::{open_onesync, open_plain, retry_while_busy, BUSY_RETRY_PAUSE};
 
 /// The child's line after its setup transaction committed.
-const READY_LINE: &str = "ready";
+pub const READY_LINE: &str = "ready";
 /// Prefix of the child's line after a transfer's COMMIT returned.
-const COMMITTED_PREFIX: &str = "committed ";
+pub const COMMITTED_PREFIX: &str = "committed ";
 /// A child not killed by then stops by itself (it should never get there).
 const CHILD_MAX_RUNTIME: Duration = Duration::from_secs(120);
 
@@ -314,9 +314,9 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
 }
 
 /// What one killed child printed.
-struct ChildLines {
-    ready: bool,
-    committed: Vec<String>,
+pub struct ChildLines {
+    pub ready: bool,
+    pub committed: Vec<String>,
 }
 
 /// Start one child per entry of `delays` on the same database, kill each after its delay
@@ -364,7 +364,7 @@ fn kill_round(
 }
 
 /// A child process running transfers, with threads collecting its output.
-struct RunningChild {
+pub struct RunningChild {
     child: std::process::Child,
     lines: Arc<Mutex<Vec<String>>>,
     stdout_reader: thread::JoinHandle<()>,
@@ -373,17 +373,25 @@ struct RunningChild {
 
 impl RunningChild {
     fn spawn(exe: &Path, db: &Path, args: &KillTortureArgs, run: u64, seed: u64) -> Result<RunningChild> {
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        command
             .arg("__transfer-child")
             .arg(db)
             .args(["--child", child_kind_arg(args.child)])
             .args(["--threads", &args.threads.to_string()])
-            .args(["--run", &run.to_string(), "--seed", &seed.to_string()])
+            .args(["--run", &run.to_string(), "--seed", &seed.to_string()]);
+        RunningChild::start(command)
+    }
+
+    /// Starts `command` (a child that prints `ready` and `committed ID` lines) with its
+    /// output collected.
+    pub fn start(mut command: Command) -> Result<RunningChild> {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .with_context(|| format!("starting {} __transfer-child", exe.display()))?;
+            .with_context(|| format!("starting {:?}", command.get_program()))?;
         let stdout = child
             .stdout
             .take()
@@ -421,7 +429,8 @@ impl RunningChild {
         })
     }
 
-    fn kill_and_read(self) -> Result<ChildLines> {
+    /// SIGKILLs the child (an error if it had already ended) and returns what it printed.
+    pub fn kill_and_read(self) -> Result<ChildLines> {
         let RunningChild {
             mut child,
             lines,
@@ -536,7 +545,7 @@ pub fn run_child(args: &TransferChildArgs) -> Result<()> {
 }
 
 /// One whole line to stdout, flushed, so the parent sees it even if the next instant is a kill.
-fn print_line(line: &str) -> Result<()> {
+pub fn print_line(line: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}")
         .and_then(|()| out.flush())

@@ -8,6 +8,7 @@ mod flash;
 mod kill_torture;
 mod loopfs;
 mod meter;
+mod mvbt;
 mod output;
 mod powercut;
 mod progress;
@@ -60,6 +61,12 @@ enum Command {
     /// The X-FTL paper's experiments on a simulated NAND SSD with SQLite on it (partsupp, gc,
     /// fio, restart, torture): simulated time, NAND programs, erases, GC runs per mode
     Flash(flash::FlashArgs),
+    /// The LS-MVBT paper's experiments (insert, mixed, recovery, node-size, ablation) against
+    /// stock WAL and TRUNCATE, and its power-cut and kill torture
+    Mvbt(mvbt::MvbtArgs),
+    /// The child process of `mvbt torture --kills` (not for direct use)
+    #[command(name = "__mvbt-child", hide = true)]
+    MvbtChild(mvbt::MvbtChildArgs),
     /// The child process of vfs-kill-torture (not for direct use)
     #[command(name = "__transfer-child", hide = true)]
     TransferChild(kill_torture::TransferChildArgs),
@@ -77,6 +84,8 @@ fn main() -> ExitCode {
         Command::VfsKillTorture(args) => kill_torture::run(args),
         Command::VfsConcurrency(args) => concurrency::run(args),
         Command::Flash(args) => flash::run(args),
+        Command::Mvbt(args) => mvbt::run(args),
+        Command::MvbtChild(args) => mvbt::run_child(args).map(|()| ExitCode::SUCCESS),
         Command::TransferChild(args) => kill_torture::run_child(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {

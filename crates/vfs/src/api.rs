@@ -9,8 +9,46 @@
 use std::ffi::{c_char, c_int, CStr, CString};
 
 use crate::ffi::{
-    sqlite3_api_routines, LibversionNumberFn, LogFn, MallocFn, UriParameterFn, VfsFindFn, VfsRegisterFn,
+    sqlite3_api_routines, AutoExtensionFn, CreateModuleV2Fn, DbFilenameFn, DeclareVtabFn, FreeFn,
+    LibversionNumberFn, LogFn, MallocFn, ResultBlobFn, ResultDoubleFn, ResultInt64Fn, ResultNullFn,
+    ResultTextFn, UriParameterFn, ValueBlobFn, ValueBytesFn, ValueDoubleFn, ValueInt64Fn, ValueTextFn,
+    ValueTypeFn, VfsFindFn, VfsRegisterFn, VtabConfigFn, VtabOnConflictFn,
 };
+
+/// `sqlite3_vtab_config`, as a loading SQLite hands it over (variadic) or as
+/// a host wrapper that passes one `int` (Rust cannot define a variadic function).
+#[derive(Clone, Copy, Debug)]
+pub enum VtabConfigRoutine {
+    Variadic(VtabConfigFn),
+    OneInt(unsafe extern "C" fn(*mut std::ffi::c_void, c_int, c_int) -> c_int),
+}
+
+/// The routines the `mvbt` virtual table module needs, all of one SQLite.
+/// Optional as a whole in [`ApiTable`], so an old or partial table still
+/// serves the VFS.
+#[derive(Clone, Copy, Debug)]
+pub struct VtabRoutines {
+    pub create_module_v2: CreateModuleV2Fn,
+    pub declare_vtab: DeclareVtabFn,
+    pub free: FreeFn,
+    pub value_type: ValueTypeFn,
+    pub value_int64: ValueInt64Fn,
+    pub value_double: ValueDoubleFn,
+    pub value_blob: ValueBlobFn,
+    pub value_bytes: ValueBytesFn,
+    pub value_text: ValueTextFn,
+    pub result_null: ResultNullFn,
+    pub result_int64: ResultInt64Fn,
+    pub result_double: ResultDoubleFn,
+    pub result_blob: ResultBlobFn,
+    pub result_text: ResultTextFn,
+    /// `sqlite3_vtab_on_conflict` (3.7.7+): `INSERT OR REPLACE` support.
+    pub vtab_on_conflict: Option<VtabOnConflictFn>,
+    /// `sqlite3_vtab_config` (3.7.7+): declares constraint support.
+    pub vtab_config: Option<VtabConfigRoutine>,
+    /// `sqlite3_db_filename` (3.7.10+): the default file next to the database.
+    pub db_filename: Option<DbFilenameFn>,
+}
 
 /// The SQLite routines this crate calls, all taken from one SQLite library.
 #[derive(Clone, Copy, Debug)]
@@ -21,6 +59,8 @@ pub struct ApiTable {
     pub(crate) malloc: Option<MallocFn>,
     pub(crate) log: Option<LogFn>,
     pub(crate) uri_parameter: Option<UriParameterFn>,
+    pub(crate) vtab: Option<VtabRoutines>,
+    pub(crate) auto_extension: Option<AutoExtensionFn>,
 }
 
 impl ApiTable {
@@ -44,7 +84,33 @@ impl ApiTable {
             malloc: None,
             log: None,
             uri_parameter: None,
+            vtab: None,
+            auto_extension: None,
         }
+    }
+
+    /// Adds `sqlite3_auto_extension` (for
+    /// [`register_mvbt_for_new_connections`](crate::register_mvbt_for_new_connections)).
+    ///
+    /// # Safety
+    /// `auto_extension` must be that routine of the same SQLite as
+    /// [`ApiTable::new`]'s, or a wrapper that casts the entry point to the
+    /// host's entry-point type and forwards it.
+    pub unsafe fn with_auto_extension(mut self, auto_extension: AutoExtensionFn) -> Self {
+        self.auto_extension = Some(auto_extension);
+        self
+    }
+
+    /// Adds the routines of the `mvbt` virtual table module.
+    ///
+    /// # Safety
+    /// Each pointer must be that routine of the same SQLite as
+    /// [`ApiTable::new`]'s (a wrapper that forwards its arguments to it
+    /// unchanged is fine; `result_blob`/`result_text` wrappers may assume the
+    /// destructor argument is `SQLITE_TRANSIENT`).
+    pub unsafe fn with_vtab(mut self, routines: VtabRoutines) -> Self {
+        self.vtab = Some(routines);
+        self
     }
 
     /// Adds the optional routines: `sqlite3_malloc` (error strings handed to
@@ -82,7 +148,17 @@ impl ApiTable {
             malloc: api.malloc,
             log: api.log,
             uri_parameter: api.uri_parameter,
+            vtab: vtab_routines(api),
+            // Slot 192 exists from 3.8.7 on: don't read past an older table.
+            auto_extension: libversion_at_least(api, 3_008_007)
+                .then_some(api.auto_extension)
+                .flatten(),
         })
+    }
+
+    /// The routines of the virtual table module, if this SQLite has them all.
+    pub(crate) fn vtab(&self) -> Option<&VtabRoutines> {
+        self.vtab.as_ref()
     }
 
     /// `sqlite3_libversion_number()` of the SQLite behind this table.
@@ -143,6 +219,37 @@ impl ApiTable {
     }
 }
 
+/// Whether the SQLite that passed `api` (a live routines table, which
+/// `from_routines`' contract guarantees) is at least `version`.
+fn libversion_at_least(api: &sqlite3_api_routines, version: c_int) -> bool {
+    // SAFETY: the slot is that SQLite's `sqlite3_libversion_number` (no arguments).
+    api.libversion_number.is_some_and(|f| unsafe { f() } >= version)
+}
+
+/// The virtual table routines of a routines table (all slots below 193, which
+/// every SQLite that can load this extension has).
+fn vtab_routines(api: &sqlite3_api_routines) -> Option<VtabRoutines> {
+    Some(VtabRoutines {
+        create_module_v2: api.create_module_v2?,
+        declare_vtab: api.declare_vtab?,
+        free: api.free?,
+        value_type: api.value_type?,
+        value_int64: api.value_int64?,
+        value_double: api.value_double?,
+        value_blob: api.value_blob?,
+        value_bytes: api.value_bytes?,
+        value_text: api.value_text?,
+        result_null: api.result_null?,
+        result_int64: api.result_int64?,
+        result_double: api.result_double?,
+        result_blob: api.result_blob?,
+        result_text: api.result_text?,
+        vtab_on_conflict: api.vtab_on_conflict,
+        vtab_config: api.vtab_config.map(VtabConfigRoutine::Variadic),
+        db_filename: api.db_filename,
+    })
+}
+
 /// Builds an [`ApiTable`] from a `libsqlite3-sys`-style crate the host links,
 /// e.g. `onesync::api_table_from_sys!(rusqlite::ffi)` or
 /// `onesync::api_table_from_sys!(libsqlite3_sys)`.
@@ -172,6 +279,18 @@ macro_rules! api_table_from_sys {
             // SAFETY: takes no arguments.
             unsafe { $($sys)::+::sqlite3_libversion_number() }
         }
+        unsafe extern "C" fn __onesync_auto_extension(entry: *const ::std::ffi::c_void) -> ::std::ffi::c_int {
+            type HostEntry = unsafe extern "C" fn(
+                *mut $($sys)::+::sqlite3,
+                *mut *mut ::std::ffi::c_char,
+                *const $($sys)::+::sqlite3_api_routines,
+            ) -> ::std::ffi::c_int;
+            // SAFETY: `entry` is an extension entry point of this crate (same C
+            // signature; the pointer types differ only in which crate declared them).
+            let entry: HostEntry = unsafe { ::std::mem::transmute(entry) };
+            // SAFETY: the host's own routine, given a valid entry point.
+            unsafe { $($sys)::+::sqlite3_auto_extension(Some(entry)) }
+        }
         // SAFETY: the wrappers above and the routines below are the host's own
         // linked SQLite.
         unsafe {
@@ -185,6 +304,126 @@ macro_rules! api_table_from_sys {
                 Some($($sys)::+::sqlite3_log as $crate::ffi::LogFn),
                 Some($($sys)::+::sqlite3_uri_parameter as $crate::ffi::UriParameterFn),
             )
+            .with_vtab($crate::__vtab_routines_from_sys!($($sys)::+))
+            .with_auto_extension(__onesync_auto_extension)
+        }
+    }};
+}
+
+/// The [`VtabRoutines`] half of [`api_table_from_sys!`]: wrappers that cast
+/// this crate's opaque pointer types to the host's and forward each call.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __vtab_routines_from_sys {
+    ($($sys:ident)::+) => {{
+        use ::std::ffi::{c_char, c_int, c_void};
+        use $crate::ffi::{sqlite3_context, sqlite3_module, sqlite3_value};
+        // Every wrapper below forwards its arguments unchanged to the
+        // host's SQLite routine of the same name; the pointer casts are between
+        // this crate's declarations of SQLite's types and the host's, which
+        // have the same layout (tests/layout.rs).
+        unsafe extern "C" fn create_module_v2(
+            db: *mut c_void,
+            name: *const c_char,
+            module: *const sqlite3_module,
+            aux: *mut c_void,
+            destroy: Option<unsafe extern "C" fn(*mut c_void)>,
+        ) -> c_int {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_create_module_v2(db.cast(), name, module.cast(), aux, destroy) }
+        }
+        unsafe extern "C" fn declare_vtab(db: *mut c_void, sql: *const c_char) -> c_int {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_declare_vtab(db.cast(), sql) }
+        }
+        unsafe extern "C" fn vtab_config(db: *mut c_void, op: c_int, arg: c_int) -> c_int {
+            // SAFETY: see above; the options this crate sets take one int.
+            unsafe { $($sys)::+::sqlite3_vtab_config(db.cast(), op, arg) }
+        }
+        unsafe extern "C" fn vtab_on_conflict(db: *mut c_void) -> c_int {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_vtab_on_conflict(db.cast()) }
+        }
+        unsafe extern "C" fn db_filename(db: *mut c_void, schema: *const c_char) -> *const c_char {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_db_filename(db.cast(), schema) }
+        }
+        unsafe extern "C" fn free(p: *mut c_void) {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_free(p) }
+        }
+        unsafe extern "C" fn value_type(v: *mut sqlite3_value) -> c_int {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_value_type(v.cast()) }
+        }
+        unsafe extern "C" fn value_int64(v: *mut sqlite3_value) -> i64 {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_value_int64(v.cast()) }
+        }
+        unsafe extern "C" fn value_double(v: *mut sqlite3_value) -> f64 {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_value_double(v.cast()) }
+        }
+        unsafe extern "C" fn value_blob(v: *mut sqlite3_value) -> *const c_void {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_value_blob(v.cast()) }
+        }
+        unsafe extern "C" fn value_bytes(v: *mut sqlite3_value) -> c_int {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_value_bytes(v.cast()) }
+        }
+        unsafe extern "C" fn value_text(v: *mut sqlite3_value) -> *const u8 {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_value_text(v.cast()) }
+        }
+        unsafe extern "C" fn result_null(ctx: *mut sqlite3_context) {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_result_null(ctx.cast()) }
+        }
+        unsafe extern "C" fn result_int64(ctx: *mut sqlite3_context, v: i64) {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_result_int64(ctx.cast(), v) }
+        }
+        unsafe extern "C" fn result_double(ctx: *mut sqlite3_context, v: f64) {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_result_double(ctx.cast(), v) }
+        }
+        unsafe extern "C" fn result_blob(
+            ctx: *mut sqlite3_context,
+            p: *const c_void,
+            n: c_int,
+            _transient: $crate::ffi::Destructor,
+        ) {
+            // SAFETY: see above; this crate only ever passes SQLITE_TRANSIENT.
+            unsafe { $($sys)::+::sqlite3_result_blob(ctx.cast(), p, n, $($sys)::+::SQLITE_TRANSIENT()) }
+        }
+        unsafe extern "C" fn result_text(
+            ctx: *mut sqlite3_context,
+            p: *const c_char,
+            n: c_int,
+            _transient: $crate::ffi::Destructor,
+        ) {
+            // SAFETY: see above; this crate only ever passes SQLITE_TRANSIENT.
+            unsafe { $($sys)::+::sqlite3_result_text(ctx.cast(), p, n, $($sys)::+::SQLITE_TRANSIENT()) }
+        }
+        $crate::VtabRoutines {
+            create_module_v2,
+            declare_vtab,
+            free,
+            value_type,
+            value_int64,
+            value_double,
+            value_blob,
+            value_bytes,
+            value_text,
+            result_null,
+            result_int64,
+            result_double,
+            result_blob,
+            result_text,
+            vtab_on_conflict: Some(vtab_on_conflict),
+            vtab_config: Some($crate::VtabConfigRoutine::OneInt(vtab_config)),
+            db_filename: Some(db_filename),
         }
     }};
 }

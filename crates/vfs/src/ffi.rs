@@ -101,12 +101,75 @@ pub type UriParameterFn = unsafe extern "C" fn(*const c_char, *const c_char) -> 
 /// `sqlite3_malloc`.
 pub type MallocFn = unsafe extern "C" fn(c_int) -> *mut c_void;
 
+/// `sqlite3_free`.
+pub type FreeFn = unsafe extern "C" fn(*mut c_void);
+
+/// `sqlite3_value`, opaque.
+#[repr(C)]
+pub struct sqlite3_value {
+    _opaque: [u8; 0],
+}
+/// `sqlite3_context`, opaque.
+#[repr(C)]
+pub struct sqlite3_context {
+    _opaque: [u8; 0],
+}
+
+/// A destructor argument of `sqlite3_result_blob`/`_text`. Declared as a
+/// pointer-sized integer (same ABI as the C function pointer) because the only
+/// value this crate passes is the sentinel [`SQLITE_TRANSIENT`] (-1).
+pub type Destructor = isize;
+/// "Copy the bytes before returning."
+pub const SQLITE_TRANSIENT: Destructor = -1;
+
+/// `sqlite3_create_module_v2` (the `sqlite3*` is `*mut c_void` throughout this crate).
+pub type CreateModuleV2Fn = unsafe extern "C" fn(
+    *mut c_void,
+    *const c_char,
+    *const sqlite3_module,
+    *mut c_void,
+    Option<unsafe extern "C" fn(*mut c_void)>,
+) -> c_int;
+/// `sqlite3_declare_vtab`.
+pub type DeclareVtabFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> c_int;
+/// `sqlite3_vtab_config` (variadic in C).
+pub type VtabConfigFn = unsafe extern "C" fn(*mut c_void, c_int, ...) -> c_int;
+/// `sqlite3_vtab_on_conflict`.
+pub type VtabOnConflictFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+/// `sqlite3_db_filename`.
+pub type DbFilenameFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *const c_char;
+/// `sqlite3_auto_extension`; its argument is a `void(*)(void)` in C, taken
+/// here as an untyped pointer (an entry point cast to it).
+pub type AutoExtensionFn = unsafe extern "C" fn(*const c_void) -> c_int;
+/// `sqlite3_value_type`.
+pub type ValueTypeFn = unsafe extern "C" fn(*mut sqlite3_value) -> c_int;
+/// `sqlite3_value_int64`.
+pub type ValueInt64Fn = unsafe extern "C" fn(*mut sqlite3_value) -> sqlite3_int64;
+/// `sqlite3_value_double`.
+pub type ValueDoubleFn = unsafe extern "C" fn(*mut sqlite3_value) -> f64;
+/// `sqlite3_value_blob`.
+pub type ValueBlobFn = unsafe extern "C" fn(*mut sqlite3_value) -> *const c_void;
+/// `sqlite3_value_bytes`.
+pub type ValueBytesFn = unsafe extern "C" fn(*mut sqlite3_value) -> c_int;
+/// `sqlite3_value_text`.
+pub type ValueTextFn = unsafe extern "C" fn(*mut sqlite3_value) -> *const u8;
+/// `sqlite3_result_null`.
+pub type ResultNullFn = unsafe extern "C" fn(*mut sqlite3_context);
+/// `sqlite3_result_int64`.
+pub type ResultInt64Fn = unsafe extern "C" fn(*mut sqlite3_context, sqlite3_int64);
+/// `sqlite3_result_double`.
+pub type ResultDoubleFn = unsafe extern "C" fn(*mut sqlite3_context, f64);
+/// `sqlite3_result_blob`.
+pub type ResultBlobFn = unsafe extern "C" fn(*mut sqlite3_context, *const c_void, c_int, Destructor);
+/// `sqlite3_result_text`.
+pub type ResultTextFn = unsafe extern "C" fn(*mut sqlite3_context, *const c_char, c_int, Destructor);
+
 /// A slot of `sqlite3_api_routines` this crate never calls. Every slot is one
 /// function pointer wide; only the position matters.
 pub type Slot = Option<unsafe extern "C" fn()>;
 
 /// The leading part of `struct sqlite3_api_routines` from `sqlite3ext.h`,
-/// through `uri_parameter` (slot 189), the last routine this crate uses.
+/// through `auto_extension` (slot 192), the last routine this crate uses.
 ///
 /// SQLite only ever appends to this struct, so a prefix is valid for every
 /// SQLite that can load extensions. The order was generated from the header
@@ -165,7 +228,7 @@ pub struct sqlite3_api_routines {
     /*  47 */ pub create_module: Slot,
     /*  48 */ pub data_count: Slot,
     /*  49 */ pub db_handle: Slot,
-    /*  50 */ pub declare_vtab: Slot,
+    /*  50 */ pub declare_vtab: Option<DeclareVtabFn>,
     /*  51 */ pub enable_shared_cache: Slot,
     /*  52 */ pub errcode: Slot,
     /*  53 */ pub errmsg: Slot,
@@ -173,7 +236,7 @@ pub struct sqlite3_api_routines {
     /*  55 */ pub exec: Slot,
     /*  56 */ pub expired: Slot,
     /*  57 */ pub finalize: Slot,
-    /*  58 */ pub free: Slot,
+    /*  58 */ pub free: Option<FreeFn>,
     /*  59 */ pub free_table: Slot,
     /*  60 */ pub get_autocommit: Slot,
     /*  61 */ pub get_auxdata: Slot,
@@ -193,14 +256,14 @@ pub struct sqlite3_api_routines {
     /*  75 */ pub progress_handler: Slot,
     /*  76 */ pub realloc: Slot,
     /*  77 */ pub reset: Slot,
-    /*  78 */ pub result_blob: Slot,
-    /*  79 */ pub result_double: Slot,
+    /*  78 */ pub result_blob: Option<ResultBlobFn>,
+    /*  79 */ pub result_double: Option<ResultDoubleFn>,
     /*  80 */ pub result_error: Slot,
     /*  81 */ pub result_error16: Slot,
     /*  82 */ pub result_int: Slot,
-    /*  83 */ pub result_int64: Slot,
-    /*  84 */ pub result_null: Slot,
-    /*  85 */ pub result_text: Slot,
+    /*  83 */ pub result_int64: Option<ResultInt64Fn>,
+    /*  84 */ pub result_null: Option<ResultNullFn>,
+    /*  85 */ pub result_text: Option<ResultTextFn>,
     /*  86 */ pub result_text16: Slot,
     /*  87 */ pub result_text16be: Slot,
     /*  88 */ pub result_text16le: Slot,
@@ -217,24 +280,24 @@ pub struct sqlite3_api_routines {
     /*  99 */ pub transfer_bindings: Slot,
     /* 100 */ pub update_hook: Slot,
     /* 101 */ pub user_data: Slot,
-    /* 102 */ pub value_blob: Slot,
-    /* 103 */ pub value_bytes: Slot,
+    /* 102 */ pub value_blob: Option<ValueBlobFn>,
+    /* 103 */ pub value_bytes: Option<ValueBytesFn>,
     /* 104 */ pub value_bytes16: Slot,
-    /* 105 */ pub value_double: Slot,
+    /* 105 */ pub value_double: Option<ValueDoubleFn>,
     /* 106 */ pub value_int: Slot,
-    /* 107 */ pub value_int64: Slot,
+    /* 107 */ pub value_int64: Option<ValueInt64Fn>,
     /* 108 */ pub value_numeric_type: Slot,
-    /* 109 */ pub value_text: Slot,
+    /* 109 */ pub value_text: Option<ValueTextFn>,
     /* 110 */ pub value_text16: Slot,
     /* 111 */ pub value_text16be: Slot,
     /* 112 */ pub value_text16le: Slot,
-    /* 113 */ pub value_type: Slot,
+    /* 113 */ pub value_type: Option<ValueTypeFn>,
     /* 114 */ pub vmprintf: Slot,
     /* 115 */ pub overload_function: Slot,
     /* 116 */ pub prepare_v2: Slot,
     /* 117 */ pub prepare16_v2: Slot,
     /* 118 */ pub clear_bindings: Slot,
-    /* 119 */ pub create_module_v2: Slot,
+    /* 119 */ pub create_module_v2: Option<CreateModuleV2Fn>,
     /* 120 */ pub bind_zeroblob: Slot,
     /* 121 */ pub blob_bytes: Slot,
     /* 122 */ pub blob_close: Slot,
@@ -292,10 +355,10 @@ pub struct sqlite3_api_routines {
     /* 174 */ pub wal_checkpoint: Slot,
     /* 175 */ pub wal_hook: Slot,
     /* 176 */ pub blob_reopen: Slot,
-    /* 177 */ pub vtab_config: Slot,
-    /* 178 */ pub vtab_on_conflict: Slot,
+    /* 177 */ pub vtab_config: Option<VtabConfigFn>,
+    /* 178 */ pub vtab_on_conflict: Option<VtabOnConflictFn>,
     /* 179 */ pub close_v2: Slot,
-    /* 180 */ pub db_filename: Slot,
+    /* 180 */ pub db_filename: Option<DbFilenameFn>,
     /* 181 */ pub db_readonly: Slot,
     /* 182 */ pub db_release_memory: Slot,
     /* 183 */ pub errstr: Slot,
@@ -305,6 +368,9 @@ pub struct sqlite3_api_routines {
     /* 187 */ pub uri_boolean: Slot,
     /* 188 */ pub uri_int64: Slot,
     /* 189 */ pub uri_parameter: Option<UriParameterFn>,
+    /* 190 */ pub xvsnprintf: Slot,
+    /* 191 */ pub wal_checkpoint_v2: Slot,
+    /* 192 */ pub auto_extension: Option<AutoExtensionFn>,
 }
 
 /// Index (in pointer-sized slots) of each routine this crate reads from
@@ -320,8 +386,16 @@ pub const API_SLOT_VFS_REGISTER: usize = 142;
 pub const API_SLOT_LOG: usize = 167;
 /// See [`API_SLOT_LIBVERSION_NUMBER`].
 pub const API_SLOT_URI_PARAMETER: usize = 189;
+/// See [`API_SLOT_LIBVERSION_NUMBER`].
+pub const API_SLOT_CREATE_MODULE_V2: usize = 119;
+/// See [`API_SLOT_LIBVERSION_NUMBER`].
+pub const API_SLOT_VTAB_CONFIG: usize = 177;
+/// See [`API_SLOT_LIBVERSION_NUMBER`].
+pub const API_SLOT_DB_FILENAME: usize = 180;
+/// See [`API_SLOT_LIBVERSION_NUMBER`].
+pub const API_SLOT_AUTO_EXTENSION: usize = 192;
 /// Number of slots declared.
-pub const API_SLOTS_DECLARED: usize = 190;
+pub const API_SLOTS_DECLARED: usize = 193;
 
 // Result codes.
 pub const SQLITE_OK: c_int = 0;
@@ -387,3 +461,133 @@ pub const SQLITE_FCNTL_PDB: c_int = 30;
 pub const SQLITE_FCNTL_BEGIN_ATOMIC_WRITE: c_int = 31;
 pub const SQLITE_FCNTL_COMMIT_ATOMIC_WRITE: c_int = 32;
 pub const SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE: c_int = 33;
+
+// Virtual tables.
+pub const SQLITE_CONSTRAINT: c_int = 19;
+pub const SQLITE_CONSTRAINT_PRIMARYKEY: c_int = SQLITE_CONSTRAINT | (6 << 8);
+pub const SQLITE_CORRUPT: c_int = 11;
+pub const SQLITE_MISMATCH: c_int = 20;
+pub const SQLITE_INTEGER: c_int = 1;
+pub const SQLITE_FLOAT: c_int = 2;
+pub const SQLITE_TEXT: c_int = 3;
+pub const SQLITE_BLOB: c_int = 4;
+pub const SQLITE_NULL: c_int = 5;
+pub const SQLITE_INDEX_CONSTRAINT_EQ: u8 = 2;
+pub const SQLITE_INDEX_CONSTRAINT_GT: u8 = 4;
+pub const SQLITE_INDEX_CONSTRAINT_LE: u8 = 8;
+pub const SQLITE_INDEX_CONSTRAINT_LT: u8 = 16;
+pub const SQLITE_INDEX_CONSTRAINT_GE: u8 = 32;
+pub const SQLITE_INDEX_SCAN_UNIQUE: c_int = 1;
+pub const SQLITE_VTAB_CONSTRAINT_SUPPORT: c_int = 1;
+pub const SQLITE_ROLLBACK: c_int = 1;
+pub const SQLITE_IGNORE: c_int = 2;
+pub const SQLITE_FAIL: c_int = 3;
+pub const SQLITE_ABORT: c_int = 4;
+pub const SQLITE_REPLACE: c_int = 5;
+
+/// `struct sqlite3_vtab`: the base every virtual table instance subclasses.
+#[repr(C)]
+pub struct sqlite3_vtab {
+    pub pModule: *const sqlite3_module,
+    pub nRef: c_int,
+    pub zErrMsg: *mut c_char,
+}
+
+/// `struct sqlite3_vtab_cursor`: the base every cursor subclasses.
+#[repr(C)]
+pub struct sqlite3_vtab_cursor {
+    pub pVtab: *mut sqlite3_vtab,
+}
+
+/// `xCreate` / `xConnect`.
+pub type VtabConstructor = unsafe extern "C" fn(
+    *mut c_void,
+    *mut c_void,
+    c_int,
+    *const *const c_char,
+    *mut *mut sqlite3_vtab,
+    *mut *mut c_char,
+) -> c_int;
+
+/// `struct sqlite3_module` through `xShadowName` (version 3; this crate
+/// registers version 2 and leaves `xShadowName` null).
+#[repr(C)]
+pub struct sqlite3_module {
+    pub iVersion: c_int,
+    pub xCreate: Option<VtabConstructor>,
+    pub xConnect: Option<VtabConstructor>,
+    pub xBestIndex: Option<unsafe extern "C" fn(*mut sqlite3_vtab, *mut sqlite3_index_info) -> c_int>,
+    pub xDisconnect: Option<unsafe extern "C" fn(*mut sqlite3_vtab) -> c_int>,
+    pub xDestroy: Option<unsafe extern "C" fn(*mut sqlite3_vtab) -> c_int>,
+    pub xOpen: Option<unsafe extern "C" fn(*mut sqlite3_vtab, *mut *mut sqlite3_vtab_cursor) -> c_int>,
+    pub xClose: Option<unsafe extern "C" fn(*mut sqlite3_vtab_cursor) -> c_int>,
+    pub xFilter: Option<
+        unsafe extern "C" fn(
+            *mut sqlite3_vtab_cursor,
+            c_int,
+            *const c_char,
+            c_int,
+            *mut *mut sqlite3_value,
+        ) -> c_int,
+    >,
+    pub xNext: Option<unsafe extern "C" fn(*mut sqlite3_vtab_cursor) -> c_int>,
+    pub xEof: Option<unsafe extern "C" fn(*mut sqlite3_vtab_cursor) -> c_int>,
+    pub xColumn: Option<unsafe extern "C" fn(*mut sqlite3_vtab_cursor, *mut sqlite3_context, c_int) -> c_int>,
+    pub xRowid: Option<unsafe extern "C" fn(*mut sqlite3_vtab_cursor, *mut sqlite3_int64) -> c_int>,
+    pub xUpdate: Option<
+        unsafe extern "C" fn(*mut sqlite3_vtab, c_int, *mut *mut sqlite3_value, *mut sqlite3_int64) -> c_int,
+    >,
+    pub xBegin: Option<unsafe extern "C" fn(*mut sqlite3_vtab) -> c_int>,
+    pub xSync: Option<unsafe extern "C" fn(*mut sqlite3_vtab) -> c_int>,
+    pub xCommit: Option<unsafe extern "C" fn(*mut sqlite3_vtab) -> c_int>,
+    pub xRollback: Option<unsafe extern "C" fn(*mut sqlite3_vtab) -> c_int>,
+    pub xFindFunction: Slot,
+    pub xRename: Option<unsafe extern "C" fn(*mut sqlite3_vtab, *const c_char) -> c_int>,
+    // version 2
+    pub xSavepoint: Option<unsafe extern "C" fn(*mut sqlite3_vtab, c_int) -> c_int>,
+    pub xRelease: Option<unsafe extern "C" fn(*mut sqlite3_vtab, c_int) -> c_int>,
+    pub xRollbackTo: Option<unsafe extern "C" fn(*mut sqlite3_vtab, c_int) -> c_int>,
+    // version 3
+    pub xShadowName: Option<unsafe extern "C" fn(*const c_char) -> c_int>,
+}
+
+/// `struct sqlite3_index_constraint` (inside `sqlite3_index_info`).
+#[repr(C)]
+pub struct sqlite3_index_constraint {
+    pub iColumn: c_int,
+    pub op: u8,
+    pub usable: u8,
+    pub iTermOffset: c_int,
+}
+
+/// `struct sqlite3_index_orderby`.
+#[repr(C)]
+pub struct sqlite3_index_orderby {
+    pub iColumn: c_int,
+    pub desc: u8,
+}
+
+/// `struct sqlite3_index_constraint_usage`.
+#[repr(C)]
+pub struct sqlite3_index_constraint_usage {
+    pub argvIndex: c_int,
+    pub omit: u8,
+}
+
+/// `struct sqlite3_index_info` (all fields through `colUsed`, SQLite 3.10+).
+#[repr(C)]
+pub struct sqlite3_index_info {
+    pub nConstraint: c_int,
+    pub aConstraint: *mut sqlite3_index_constraint,
+    pub nOrderBy: c_int,
+    pub aOrderBy: *mut sqlite3_index_orderby,
+    pub aConstraintUsage: *mut sqlite3_index_constraint_usage,
+    pub idxNum: c_int,
+    pub idxStr: *mut c_char,
+    pub needToFreeIdxStr: c_int,
+    pub orderByConsumed: c_int,
+    pub estimatedCost: f64,
+    pub estimatedRows: sqlite3_int64,
+    pub idxFlags: c_int,
+    pub colUsed: u64,
+}

@@ -14,15 +14,20 @@ pub mod ffi;
 mod file;
 mod guard;
 mod memfile;
+mod mvbt_vtab;
 mod store_db;
 mod vfs;
 
 use std::ffi::{c_char, c_int, c_void};
 
-pub use api::ApiTable;
+pub use api::{ApiTable, VtabConfigRoutine, VtabRoutines};
 pub use backend::{
     passthrough_io, DbBackend, FileSystem, IoResult, LockLevel, MainDbFactory, OpenRequest, Opened,
     PassThrough, PassThroughFactory, PassThroughIo,
+};
+pub use mvbt_vtab::{
+    mvbt_counters, mvbt_latest_version, mvbt_scan_stats, register_mvbt_module, MvbtScanStats,
+    DEFAULT_KEEP_VERSIONS, IDX_AS_OF, IDX_KEY_EQ, IDX_KEY_HIGH, IDX_KEY_LOW, MVBT_MODULE_NAME,
 };
 pub use store_db::{store_stats_json, StoreFactory, StoreOpener, DEFAULT_LOGICAL_DB, STORE_PAGE_SIZE};
 pub use vfs::{
@@ -43,14 +48,18 @@ pub const MIN_EXTENSION_SQLITE_VERSION: i32 = 3_014_000;
 /// `.load libonesync` finds it without naming it.
 ///
 /// Registers the `onesync` VFS (not as the default) with the loading SQLite
-/// and returns `SQLITE_OK_LOAD_PERMANENTLY`.
+/// and the `mvbt` virtual table module on the loading connection and, through
+/// `sqlite3_auto_extension`, on every connection that SQLite opens later (so
+/// the CLI's `.load` then `.open` has it too), and returns
+/// `SQLITE_OK_LOAD_PERMANENTLY`.
 ///
 /// # Safety
-/// Called by SQLite only: `api` is the loading SQLite's routine table and
-/// `err_msg` null or a valid out-pointer for a `sqlite3_malloc`ed message.
+/// Called by SQLite only: `api` is the loading SQLite's routine table, `db`
+/// null or the loading connection, and `err_msg` null or a valid out-pointer
+/// for a `sqlite3_malloc`ed message.
 #[no_mangle]
 pub unsafe extern "C" fn sqlite3_onesync_init(
-    _db: *mut c_void,
+    db: *mut c_void,
     err_msg: *mut *mut c_char,
     api: *const sqlite3_api_routines,
 ) -> c_int {
@@ -73,9 +82,119 @@ pub unsafe extern "C" fn sqlite3_onesync_init(
                 &format!("onesync needs SQLite >= {MIN_EXTENSION_SQLITE_VERSION}, this is {version}"),
             );
         }
-        match register_static(&table) {
-            Ok(_) => SQLITE_OK_LOAD_PERMANENTLY,
-            Err(e) => fail(e.code, &e.to_string()),
+        if let Err(e) = register_static(&table) {
+            return fail(e.code, &e.to_string());
+        }
+        if !db.is_null() && table.vtab().is_some() {
+            // SAFETY: `db` is the connection loading us, of the SQLite behind `table`.
+            if let Err(e) = unsafe { register_mvbt_module(db, &table) } {
+                return fail(e.code, &e.to_string());
+            }
+            if let Some(auto_extension) = table.auto_extension {
+                // SAFETY: this SQLite's `sqlite3_auto_extension`, given an entry
+                // point with the signature SQLite calls it with; the library stays
+                // loaded (SQLITE_OK_LOAD_PERMANENTLY). Registering twice is a no-op.
+                unsafe { auto_extension(onesync_connection_init as *const c_void) };
+            }
+        }
+        SQLITE_OK_LOAD_PERMANENTLY
+    })
+}
+
+/// The routines of the host that called [`register_mvbt_for_new_connections`].
+static HOST_API: std::sync::OnceLock<ApiTable> = std::sync::OnceLock::new();
+
+/// For a host that links its own SQLite (e.g. rusqlite's bundled one, with
+/// [`api_table_from_sys!`]): registers the `mvbt` module on every connection
+/// that SQLite opens from now on (`sqlite3_auto_extension`). Idempotent; the
+/// first table given is the one used.
+pub fn register_mvbt_for_new_connections(api: &ApiTable) -> Result<(), RegisterError> {
+    let api = *HOST_API.get_or_init(|| *api);
+    if api.vtab().is_none() {
+        return Err(RegisterError {
+            code: SQLITE_ERROR,
+            message: "the API table lacks the virtual table routines".into(),
+        });
+    }
+    let Some(auto_extension) = api.auto_extension else {
+        return Err(RegisterError {
+            code: SQLITE_ERROR,
+            message: "the API table lacks sqlite3_auto_extension".into(),
+        });
+    };
+    // SAFETY: the host's `sqlite3_auto_extension`, given an entry point with the
+    // signature SQLite calls it with; this crate is linked into the host, so the
+    // function stays valid. Registering the same entry point twice is a no-op.
+    let code = unsafe { auto_extension(host_connection_init as *const c_void) };
+    if code != ffi::SQLITE_OK {
+        return Err(RegisterError {
+            code,
+            message: format!("sqlite3_auto_extension failed ({code})"),
+        });
+    }
+    Ok(())
+}
+
+/// Run by the host's SQLite for each connection it opens after
+/// [`register_mvbt_for_new_connections`]. Uses the host's table, not the
+/// `api` argument (null when the host's SQLite omits extension loading).
+///
+/// # Safety
+/// Called by SQLite only, with the same arguments as an entry point.
+unsafe extern "C" fn host_connection_init(
+    db: *mut c_void,
+    err_msg: *mut *mut c_char,
+    _api: *const sqlite3_api_routines,
+) -> c_int {
+    guard(SQLITE_ERROR, || {
+        let Some(table) = HOST_API.get() else {
+            return SQLITE_ERROR;
+        };
+        if db.is_null() {
+            return ffi::SQLITE_OK;
+        }
+        // SAFETY: `db` is the connection being opened, of the host's SQLite.
+        match unsafe { register_mvbt_module(db, table) } {
+            Ok(()) => ffi::SQLITE_OK,
+            Err(e) => {
+                // SAFETY: `err_msg` is null or SQLite's out-pointer for the message.
+                if let Some(out) = unsafe { err_msg.as_mut() } {
+                    *out = table.sqlite_string(&e.to_string());
+                }
+                e.code
+            }
+        }
+    })
+}
+
+/// Run by SQLite for each connection it opens after the extension was
+/// loaded (`sqlite3_auto_extension`): registers the `mvbt` module there.
+///
+/// # Safety
+/// Called by SQLite only, with the same arguments as an entry point.
+unsafe extern "C" fn onesync_connection_init(
+    db: *mut c_void,
+    err_msg: *mut *mut c_char,
+    api: *const sqlite3_api_routines,
+) -> c_int {
+    guard(SQLITE_ERROR, || {
+        // SAFETY: SQLite passes its own routine table (or null, handled).
+        let Some(table) = (unsafe { ApiTable::from_routines(api) }) else {
+            return SQLITE_ERROR;
+        };
+        if db.is_null() || table.vtab().is_none() {
+            return ffi::SQLITE_OK;
+        }
+        // SAFETY: `db` is the connection being opened, of the SQLite behind `table`.
+        match unsafe { register_mvbt_module(db, &table) } {
+            Ok(()) => ffi::SQLITE_OK,
+            Err(e) => {
+                // SAFETY: `err_msg` is null or SQLite's out-pointer for the message.
+                if let Some(out) = unsafe { err_msg.as_mut() } {
+                    *out = table.sqlite_string(&e.to_string());
+                }
+                e.code
+            }
         }
     })
 }

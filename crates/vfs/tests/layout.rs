@@ -58,11 +58,23 @@ fn layouts_and_constants_match_the_sqlite_headers() {
     assert_eq!(
         api_fields.len(),
         API_SLOTS_DECLARED,
-        "slots through uri_parameter"
+        "slots through auto_extension"
     );
     let vfs_fields = declared_fields(&src, "sqlite3_vfs");
     let io_fields = declared_fields(&src, "sqlite3_io_methods");
     let file_fields = declared_fields(&src, "sqlite3_file");
+    let vtab_structs: Vec<(&str, Vec<String>)> = [
+        "sqlite3_module",
+        "sqlite3_vtab",
+        "sqlite3_vtab_cursor",
+        "sqlite3_index_info",
+        "sqlite3_index_constraint",
+        "sqlite3_index_orderby",
+        "sqlite3_index_constraint_usage",
+    ]
+    .into_iter()
+    .map(|name| (name, declared_fields(&src, name)))
+    .collect();
 
     let mut rust = BTreeMap::new();
     // Every api slot is one pointer wide, so slot i sits at i * pointer size.
@@ -98,6 +110,26 @@ fn layouts_and_constants_match_the_sqlite_headers() {
             offset_of!(sqlite3_api_routines, uri_parameter),
             API_SLOT_URI_PARAMETER,
         ),
+        (
+            "create_module_v2",
+            offset_of!(sqlite3_api_routines, create_module_v2),
+            API_SLOT_CREATE_MODULE_V2,
+        ),
+        (
+            "vtab_config",
+            offset_of!(sqlite3_api_routines, vtab_config),
+            API_SLOT_VTAB_CONFIG,
+        ),
+        (
+            "db_filename",
+            offset_of!(sqlite3_api_routines, db_filename),
+            API_SLOT_DB_FILENAME,
+        ),
+        (
+            "auto_extension",
+            offset_of!(sqlite3_api_routines, auto_extension),
+            API_SLOT_AUTO_EXTENSION,
+        ),
     ];
     for (name, off, slot) in used {
         assert_eq!(off as i64, slot as i64 * ptr, "{name}");
@@ -122,6 +154,25 @@ fn layouts_and_constants_match_the_sqlite_headers() {
         xFullPathname, xDlOpen, xDlError, xDlSym, xDlClose, xRandomness, xSleep,
         xCurrentTime, xGetLastError, xCurrentTimeInt64, xSetSystemCall, xGetSystemCall,
         xNextSystemCall);
+    rust_offsets!(rust, sqlite3_module:
+        iVersion, xCreate, xConnect, xBestIndex, xDisconnect, xDestroy, xOpen, xClose, xFilter,
+        xNext, xEof, xColumn, xRowid, xUpdate, xBegin, xSync, xCommit, xRollback, xFindFunction,
+        xRename, xSavepoint, xRelease, xRollbackTo, xShadowName);
+    rust_offsets!(rust, sqlite3_vtab: pModule, nRef, zErrMsg);
+    rust_offsets!(rust, sqlite3_vtab_cursor: pVtab);
+    rust_offsets!(rust, sqlite3_index_info:
+        nConstraint, aConstraint, nOrderBy, aOrderBy, aConstraintUsage, idxNum, idxStr,
+        needToFreeIdxStr, orderByConsumed, estimatedCost, estimatedRows, idxFlags, colUsed);
+    rust_offsets!(rust, sqlite3_index_constraint: iColumn, op, usable, iTermOffset);
+    rust_offsets!(rust, sqlite3_index_orderby: iColumn, desc);
+    rust_offsets!(rust, sqlite3_index_constraint_usage: argvIndex, omit);
+    rust_consts!(rust:
+        SQLITE_CONSTRAINT, SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CORRUPT, SQLITE_MISMATCH,
+        SQLITE_INTEGER, SQLITE_FLOAT, SQLITE_TEXT, SQLITE_BLOB, SQLITE_NULL,
+        SQLITE_INDEX_CONSTRAINT_EQ, SQLITE_INDEX_CONSTRAINT_GT, SQLITE_INDEX_CONSTRAINT_LE,
+        SQLITE_INDEX_CONSTRAINT_LT, SQLITE_INDEX_CONSTRAINT_GE, SQLITE_INDEX_SCAN_UNIQUE,
+        SQLITE_VTAB_CONSTRAINT_SUPPORT, SQLITE_ROLLBACK, SQLITE_IGNORE, SQLITE_FAIL, SQLITE_ABORT,
+        SQLITE_REPLACE);
     rust_consts!(rust:
         SQLITE_OK, SQLITE_ERROR, SQLITE_INTERNAL, SQLITE_FULL, SQLITE_BUSY, SQLITE_READONLY, SQLITE_NOTADB, SQLITE_IOERR_FSYNC, SQLITE_NOMEM, SQLITE_IOERR, SQLITE_NOTFOUND,
         SQLITE_CANTOPEN, SQLITE_MISUSE, SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ,
@@ -141,12 +192,14 @@ fn layouts_and_constants_match_the_sqlite_headers() {
     // The same keys, computed by the C compiler from the headers.
     let mut c =
         String::from("#include <stdio.h>\n#include <stddef.h>\n#include <sqlite3ext.h>\nint main(void){\n");
-    for (ty, fields) in [
+    let mut all_structs = vec![
         ("sqlite3_api_routines", &api_fields),
         ("sqlite3_vfs", &vfs_fields),
         ("sqlite3_io_methods", &io_fields),
         ("sqlite3_file", &file_fields),
-    ] {
+    ];
+    all_structs.extend(vtab_structs.iter().map(|(n, f)| (*n, f)));
+    for (ty, fields) in all_structs {
         for f in fields {
             c += &format!("printf(\"{ty}.{f} %ld\\n\", (long)offsetof(struct {ty}, {f}));\n");
         }

@@ -1,0 +1,885 @@
+//! `onesync mvbt ...`: the LS-MVBT paper's experiments, LS-MVBT (the `mvbt` virtual table
+//! of the onesync extension, over `onesync-mvbt`) against stock SQLite WAL and TRUNCATE
+//! (synchronous=FULL) on the same filesystem, plus its crash torture.
+//!
+//! The insert workload follows the paper's Figure 6: a table of 2,000 records (128-byte
+//! values), then 1,000 transactions of one write each, alternately inserting a random absent
+//! key and deleting a random present one, so the table stays at 2,000 records. (Read as
+//! "each inserting and deleting a random key" in one transaction, every transaction would
+//! dirty two random leaves in every scheme, and the paper's ~1 dirty node per transaction
+//! could not happen.)
+
+mod torture;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use onesync_mvbt::{Config, Tree};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rusqlite::{params, Connection, OpenFlags};
+use serde::Serialize;
+
+use crate::bench::{open_stock, Mode};
+use crate::loopfs::{FsKind, LoopFs};
+use crate::meter::per;
+use crate::output::{self, Human};
+use crate::progress::phase_bar;
+use crate::sqlite::in_transaction;
+pub use torture::{run_child, MvbtChildArgs};
+
+/// Bytes of every record's value (the paper's node-size experiment uses 128-byte records).
+const VALUE_BYTES: usize = 128;
+/// SQLite's page size, for turning stock modes' bytes written into pages.
+const SQLITE_PAGE_BYTES: f64 = 4096.0;
+/// Keys are drawn from [0, records × KEY_SPACE_FACTOR).
+const KEY_SPACE_FACTOR: i64 = 50;
+/// Main database and tree file names in a run's directory.
+const MAIN_DB: &str = "main.db";
+const TREE_FILE: &str = "kv.mvbt";
+const STOCK_DB: &str = "stock.db";
+
+#[derive(clap::Args, Debug)]
+pub struct MvbtArgs {
+    #[command(subcommand)]
+    pub experiment: Experiment,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Experiment {
+    /// 2,000 records, 1,000 one-write transactions (insert a random key / delete a random
+    /// key, alternately): time and dirty pages per transaction; WAL at several checkpoint
+    /// intervals
+    Insert(InsertArgs),
+    /// 1,000 records; transactions are point searches or writes at search ratios 0..100 %
+    Mixed(MixedArgs),
+    /// Recovery time after a crash that leaves an aborted transaction of N inserts on disk
+    Recovery(RecoveryArgs),
+    /// 1,000 one-insert transactions into an empty tree at node sizes 512 B..8 KiB, with and
+    /// without sibling redistribution (the engine alone)
+    NodeSize(NodeSizeArgs),
+    /// The optimisations one by one (MVBT, +metadata embedding, +lazy split, LS-MVBT) against
+    /// TRUNCATE and WAL, for insert, update and delete transactions
+    Ablation(AblationArgs),
+    /// Bank transfers (TPC-B-like) on an mvbt table under simulated power cuts and real
+    /// kills: money conserved, every acknowledged transfer present
+    Torture(torture::MvbtTortureArgs),
+}
+
+/// Where a run happens and where its results go (shared by the experiments).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Place {
+    /// Run in a fresh subdirectory of D [default: the system's temporary directory]
+    #[arg(long, value_name = "D", conflicts_with = "fs")]
+    pub dir: Option<PathBuf>,
+
+    /// Run each mode on a freshly made filesystem of this kind on a loop device (needs root)
+    #[arg(long, value_enum, value_name = "FS")]
+    pub fs: Option<FsKind>,
+
+    /// Size of each loop image for --fs, in MiB
+    #[arg(long, value_name = "MIB", default_value_t = 256, requires = "fs")]
+    pub fs_size_mib: u64,
+
+    /// Seed of the keys and values
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Write {"results":[...]} to FILE, or to stdout with "-" (then nothing else goes there)
+    #[arg(long, value_name = "FILE|-")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct InsertArgs {
+    #[command(flatten)]
+    pub place: Place,
+    /// Records in the table before the measured transactions
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    pub records: u64,
+    /// Measured transactions per mode
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub txns: u64,
+    /// WAL checkpoint intervals (pages) to run
+    #[arg(
+        long,
+        value_name = "PAGES",
+        value_delimiter = ',',
+        default_value = "63,125,250,500,1000"
+    )]
+    pub checkpoint_intervals: Vec<u32>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct MixedArgs {
+    #[command(flatten)]
+    pub place: Place,
+    /// Transactions per point
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub txns: u64,
+    /// Search percentages to run
+    #[arg(
+        long,
+        value_name = "PCT",
+        value_delimiter = ',',
+        default_value = "0,10,20,30,40,50,60,70,80,90,93,100"
+    )]
+    pub search_percent: Vec<u32>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RecoveryArgs {
+    #[command(flatten)]
+    pub place: Place,
+    /// Sizes (inserts) of the aborted transaction
+    #[arg(
+        long,
+        value_name = "N",
+        value_delimiter = ',',
+        default_value = "10,40,160,640,2560"
+    )]
+    pub aborted_inserts: Vec<u64>,
+    /// Drop the kernel's page cache before each timed recovery, as a real power cut would
+    /// (needs root)
+    #[arg(long)]
+    pub cold: bool,
+    /// Timed recoveries per point (the median is reported)
+    #[arg(long, value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub repeats: u64,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct NodeSizeArgs {
+    #[command(flatten)]
+    pub place: Place,
+    /// Node sizes in bytes
+    #[arg(
+        long,
+        value_name = "BYTES",
+        value_delimiter = ',',
+        default_value = "512,1024,2048,4096,8192"
+    )]
+    pub node_sizes: Vec<usize>,
+    /// One-insert transactions per point
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub inserts: u64,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AblationArgs {
+    #[command(flatten)]
+    pub place: Place,
+    /// Records in the table before the measured transactions
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    pub records: u64,
+    /// Measured transactions per mode and query type
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub txns: u64,
+}
+
+/// One row of any experiment's results. The insertion experiment's documented fields come
+/// first; the others are filled where they apply.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct MvbtResult {
+    pub mode: String,
+    pub checkpoint_interval: Option<u32>,
+    pub tps: f64,
+    pub us_per_txn: f64,
+    pub dirty_pages_per_txn: f64,
+    pub fsyncs_per_txn: f64,
+    pub experiment: &'static str,
+    pub fs: Option<&'static str>,
+    /// Mixed: search percentage; recovery: aborted inserts; node size: bytes.
+    pub param: Option<f64>,
+    /// Ablation: insert, update or delete.
+    pub query: Option<&'static str>,
+    /// Node size: whether sibling redistribution was on.
+    pub redistribution: Option<bool>,
+    pub recovery_ms: Option<f64>,
+    pub splits_per_txn: Option<f64>,
+    pub dev_kb_per_txn: Option<f64>,
+    pub dev_flushes_per_txn: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Results<'a> {
+    results: &'a [MvbtResult],
+}
+
+pub fn run(args: &MvbtArgs) -> Result<ExitCode> {
+    let (place, results, title) = match &args.experiment {
+        Experiment::Insert(a) => (&a.place, insert(a)?, "insert"),
+        Experiment::Mixed(a) => (&a.place, mixed(a)?, "mixed"),
+        Experiment::Recovery(a) => (&a.place, recovery(a)?, "recovery"),
+        Experiment::NodeSize(a) => (&a.place, node_size(a)?, "node size"),
+        Experiment::Ablation(a) => (&a.place, ablation(a)?, "ablation"),
+        Experiment::Torture(a) => return torture::run(a),
+    };
+    output::emit(
+        place.json.as_deref(),
+        &Results { results: &results },
+        &table(title, &results),
+        Human::Stdout,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A commit scheme measured through SQL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// The `mvbt` virtual table with one of the engine's variants.
+    Tree(Variant),
+    /// Stock WAL, synchronous=FULL, checkpointing every `n` pages.
+    Wal(u32),
+    /// Stock TRUNCATE rollback journal, synchronous=FULL.
+    Truncate,
+}
+
+/// The ablation's engine variants (the vtable's `variant=` argument).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    Mvbt,
+    MvbtEmbedding,
+    MvbtLazySplit,
+    LsMvbt,
+}
+
+impl Variant {
+    fn sql_name(self) -> &'static str {
+        match self {
+            Variant::Mvbt => "mvbt",
+            Variant::MvbtEmbedding => "mvbt+embedding",
+            Variant::MvbtLazySplit => "mvbt+lazy-split",
+            Variant::LsMvbt => "ls-mvbt",
+        }
+    }
+}
+
+/// SQLite's default checkpoint interval (pages).
+const DEFAULT_CHECKPOINT: u32 = 1000;
+
+impl Scheme {
+    fn name(self) -> String {
+        match self {
+            Scheme::Tree(v) => v.sql_name().to_owned(),
+            Scheme::Wal(_) => "wal".to_owned(),
+            Scheme::Truncate => "truncate".to_owned(),
+        }
+    }
+
+    fn checkpoint_interval(self) -> Option<u32> {
+        match self {
+            Scheme::Wal(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// A scheme's open database in a run directory, with the table `kv(key, value)`.
+pub struct Subject {
+    scheme: Scheme,
+    conn: Connection,
+    tree_path: PathBuf,
+}
+
+impl Subject {
+    /// Creates the table in a fresh `dir`.
+    fn create(scheme: Scheme, dir: &Path) -> Result<Subject> {
+        let subject = Subject::open(scheme, dir)?;
+        match scheme {
+            Scheme::Tree(variant) => subject.conn.execute_batch(&format!(
+                "CREATE VIRTUAL TABLE kv USING mvbt(file='{}', variant='{}', keep_versions=0)",
+                subject.tree_path.display(),
+                variant.sql_name()
+            ))?,
+            _ => subject
+                .conn
+                .execute_batch("CREATE TABLE kv(key INTEGER PRIMARY KEY, value BLOB NOT NULL)")?,
+        }
+        Ok(subject)
+    }
+
+    /// Opens the scheme's database in `dir` (which may hold it already).
+    fn open(scheme: Scheme, dir: &Path) -> Result<Subject> {
+        let tree_path = dir.join(TREE_FILE);
+        let conn = match scheme {
+            Scheme::Tree(_) => open_with_mvbt(&dir.join(MAIN_DB))?,
+            Scheme::Wal(interval) => {
+                let conn = open_stock(Mode::Wal, &dir.join(STOCK_DB))?;
+                conn.execute_batch(&format!("PRAGMA wal_autocheckpoint={interval}"))?;
+                conn
+            }
+            Scheme::Truncate => open_stock(Mode::Truncate, &dir.join(STOCK_DB))?,
+        };
+        Ok(Subject {
+            scheme,
+            conn,
+            tree_path,
+        })
+    }
+
+    /// Cumulative (pages or node images written, flushes, splits) of this subject.
+    fn io(&self) -> Result<(f64, u64, u64)> {
+        match self.scheme {
+            Scheme::Tree(_) => {
+                let c = onesync::mvbt_counters(&self.tree_path)
+                    .ok_or_else(|| anyhow!("the mvbt table {} is not open", self.tree_path.display()))?;
+                Ok((c.nodes_written as f64, c.fsyncs, c.splits))
+            }
+            _ => {
+                let io = onesync::passthrough_io();
+                Ok((io.bytes_written as f64 / SQLITE_PAGE_BYTES, io.syncs, 0))
+            }
+        }
+    }
+}
+
+/// Opens (creating) a database with SQLite's default VFS and the `mvbt` module registered.
+pub fn open_with_mvbt(path: &Path) -> Result<Connection> {
+    register_mvbt()?;
+    let flags =
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    Connection::open_with_flags(path, flags).with_context(|| format!("opening {}", path.display()))
+}
+
+/// Makes every connection opened from now on have the `mvbt` module (idempotent).
+pub fn register_mvbt() -> Result<()> {
+    onesync::register_mvbt_for_new_connections(&onesync::api_table_from_sys!(rusqlite::ffi))
+        .map_err(|e| anyhow!("registering the mvbt module: {e}"))
+}
+
+/// The keys present in a table, with O(1) random choice and removal.
+struct KeySet {
+    keys: Vec<i64>,
+    present: HashSet<i64>,
+    space: i64,
+}
+
+impl KeySet {
+    fn new(space: i64) -> KeySet {
+        KeySet {
+            keys: Vec::new(),
+            present: HashSet::new(),
+            space,
+        }
+    }
+
+    fn absent(&self, rng: &mut SmallRng) -> i64 {
+        loop {
+            let key = rng.random_range(0..self.space);
+            if !self.present.contains(&key) {
+                return key;
+            }
+        }
+    }
+
+    fn add(&mut self, key: i64) {
+        if self.present.insert(key) {
+            self.keys.push(key);
+        }
+    }
+
+    fn any(&self, rng: &mut SmallRng) -> Option<i64> {
+        (!self.keys.is_empty()).then(|| self.keys[rng.random_range(0..self.keys.len())])
+    }
+
+    fn take_any(&mut self, rng: &mut SmallRng) -> Option<i64> {
+        if self.keys.is_empty() {
+            return None;
+        }
+        let key = self.keys.swap_remove(rng.random_range(0..self.keys.len()));
+        self.present.remove(&key);
+        Some(key)
+    }
+}
+
+fn value(rng: &mut SmallRng, len: usize) -> Vec<u8> {
+    (0..len).map(|_| rng.random()).collect()
+}
+
+/// Loads `records` random keys in one transaction.
+fn load(conn: &Connection, records: u64, rng: &mut SmallRng) -> Result<KeySet> {
+    let mut keys = KeySet::new((records as i64).max(1) * KEY_SPACE_FACTOR);
+    in_transaction(conn, || -> Result<()> {
+        let mut insert = conn.prepare("INSERT INTO kv(key, value) VALUES (?1, ?2)")?;
+        for _ in 0..records {
+            let key = keys.absent(rng);
+            insert.execute(params![key, value(rng, VALUE_BYTES)])?;
+            keys.add(key);
+        }
+        Ok(())
+    })?;
+    Ok(keys)
+}
+
+/// One measured transaction kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Query {
+    /// Insert a random absent key and delete a random present one, alternately.
+    Alternate,
+    Insert,
+    Update,
+    Delete,
+    Search,
+}
+
+/// Runs one autocommit statement of kind `query` (for `Alternate`, `n` picks the half).
+fn one_transaction(
+    conn: &Connection,
+    query: Query,
+    n: u64,
+    keys: &mut KeySet,
+    rng: &mut SmallRng,
+) -> Result<()> {
+    let query = match query {
+        Query::Alternate if n.is_multiple_of(2) => Query::Insert,
+        Query::Alternate => Query::Delete,
+        q => q,
+    };
+    match query {
+        Query::Insert | Query::Alternate => {
+            let key = keys.absent(rng);
+            conn.prepare_cached("INSERT INTO kv(key, value) VALUES (?1, ?2)")?
+                .execute(params![key, value(rng, VALUE_BYTES)])?;
+            keys.add(key);
+        }
+        Query::Update => {
+            let key = keys.any(rng).ok_or_else(|| anyhow!("no key left to update"))?;
+            conn.prepare_cached("UPDATE kv SET value = ?2 WHERE key = ?1")?
+                .execute(params![key, value(rng, VALUE_BYTES)])?;
+        }
+        Query::Delete => {
+            let key = keys
+                .take_any(rng)
+                .ok_or_else(|| anyhow!("no key left to delete"))?;
+            let deleted = conn
+                .prepare_cached("DELETE FROM kv WHERE key = ?1")?
+                .execute([key])?;
+            if deleted != 1 {
+                bail!("deleting key {key} deleted {deleted} rows");
+            }
+        }
+        Query::Search => {
+            let key = keys.any(rng).ok_or_else(|| anyhow!("no key to search"))?;
+            let found: Vec<u8> = conn
+                .prepare_cached("SELECT value FROM kv WHERE key = ?1")?
+                .query_row([key], |r| r.get(0))
+                .with_context(|| format!("searching key {key}"))?;
+            if found.len() != VALUE_BYTES {
+                bail!("key {key} has a {}-byte value", found.len());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A fresh loop filesystem (with --fs) and a fresh directory for one run.
+fn fresh_place(place: &Place, prefix: &str) -> Result<(Option<LoopFs>, tempfile::TempDir)> {
+    let loop_fs = output::loop_fs(place.fs, place.fs_size_mib)?;
+    let dir = output::work_dir(prefix, loop_fs.as_ref(), place.dir.as_deref())?;
+    Ok((loop_fs, dir))
+}
+
+/// Loads `records`, then times `txns` transactions of `query` (searching with probability
+/// `search_share` instead) on `scheme`.
+fn measure_sql(
+    place: &Place,
+    scheme: Scheme,
+    records: u64,
+    txns: u64,
+    query: Query,
+    search_share: f64,
+    label: &'static str,
+) -> Result<MvbtResult> {
+    let (loop_fs, dir) = fresh_place(place, "onesync-mvbt-")?;
+    let subject = Subject::create(scheme, dir.path())?;
+    let mut rng = SmallRng::seed_from_u64(place.seed);
+    let mut keys = load(&subject.conn, records, &mut rng)?;
+    // The load's checkpoint and dirty blocks are not the measured transactions' cost.
+    if matches!(scheme, Scheme::Wal(_)) {
+        subject.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?;
+    }
+    nix::unistd::sync();
+    let (pages_before, syncs_before, splits_before) = subject.io()?;
+    let device_before = loop_fs.as_ref().map(|l| l.counters()).transpose()?;
+    let bar = phase_bar(label, txns);
+    let started = Instant::now();
+    let mut writes = 0u64;
+    for n in 0..txns {
+        if search_share > 0.0 && rng.random_bool(search_share.min(1.0)) {
+            one_transaction(&subject.conn, Query::Search, n, &mut keys, &mut rng)?;
+        } else {
+            one_transaction(&subject.conn, query, writes, &mut keys, &mut rng)?;
+            writes += 1;
+        }
+        bar.inc(1);
+    }
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+    let (pages_after, syncs_after, splits_after) = subject.io()?;
+    let device = match (&loop_fs, device_before) {
+        (Some(l), Some(before)) => Some(l.counters()?.delta(&before)),
+        _ => None,
+    };
+    let t = txns as f64;
+    Ok(MvbtResult {
+        mode: scheme.name(),
+        checkpoint_interval: scheme.checkpoint_interval(),
+        tps: per(t, elapsed.as_secs_f64()),
+        us_per_txn: per(elapsed.as_secs_f64() * 1e6, t),
+        dirty_pages_per_txn: per(pages_after - pages_before, t),
+        fsyncs_per_txn: per((syncs_after - syncs_before) as f64, t),
+        fs: place.fs.map(FsKind::name),
+        splits_per_txn: matches!(scheme, Scheme::Tree(_))
+            .then(|| per((splits_after - splits_before) as f64, t)),
+        dev_kb_per_txn: device.map(|d| per(d.bytes_written() as f64 / 1024.0, t)),
+        dev_flushes_per_txn: device.map(|d| per(d.flushes as f64, t)),
+        ..MvbtResult::default()
+    })
+}
+
+pub fn insert(args: &InsertArgs) -> Result<Vec<MvbtResult>> {
+    output::check_json_path(args.place.json.as_deref())?;
+    let mut schemes = vec![Scheme::Tree(Variant::LsMvbt)];
+    schemes.extend(args.checkpoint_intervals.iter().map(|&n| Scheme::Wal(n)));
+    schemes.push(Scheme::Truncate);
+    schemes
+        .into_iter()
+        .map(|scheme| {
+            let mut r = measure_sql(
+                &args.place,
+                scheme,
+                args.records,
+                args.txns,
+                Query::Alternate,
+                0.0,
+                "insert",
+            )
+            .with_context(|| format!("mode {}", scheme.name()))?;
+            r.experiment = "insert";
+            Ok(r)
+        })
+        .collect()
+}
+
+pub fn mixed(args: &MixedArgs) -> Result<Vec<MvbtResult>> {
+    output::check_json_path(args.place.json.as_deref())?;
+    if let Some(bad) = args.search_percent.iter().find(|&&p| p > 100) {
+        bail!("--search-percent {bad} is more than 100");
+    }
+    let mut results = Vec::new();
+    for scheme in [
+        Scheme::Tree(Variant::LsMvbt),
+        Scheme::Wal(DEFAULT_CHECKPOINT),
+        Scheme::Truncate,
+    ] {
+        for &percent in &args.search_percent {
+            let mut r = measure_sql(
+                &args.place,
+                scheme,
+                1000,
+                args.txns,
+                Query::Alternate,
+                f64::from(percent) / 100.0,
+                "mixed",
+            )
+            .with_context(|| format!("mode {} at {percent}% searches", scheme.name()))?;
+            r.experiment = "mixed";
+            r.param = Some(f64::from(percent));
+            results.push(r);
+        }
+    }
+    Ok(results)
+}
+
+pub fn ablation(args: &AblationArgs) -> Result<Vec<MvbtResult>> {
+    output::check_json_path(args.place.json.as_deref())?;
+    let schemes = [
+        Scheme::Tree(Variant::Mvbt),
+        Scheme::Tree(Variant::MvbtEmbedding),
+        Scheme::Tree(Variant::MvbtLazySplit),
+        Scheme::Tree(Variant::LsMvbt),
+        Scheme::Truncate,
+        Scheme::Wal(DEFAULT_CHECKPOINT),
+    ];
+    let mut results = Vec::new();
+    for (query, name) in [
+        (Query::Insert, "insert"),
+        (Query::Update, "update"),
+        (Query::Delete, "delete"),
+    ] {
+        for scheme in schemes {
+            let mut r = measure_sql(&args.place, scheme, args.records, args.txns, query, 0.0, name)
+                .with_context(|| format!("mode {} ({name})", scheme.name()))?;
+            r.experiment = "ablation";
+            r.query = Some(name);
+            results.push(r);
+        }
+    }
+    Ok(results)
+}
+
+/// Copies the files of a crashed database (everything but SQLite's -shm, which a reboot
+/// loses) from `from` into the fresh directory `to`.
+fn copy_crash_image(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().ends_with("-shm") || !entry.file_type()?.is_file() {
+            continue;
+        }
+        std::fs::copy(entry.path(), to.join(&name))
+            .with_context(|| format!("copying {}", entry.path().display()))?;
+    }
+    Ok(())
+}
+
+/// Leaves in `image` a crashed `scheme` database of 2,000 records whose last transaction,
+/// `aborted` inserts long, was on disk but never committed.
+fn make_crash_image(scheme: Scheme, work: &Path, image: &Path, aborted: u64, seed: u64) -> Result<()> {
+    let live = work.join("live");
+    std::fs::create_dir_all(&live)?;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let subject = Subject::create(scheme, &live)?;
+    let mut keys = load(&subject.conn, 2000, &mut rng)?;
+    match scheme {
+        Scheme::Tree(_) => {
+            let tree_path = subject.tree_path.clone();
+            drop(subject);
+            let mut tree = Tree::open(&tree_path, Config::ls_mvbt()).context("opening the tree directly")?;
+            tree.begin()?;
+            for _ in 0..aborted {
+                let key = keys.absent(&mut rng);
+                tree.put(key, &value(&mut rng, VALUE_BYTES))?;
+                keys.add(key);
+            }
+            // On disk as a pager spilling its cache would leave it.
+            tree.spill()?;
+            copy_crash_image(&live, image)?;
+            tree.rollback()?;
+        }
+        _ => {
+            // A tiny cache makes SQLite spill the open transaction's pages to disk (the
+            // rollback journal and database, or uncommitted WAL frames).
+            subject.conn.execute_batch("PRAGMA cache_size=8; BEGIN")?;
+            let mut insert = subject
+                .conn
+                .prepare("INSERT INTO kv(key, value) VALUES (?1, ?2)")?;
+            for _ in 0..aborted {
+                let key = keys.absent(&mut rng);
+                insert.execute(params![key, value(&mut rng, VALUE_BYTES)])?;
+                keys.add(key);
+            }
+            drop(insert);
+            copy_crash_image(&live, image)?;
+            subject.conn.execute_batch("ROLLBACK")?;
+        }
+    }
+    Ok(())
+}
+
+/// Opens a copy of the crash image and reads one row: SQLite's hot-journal rollback or WAL
+/// recovery, or the tree's Algorithm 2, happen inside. Returns the time it took.
+fn time_recovery(scheme: Scheme, image: &Path, attempt: &Path, cold: bool) -> Result<Duration> {
+    copy_crash_image(image, attempt)?;
+    nix::unistd::sync();
+    if cold {
+        std::fs::write("/proc/sys/vm/drop_caches", "3\n")
+            .context("dropping the page cache for --cold (needs root)")?;
+    }
+    let started = Instant::now();
+    let subject = Subject::open(scheme, attempt)?;
+    let rows: i64 =
+        subject
+            .conn
+            .query_row("SELECT count(*) FROM kv WHERE key >= 0 AND key < 100", [], |r| {
+                r.get(0)
+            })?;
+    let elapsed = started.elapsed();
+    let total: i64 = subject
+        .conn
+        .query_row("SELECT count(*) FROM kv", [], |r| r.get(0))?;
+    if total != 2000 {
+        bail!("after recovery the table holds {total} records, not 2000 (first read saw {rows})");
+    }
+    Ok(elapsed)
+}
+
+pub fn recovery(args: &RecoveryArgs) -> Result<Vec<MvbtResult>> {
+    output::check_json_path(args.place.json.as_deref())?;
+    let schemes = [
+        Scheme::Tree(Variant::LsMvbt),
+        Scheme::Wal(DEFAULT_CHECKPOINT),
+        Scheme::Truncate,
+    ];
+    let bar = phase_bar(
+        "recovery",
+        (schemes.len() * args.aborted_inserts.len()) as u64 * args.repeats,
+    );
+    let mut results = Vec::new();
+    for scheme in schemes {
+        for &aborted in &args.aborted_inserts {
+            let (loop_fs, dir) = fresh_place(&args.place, "onesync-mvbt-recovery-")?;
+            let image = dir.path().join("image");
+            make_crash_image(scheme, dir.path(), &image, aborted, args.place.seed)
+                .with_context(|| format!("mode {}: crashing with {aborted} inserts", scheme.name()))?;
+            let mut times = Vec::new();
+            for attempt in 0..args.repeats {
+                let attempt_dir = dir.path().join(format!("attempt-{attempt}"));
+                times.push(
+                    time_recovery(scheme, &image, &attempt_dir, args.cold)
+                        .with_context(|| format!("mode {}: recovering {aborted} inserts", scheme.name()))?,
+                );
+                std::fs::remove_dir_all(&attempt_dir)?;
+                bar.inc(1);
+            }
+            drop(loop_fs);
+            times.sort();
+            let median = times[times.len() / 2];
+            results.push(MvbtResult {
+                mode: scheme.name(),
+                checkpoint_interval: scheme.checkpoint_interval(),
+                experiment: "recovery",
+                fs: args.place.fs.map(FsKind::name),
+                param: Some(aborted as f64),
+                recovery_ms: Some(median.as_secs_f64() * 1e3),
+                ..MvbtResult::default()
+            });
+        }
+    }
+    bar.finish_and_clear();
+    Ok(results)
+}
+
+/// The engine alone: `inserts` one-insert transactions of random keys into an empty tree.
+pub fn node_size(args: &NodeSizeArgs) -> Result<Vec<MvbtResult>> {
+    output::check_json_path(args.place.json.as_deref())?;
+    let mut results = Vec::new();
+    for &node_size in &args.node_sizes {
+        for redistribution in [false, true] {
+            let (_loop_fs, dir) = fresh_place(&args.place, "onesync-mvbt-nodes-")?;
+            let config = Config {
+                node_size,
+                sibling_redistribution: redistribution,
+                ..Config::ls_mvbt()
+            };
+            let mut tree = Tree::create(&dir.path().join(TREE_FILE), config)
+                .with_context(|| format!("node size {node_size}"))?;
+            let mut rng = SmallRng::seed_from_u64(args.place.seed);
+            let value_len = fitting_value_len(&mut tree)?;
+            let mut keys = KeySet::new(args.inserts as i64 * KEY_SPACE_FACTOR);
+            let before = tree.counters();
+            let bar = phase_bar("node size", args.inserts);
+            let started = Instant::now();
+            for _ in 0..args.inserts {
+                let key = keys.absent(&mut rng);
+                tree.begin()?;
+                tree.put(key, &value(&mut rng, value_len))?;
+                tree.commit()?;
+                keys.add(key);
+                bar.inc(1);
+            }
+            let elapsed = started.elapsed();
+            bar.finish_and_clear();
+            let after = tree.counters();
+            let t = args.inserts as f64;
+            results.push(MvbtResult {
+                mode: format!("ls-mvbt/{value_len}B values"),
+                tps: per(t, elapsed.as_secs_f64()),
+                us_per_txn: per(elapsed.as_secs_f64() * 1e6, t),
+                dirty_pages_per_txn: per((after.nodes_written - before.nodes_written) as f64, t),
+                fsyncs_per_txn: per((after.fsyncs - before.fsyncs) as f64, t),
+                experiment: "node-size",
+                fs: args.place.fs.map(FsKind::name),
+                param: Some(node_size as f64),
+                redistribution: Some(redistribution),
+                splits_per_txn: Some(per((after.splits - before.splits) as f64, t)),
+                ..MvbtResult::default()
+            });
+        }
+    }
+    Ok(results)
+}
+
+/// The paper's 128-byte records, or the largest value a node of this size takes.
+fn fitting_value_len(tree: &mut Tree) -> Result<usize> {
+    let mut len = VALUE_BYTES;
+    loop {
+        tree.begin()?;
+        let fits = tree.put(-1, &vec![0; len]).is_ok();
+        tree.rollback()?;
+        if fits {
+            return Ok(len);
+        }
+        if len <= 8 {
+            bail!(
+                "a node of {} bytes takes no value of 8 bytes",
+                tree.config().node_size
+            );
+        }
+        len /= 2;
+    }
+}
+
+pub fn table(title: &str, results: &[MvbtResult]) -> String {
+    let mut out = format!(
+        "{:<22} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>10} {:>9}\n",
+        format!("mvbt {title}"),
+        "param",
+        "ckpt",
+        "tps",
+        "us/txn",
+        "pages",
+        "fsyncs",
+        "recov ms",
+        "dev KiB"
+    );
+    for r in results {
+        let param = match (r.query, r.param, r.redistribution) {
+            (Some(q), _, _) => q.to_owned(),
+            (_, Some(p), Some(true)) => format!("{p}+redis"),
+            (_, Some(p), _) => format!("{p}"),
+            _ => String::new(),
+        };
+        let opt = |v: Option<f64>, digits: usize| v.map(|v| format!("{v:.digits$}")).unwrap_or_default();
+        let recovery = r.recovery_ms.is_some();
+        out += &format!(
+            "{:<22} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>10} {:>9}\n",
+            r.mode,
+            param,
+            r.checkpoint_interval.map(|c| c.to_string()).unwrap_or_default(),
+            if recovery {
+                String::new()
+            } else {
+                format!("{:.0}", r.tps)
+            },
+            if recovery {
+                String::new()
+            } else {
+                format!("{:.0}", r.us_per_txn)
+            },
+            if recovery {
+                String::new()
+            } else {
+                format!("{:.2}", r.dirty_pages_per_txn)
+            },
+            if recovery {
+                String::new()
+            } else {
+                format!("{:.2}", r.fsyncs_per_txn)
+            },
+            opt(r.recovery_ms, 2),
+            opt(r.dev_kb_per_txn, 1),
+        );
+    }
+    out
+}

@@ -1,0 +1,305 @@
+//! Create and open: the scan of every slot, the decision which version is the latest
+//! committed one, and Algorithm 2 (revert an uncommitted version) over the whole tree.
+
+use crate::format::{self, HeaderBody, Node, SlotImage, StampKind, ValidSlot, HEADER_NODE, INFINITY};
+use crate::{Config, Counters, Error, NodeIo, RecoveryReport, Result, Sabotage, Tree};
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
+
+/// Bytes the open-time scan reads at once.
+const SCAN_CHUNK_BYTES: usize = 1 << 20;
+
+fn check_config(config: &Config) -> Result<()> {
+    if !format::valid_node_size(config.node_size) {
+        return Err(Error::Misuse(format!(
+            "node_size {} is not supported: it must be 512..=8192 and a multiple of 512",
+            config.node_size
+        )));
+    }
+    Ok(())
+}
+
+fn empty_tree(io: Box<dyn NodeIo>, config: Config, node_size: usize) -> Tree {
+    Tree {
+        io,
+        config,
+        node_size,
+        recovery: RecoveryReport::default(),
+        counters: Counters::default(),
+        latest: 0,
+        history_floor: 0,
+        root: 0,
+        root_level: 0,
+        root_since: 0,
+        cache: HashMap::new(),
+        slots: Vec::new(),
+        free: BTreeSet::new(),
+        refs: HashMap::new(),
+        txn: None,
+        poisoned: None,
+    }
+}
+
+pub(crate) fn create(io: Box<dyn NodeIo>, config: Config) -> Result<Tree> {
+    check_config(&config)?;
+    if io.size()? != 0 {
+        return Err(Error::Misuse(
+            "create needs an empty medium; this one holds data".into(),
+        ));
+    }
+    let node_size = config.node_size;
+    let mut tree = empty_tree(io, config, node_size);
+    tree.grow()?;
+    let root = tree.free.pop_first().expect("a grown file has free nodes");
+    tree.root = root;
+    tree.cache.insert(
+        root,
+        Node {
+            leaf: true,
+            cells: Vec::new(),
+        },
+    );
+    tree.refs.insert(root, 1);
+    // Version 0 is one batch of two images: the header and the empty root leaf.
+    let stamp = Tree::stamp(0, StampKind::Commit, 2);
+    tree.write_header(&stamp)?;
+    tree.write_node(root, &stamp)?;
+    tree.io.sync_data()?;
+    tree.counters.fsyncs += 1;
+    Ok(tree)
+}
+
+fn read_slot(io: &dyn NodeIo, size: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    if offset >= size {
+        return Ok(buf);
+    }
+    // A slot cut short by the end of the file (an interrupted growth) reads as zeros beyond it.
+    let avail = ((size - offset) as usize).min(len);
+    io.read_at(&mut buf[..avail], offset)?;
+    Ok(buf)
+}
+
+fn valid_header(buf: &[u8], node_size: usize) -> Option<ValidSlot> {
+    match format::decode_slot(buf, HEADER_NODE) {
+        SlotImage::Valid(v) if v.header.as_ref().map(|h| h.node_size as usize) == Some(node_size) => Some(v),
+        _ => None,
+    }
+}
+
+/// Find the node size from whichever header slot is intact.
+fn detect_node_size(io: &dyn NodeIo, size: u64) -> Result<usize> {
+    let head = read_slot(io, size, 0, 512)?;
+    if let Some(ns) = format::header_claimed_node_size(&head) {
+        if format::valid_node_size(ns) && valid_header(&read_slot(io, size, 0, ns)?, ns).is_some() {
+            return Ok(ns);
+        }
+    }
+    for ns in (512..=8192).step_by(512) {
+        if size >= 2 * ns as u64 && valid_header(&read_slot(io, size, ns as u64, ns)?, ns).is_some() {
+            return Ok(ns);
+        }
+    }
+    if head.starts_with(format::SLOT_MAGIC) {
+        Err(Error::Corrupt(
+            "the mvbt file is damaged: both images of its header node are unreadable".into(),
+        ))
+    } else {
+        Err(Error::Corrupt(format!(
+            "is not an mvbt file: it does not start with an mvbt header ({size} bytes, first bytes {:02x?})",
+            &head[..8.min(size as usize)]
+        )))
+    }
+}
+
+pub(crate) fn open(io: Box<dyn NodeIo>, config: Config) -> Result<Tree> {
+    let started = Instant::now();
+    check_config(&config)?;
+    let size = io.size()?;
+    if size == 0 {
+        return Err(Error::Corrupt("is not an mvbt file: it is empty".into()));
+    }
+    let node_size = detect_node_size(io.as_ref(), size)?;
+    let config = Config { node_size, ..config };
+    let mut tree = empty_tree(io, config, node_size);
+    let mut report = RecoveryReport::default();
+
+    // Scan every slot: the stamps decide which version is the latest committed one.
+    let ids = size.div_ceil(2 * node_size as u64);
+    tree.slots = vec![[None, None]; ids as usize];
+    let mut newest: Vec<Option<ValidSlot>> = vec![None; ids as usize];
+    let mut headers: Vec<ValidSlot> = Vec::new();
+    // Read in large chunks: recovery reads the whole file, and one read per slot would cost
+    // a system call (or, cold, a device request) per 512..8192 bytes.
+    let ids_per_chunk = (SCAN_CHUNK_BYTES / (2 * node_size)).max(1) as u64;
+    let mut chunk = Vec::new();
+    let mut chunk_first = 0;
+    for id in 0..ids {
+        if id % ids_per_chunk == 0 {
+            chunk_first = id;
+            let offset = tree.slot_offset(id, 0);
+            let len = ((ids - id).min(ids_per_chunk) * 2 * node_size as u64) as usize;
+            chunk = read_slot(tree.io.as_ref(), size, offset, len)?;
+        }
+        for slot in 0..2 {
+            let at = ((id - chunk_first) as usize * 2 + slot) * node_size;
+            let buf = &chunk[at..at + node_size];
+            tree.counters.nodes_read += 1;
+            match format::decode_slot(buf, id) {
+                SlotImage::Empty => {}
+                SlotImage::Torn => report.torn_slots += 1,
+                SlotImage::Valid(v) => {
+                    tree.slots[id as usize][slot] = Some(v.stamp);
+                    if id == HEADER_NODE {
+                        headers.push(v);
+                    } else if newest[id as usize].as_ref().is_none_or(|n| n.stamp < v.stamp) {
+                        newest[id as usize] = Some(v);
+                    }
+                }
+            }
+        }
+    }
+    report.nodes_scanned = ids;
+    if headers.is_empty() {
+        return Err(Error::Corrupt(
+            "the mvbt file is damaged: both images of its header node are unreadable".into(),
+        ));
+    }
+
+    let stamps = || {
+        headers
+            .iter()
+            .map(|h| (h.stamp, h.stamp_kind, h.batch))
+            .chain(newest.iter().flatten().map(|n| (n.stamp, n.stamp_kind, n.batch)))
+    };
+    let v_max = stamps().map(|s| s.0).max().unwrap_or(0);
+    let commit_images: Vec<u32> = stamps()
+        .filter(|s| s.0 == v_max && s.1 == StampKind::Commit)
+        .map(|s| s.2)
+        .collect();
+    let committed =
+        !commit_images.is_empty() && commit_images.iter().all(|&b| b as usize == commit_images.len());
+    let uncommitted = if committed {
+        None
+    } else if v_max == 0 {
+        return Err(Error::Corrupt(
+            "is not an mvbt file: its creation never completed".into(),
+        ));
+    } else {
+        Some(v_max)
+    };
+    let latest = if committed { v_max } else { v_max - 1 };
+
+    let header: HeaderBody = headers
+        .iter()
+        .filter(|h| h.stamp <= latest)
+        .max_by_key(|h| h.stamp)
+        .and_then(|h| h.header.clone())
+        .ok_or_else(|| {
+            Error::Corrupt(format!(
+                "the mvbt file is damaged: no header image of a committed version (≤ {latest})"
+            ))
+        })?;
+    if header.root == HEADER_NODE || header.root >= ids || header.root_level > 64 {
+        return Err(Error::Corrupt(format!(
+            "the mvbt file is damaged: its header names root node {} at level {} but the file holds {ids} node ids",
+            header.root, header.root_level
+        )));
+    }
+
+    // Walk everything reachable (dead entries too), reverting the uncommitted version.
+    let revert_ends = tree.config.sabotage != Some(Sabotage::SkipRevertEndVersions);
+    let mut rewrite = BTreeSet::new();
+    let mut levels: HashMap<u64, u32> = HashMap::new();
+    let mut stack = vec![(header.root, header.root_level)];
+    tree.refs.insert(header.root, 1);
+    while let Some((id, level)) = stack.pop() {
+        if let Some(&seen) = levels.get(&id) {
+            if seen != level {
+                return Err(Error::Corrupt(format!(
+                    "the mvbt file is damaged: node {id} is reached at levels {seen} and {level}"
+                )));
+            }
+            continue;
+        }
+        levels.insert(id, level);
+        let slot = newest[id as usize].take().ok_or_else(|| {
+            Error::Corrupt(format!(
+                "the mvbt file is damaged: node {id} (level {level}) has no valid image: both slots are torn, empty or past the end of the file"
+            ))
+        })?;
+        let mut node = slot.node.expect("a valid non-header slot holds a node");
+        if node.leaf != (level == 0) {
+            return Err(Error::Corrupt(format!(
+                "the mvbt file is damaged: node {id} is a {} at level {level}",
+                if node.leaf { "leaf" } else { "internal node" }
+            )));
+        }
+        if Some(slot.stamp) == uncommitted {
+            let v = slot.stamp;
+            let before = node.cells.len();
+            // Algorithm 2: what v created goes (with the children its entries made), what v
+            // ended lives again.
+            node.cells.retain(|c| c.sv != v);
+            report.cells_reverted += (before - node.cells.len()) as u64;
+            for c in node.cells.iter_mut().filter(|c| c.ev == v) {
+                if revert_ends {
+                    c.ev = INFINITY;
+                }
+                report.cells_reverted += 1;
+            }
+            rewrite.insert(id);
+        }
+        if !node.leaf {
+            for c in &node.cells {
+                if c.child == HEADER_NODE || c.child >= ids {
+                    return Err(Error::Corrupt(format!(
+                        "the mvbt file is damaged: node {id} names child {} outside the file",
+                        c.child
+                    )));
+                }
+                *tree.refs.entry(c.child).or_insert(0) += 1;
+                stack.push((c.child, level - 1));
+            }
+        }
+        tree.cache.insert(id, node);
+    }
+
+    tree.root = header.root;
+    tree.root_level = header.root_level;
+    tree.root_since = header.root_since;
+    tree.latest = latest;
+    tree.history_floor = latest;
+    tree.free = (1..ids).filter(|id| !levels.contains_key(id)).collect();
+
+    // Neutralise every image of the reverted version: reachable nodes get their reverted
+    // image (stamped as a spill, so it never counts as a commit), the rest are zeroed, so
+    // that the version number can be reused by the next transaction.
+    if let Some(v) = uncommitted {
+        let stamp = Tree::stamp(v, StampKind::Spill, 0);
+        for &id in &rewrite {
+            tree.write_node(id, &stamp)?;
+            report.nodes_rewritten += 1;
+        }
+        let zeros = vec![0u8; node_size];
+        for id in 0..ids {
+            if rewrite.contains(&id) && id != HEADER_NODE {
+                continue;
+            }
+            for slot in 0..2 {
+                if tree.slots[id as usize][slot] == Some(v) {
+                    tree.io.write_at(&zeros, tree.slot_offset(id, slot))?;
+                    tree.slots[id as usize][slot] = None;
+                    report.nodes_rewritten += 1;
+                }
+            }
+        }
+        tree.io.sync_data()?;
+        tree.counters.fsyncs += 1;
+        report.reverted_version = Some(v);
+    }
+    report.latest_version = latest;
+    report.micros = started.elapsed().as_micros() as u64;
+    tree.recovery = report;
+    Ok(tree)
+}
