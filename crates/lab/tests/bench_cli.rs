@@ -2,27 +2,13 @@
 //! shape the lab promises, the counting shim sees the stock modes' journals, and onesync
 //! makes one flush per transaction. With `--fs` (root, mkfs.ext4) the device columns too.
 
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
 
-fn onesync(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_onesync"))
-        .args(args)
-        .output()
-        .expect("the onesync binary runs")
-}
+mod common;
 
-fn results(output: &Output) -> Vec<Value> {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let v: Value = serde_json::from_str(&stdout).expect("one JSON object on stdout");
-    v["results"].as_array().expect("results").clone()
-}
+use common::{onesync, results};
 
 fn f(v: &Value, path: &[&str]) -> f64 {
     let mut at = v;

@@ -1,32 +1,17 @@
 //! Smoke tests of `onesync flash`: short runs of each experiment and of the X-FTL power-cut
 //! torture, checking the JSON shape and the few relations that must hold in any run.
 
-use std::process::Command;
-
 use serde_json::Value;
 
-fn onesync(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_onesync"))
-        .args(args)
-        .output()
-        .expect("running onesync");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
+mod common;
 
-fn results(json: &str) -> Vec<Value> {
-    let v: Value = serde_json::from_str(json).expect("JSON on stdout");
-    v["results"].as_array().expect("results array").clone()
-}
+use common::{json, onesync, results, said};
 
 #[test]
 fn partsupp_xftl_writes_fewer_nand_pages_than_wal_and_rbj() {
-    let (ok, out) = onesync(&[
+    let out = onesync(&[
         "flash", "partsupp", "--txns", "150", "--pages", "20", "--json", "-",
     ]);
-    assert!(ok, "{out}");
     let rows = results(&out);
     let get = |mode: &str| rows.iter().find(|r| r["mode"] == mode).expect("mode row").clone();
     for r in &rows {
@@ -47,14 +32,19 @@ fn partsupp_xftl_writes_fewer_nand_pages_than_wal_and_rbj() {
     let time = |r: &Value| r["sim_ms"].as_f64().unwrap();
     assert!(
         programs(&xftl) < programs(&wal) && programs(&wal) < programs(&rbj),
-        "{out}"
+        "{}",
+        said(&out)
     );
-    assert!(time(&xftl) < time(&wal) && time(&wal) < time(&rbj), "{out}");
+    assert!(
+        time(&xftl) < time(&wal) && time(&wal) < time(&rbj),
+        "{}",
+        said(&out)
+    );
 }
 
 #[test]
 fn fio_and_restart_run() {
-    let (ok, out) = onesync(&[
+    let out = onesync(&[
         "flash",
         "fio",
         "--pages-per-fsync",
@@ -66,7 +56,6 @@ fn fio_and_restart_run() {
         "--json",
         "-",
     ]);
-    assert!(ok, "{out}");
     let rows = results(&out);
     let iops = |mode: &str| {
         rows.iter().find(|r| r["mode"] == mode).unwrap()["per_sec"]
@@ -75,11 +64,11 @@ fn fio_and_restart_run() {
     };
     assert!(
         iops("xftl") > iops("ordered") && iops("ordered") > iops("data"),
-        "{out}"
+        "{}",
+        said(&out)
     );
 
-    let (ok, out) = onesync(&["flash", "restart", "--txns", "40", "--json", "-"]);
-    assert!(ok, "{out}");
+    let out = onesync(&["flash", "restart", "--txns", "40", "--json", "-"]);
     let rows = results(&out);
     let sqlite_ms = |mode: &str| {
         rows.iter().find(|r| r["mode"] == mode).unwrap()["restart"]["sqlite_ms"]
@@ -88,13 +77,14 @@ fn fio_and_restart_run() {
     };
     assert!(
         sqlite_ms("xftl") < sqlite_ms("rbj") && sqlite_ms("xftl") < sqlite_ms("wal"),
-        "{out}"
+        "{}",
+        said(&out)
     );
 }
 
 #[test]
 fn xftl_survives_power_cuts() {
-    let (ok, out) = onesync(&[
+    let out = onesync(&[
         "flash",
         "torture",
         "--power-cuts",
@@ -104,9 +94,13 @@ fn xftl_survives_power_cuts() {
         "--json",
         "-",
     ]);
-    let v: Value = serde_json::from_str(&out).expect("JSON");
-    assert!(ok, "{out}");
-    assert_eq!(v["failures"], 0, "{out}");
-    assert_eq!(v["power_cuts"], 150, "{out}");
-    assert!(v["transfers_acknowledged"].as_u64().unwrap() > 0, "{out}");
+    let v: Value = json(&out);
+    assert!(out.status.success(), "{}", said(&out));
+    assert_eq!(v["failures"], 0, "{}", said(&out));
+    assert_eq!(v["power_cuts"], 150, "{}", said(&out));
+    assert!(
+        v["transfers_acknowledged"].as_u64().unwrap() > 0,
+        "{}",
+        said(&out)
+    );
 }

@@ -3,26 +3,11 @@
 //! flush; its recovery reverts the aborted transaction) and of the torture, whose sabotaged
 //! recovery must be caught.
 
-use std::process::Command;
-
 use serde_json::Value;
 
-fn onesync(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_onesync"))
-        .args(args)
-        .output()
-        .expect("running onesync");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
 
-fn results(json: &str) -> Vec<Value> {
-    let v: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("JSON on stdout ({e}): {json}"));
-    v["results"].as_array().expect("results array").clone()
-}
+use common::{json, onesync, results, said};
 
 fn num(row: &Value, key: &str) -> f64 {
     row[key]
@@ -32,7 +17,7 @@ fn num(row: &Value, key: &str) -> f64 {
 
 #[test]
 fn insert_reports_every_mode_and_ls_mvbt_writes_about_one_node_per_transaction() {
-    let (ok, out, err) = onesync(&[
+    let out = onesync(&[
         "mvbt",
         "insert",
         "--records",
@@ -44,10 +29,9 @@ fn insert_reports_every_mode_and_ls_mvbt_writes_about_one_node_per_transaction()
         "--json",
         "-",
     ]);
-    assert!(ok, "{err}");
     let rows = results(&out);
     let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
-    assert_eq!(modes, ["ls-mvbt", "wal", "wal", "truncate"], "{out}");
+    assert_eq!(modes, ["ls-mvbt", "wal", "wal", "truncate"], "{}", said(&out));
     for r in &rows {
         for key in ["tps", "us_per_txn", "dirty_pages_per_txn", "fsyncs_per_txn"] {
             assert!(num(r, key) > 0.0, "{key} in {r}");
@@ -68,7 +52,7 @@ fn insert_reports_every_mode_and_ls_mvbt_writes_about_one_node_per_transaction()
 
 #[test]
 fn mixed_ablation_and_node_size_run() {
-    let (ok, out, err) = onesync(&[
+    let out = onesync(&[
         "mvbt",
         "mixed",
         "--txns",
@@ -78,15 +62,14 @@ fn mixed_ablation_and_node_size_run() {
         "--json",
         "-",
     ]);
-    assert!(ok, "{err}");
     let rows = results(&out);
-    assert_eq!(rows.len(), 6, "{out}");
+    assert_eq!(rows.len(), 6, "{}", said(&out));
     // All searches: no transaction writes.
     for r in rows.iter().filter(|r| r["param"] == 100.0) {
         assert_eq!(num(r, "dirty_pages_per_txn"), 0.0, "{r}");
     }
 
-    let (ok, out, err) = onesync(&[
+    let out = onesync(&[
         "mvbt",
         "ablation",
         "--records",
@@ -96,9 +79,8 @@ fn mixed_ablation_and_node_size_run() {
         "--json",
         "-",
     ]);
-    assert!(ok, "{err}");
     let rows = results(&out);
-    assert_eq!(rows.len(), 18, "{out}");
+    assert_eq!(rows.len(), 18, "{}", said(&out));
     let pages = |mode: &str, query: &str| {
         num(
             rows.iter()
@@ -110,10 +92,11 @@ fn mixed_ablation_and_node_size_run() {
     // Without embedding, every commit also writes the header node.
     assert!(
         pages("mvbt", "update") > pages("mvbt+embedding", "update") + 0.5,
-        "{out}"
+        "{}",
+        said(&out)
     );
 
-    let (ok, out, err) = onesync(&[
+    let out = onesync(&[
         "mvbt",
         "node-size",
         "--node-sizes",
@@ -123,21 +106,20 @@ fn mixed_ablation_and_node_size_run() {
         "--json",
         "-",
     ]);
-    assert!(ok, "{err}");
     let rows = results(&out);
-    assert_eq!(rows.len(), 4, "{out}");
+    assert_eq!(rows.len(), 4, "{}", said(&out));
     let splits = |size: f64| {
         num(
             rows.iter().find(|r| r["param"] == size).unwrap(),
             "splits_per_txn",
         )
     };
-    assert!(splits(512.0) > splits(4096.0), "{out}");
+    assert!(splits(512.0) > splits(4096.0), "{}", said(&out));
 }
 
 #[test]
 fn recovery_reverts_the_aborted_transaction() {
-    let (ok, out, err) = onesync(&[
+    let out = onesync(&[
         "mvbt",
         "recovery",
         "--aborted-inserts",
@@ -147,9 +129,8 @@ fn recovery_reverts_the_aborted_transaction() {
         "--json",
         "-",
     ]);
-    assert!(ok, "{err}");
     let rows = results(&out);
-    assert_eq!(rows.len(), 6, "{out}");
+    assert_eq!(rows.len(), 6, "{}", said(&out));
     for r in &rows {
         assert!(num(r, "recovery_ms") > 0.0, "{r}");
     }
@@ -157,7 +138,7 @@ fn recovery_reverts_the_aborted_transaction() {
 
 #[test]
 fn torture_passes_and_a_sabotaged_recovery_is_caught() {
-    let (ok, out, err) = onesync(&[
+    let out = onesync(&[
         "mvbt",
         "torture",
         "--power-cuts",
@@ -169,8 +150,8 @@ fn torture_passes_and_a_sabotaged_recovery_is_caught() {
         "--json",
         "-",
     ]);
-    assert!(ok, "{out}\n{err}");
-    let summary: Value = serde_json::from_str(&out).unwrap();
+    assert!(out.status.success(), "{}", said(&out));
+    let summary = json(&out);
     assert_eq!(summary["power_cut_failures"], 0, "{summary}");
     assert_eq!(summary["kill_failures"], 0, "{summary}");
     assert!(
@@ -182,20 +163,25 @@ fn torture_passes_and_a_sabotaged_recovery_is_caught() {
         "{summary}"
     );
 
-    let (ok, out, _) = onesync(&[
+    let out = onesync(&[
         "mvbt",
         "torture",
         "--power-cuts",
         "600",
         "--kills",
-        "0",
+        "30",
         "--sabotage",
         "--seed",
         "7",
         "--json",
         "-",
     ]);
-    assert!(!ok, "the sabotaged recovery was not caught: {out}");
-    let summary: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        !out.status.success(),
+        "the sabotaged recovery was not caught: {}",
+        said(&out)
+    );
+    let summary = json(&out);
     assert!(summary["power_cut_failures"].as_u64().unwrap() > 0, "{summary}");
+    assert!(summary["kill_failures"].as_u64().unwrap() > 0, "{summary}");
 }

@@ -1,7 +1,7 @@
 //! Runs the `onesync` binary the way a person or a script would, on small workloads.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -16,12 +16,9 @@ const SMALL_RUN: &[&str] = &[
     "40",
 ];
 
-fn onesync(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_onesync"))
-        .args(args)
-        .output()
-        .expect("the onesync binary runs")
-}
+mod common;
+
+use common::onesync;
 
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()

@@ -13,12 +13,9 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use serde_json::Value;
 
-fn onesync(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_onesync"))
-        .args(args)
-        .output()
-        .expect("the onesync binary runs")
-}
+mod common;
+
+use common::onesync;
 
 fn long_tests() -> bool {
     std::env::var_os("ONESYNC_LONG_TESTS").is_some_and(|v| v != "0")

@@ -45,6 +45,24 @@ impl Cell {
     pub fn alive_at(&self, version: u64) -> bool {
         self.sv <= version && version < self.ev
     }
+    /// An internal node's entry routing keys from `key` to `child` during [sv, ev).
+    pub fn entry(key: i64, sv: u64, ev: u64, child: u64) -> Cell {
+        Cell {
+            key,
+            sv,
+            ev,
+            child,
+            value: Vec::new(),
+        }
+    }
+    /// Bytes the cell takes in a leaf or an internal node.
+    pub fn size_in(&self, leaf: bool) -> usize {
+        if leaf {
+            LEAF_CELL_FIXED + self.value.len()
+        } else {
+            INTERNAL_CELL
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,11 +74,20 @@ pub(crate) struct Node {
 
 impl Node {
     pub fn cell_size(&self, cell: &Cell) -> usize {
-        if self.leaf {
-            LEAF_CELL_FIXED + cell.value.len()
-        } else {
-            INTERNAL_CELL
-        }
+        cell.size_in(self.leaf)
+    }
+    /// Inserts `cell` at its place in (key, sv) order.
+    pub fn insert_sorted(&mut self, cell: Cell) {
+        let at = self
+            .cells
+            .partition_point(|c| (c.key, c.sv) < (cell.key, cell.sv));
+        self.cells.insert(at, cell);
+    }
+    /// Index of this internal node's entry for `child` alive at `version`.
+    pub fn live_entry_of(&self, child: u64, version: u64) -> Option<usize> {
+        self.cells
+            .iter()
+            .position(|c| c.child == child && c.alive_at(version))
     }
     pub fn used(&self) -> usize {
         self.cells.iter().map(|c| self.cell_size(c)).sum()

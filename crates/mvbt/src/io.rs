@@ -1,49 +1,31 @@
 //! The file medium (with its exclusive lock) and the slot-level I/O every part uses.
 
 use crate::format::{self, Node, Stamp, StampKind};
-use crate::{Error, NodeIo, Result, Tree, Version};
+use crate::{Error, Result, Tree, Version};
 use nix::fcntl::{Flock, FlockArg};
+use onesync_store::io::FileIo;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// A tree file, locked exclusively (`flock`) for as long as this lives.
-pub struct FileNodeIo {
-    file: Flock<File>,
-}
+/// The exclusive `flock` on a tree's file (released when dropped).
+pub(crate) type FileLock = Flock<File>;
 
-impl FileNodeIo {
-    /// Open (optionally creating) `path` read-write and take the exclusive lock.
-    pub fn open_locked(path: &Path, create: bool) -> Result<FileNodeIo> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .truncate(false)
-            .open(path)?;
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(file) => Ok(FileNodeIo { file }),
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(Error::Busy(format!(
-                "{} is open in another process (its exclusive lock is held)",
-                path.display()
-            ))),
-            Err((_, errno)) => Err(Error::Io(std::io::Error::from(errno))),
-        }
-    }
-}
-
-impl NodeIo for FileNodeIo {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.file.read_exact_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> std::io::Result<()> {
-        self.file.write_all_at(data, offset)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.file.sync_data()
-    }
-    fn size(&self) -> std::io::Result<u64> {
-        Ok(self.file.metadata()?.len())
+/// Opens (optionally creating) `path` read-write and takes the exclusive lock: the file's
+/// I/O and the lock, held on a second descriptor of the same open file.
+pub(crate) fn open_locked(path: &Path, create: bool) -> Result<(FileIo, FileLock)> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .truncate(false)
+        .open(path)?;
+    match Flock::lock(file.try_clone()?, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok((FileIo::new(file), lock)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(Error::Busy(format!(
+            "{} is open in another process (its exclusive lock is held)",
+            path.display()
+        ))),
+        Err((_, errno)) => Err(Error::Io(std::io::Error::from(errno))),
     }
 }
 

@@ -17,8 +17,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 use std::path::Path;
 
-pub use io::FileNodeIo;
-
 /// Keys are SQLite integers.
 pub type Key = i64;
 /// A committed state of the tree. Version 0 is the empty tree made by `create`; the first
@@ -135,17 +133,9 @@ impl Config {
     }
 }
 
-/// The medium under a tree: a file, or a simulated disk in crash tests.
-pub trait NodeIo: Send {
-    /// Fill `buf` from `offset`; reading past the end is an `UnexpectedEof` error.
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
-    /// Write all of `data` at `offset`, extending the medium if needed.
-    fn write_at(&self, data: &[u8], offset: u64) -> std::io::Result<()>;
-    /// Make every completed write durable (fdatasync).
-    fn sync_data(&self) -> std::io::Result<()>;
-    /// Current length in bytes.
-    fn size(&self) -> std::io::Result<u64>;
-}
+/// The medium under a tree (a file, or `onesync_store::sim::SimDisk` in crash tests): the
+/// page store's I/O trait, reused.
+pub use onesync_store::io::StorageIo;
 
 /// Running totals since open.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -185,7 +175,9 @@ pub const SPILL_LIMIT_NODES: usize = 2000;
 
 /// One tree in one file. One writer transaction at a time; reads at any kept version.
 pub struct Tree {
-    io: Box<dyn NodeIo>,
+    io: Box<dyn StorageIo>,
+    /// The exclusive `flock` of a tree opened by path, held for the tree's life.
+    file_lock: Option<io::FileLock>,
     config: Config,
     node_size: usize,
     recovery: RecoveryReport,
@@ -215,43 +207,45 @@ impl Tree {
     /// Make a new, empty tree (version 0) in a new file; fails if the file exists and is
     /// not empty.
     pub fn create(path: &Path, config: Config) -> Result<Tree> {
-        let io = FileNodeIo::open_locked(path, true)?;
+        let (io, lock) = io::open_locked(path, true)?;
         if io.size()? != 0 {
             return Err(Error::Misuse(format!(
                 "{} exists and is not empty; refusing to create a tree over it",
                 path.display()
             )));
         }
-        Tree::create_on(Box::new(io), config)
+        Tree::create_on(Box::new(io), config).map(|tree| tree.holding(lock))
     }
     /// Open an existing tree, recovering from an interrupted transaction. Takes an
     /// exclusive lock on the file (another process: `Error::Busy`).
     pub fn open(path: &Path, config: Config) -> Result<Tree> {
-        let io = FileNodeIo::open_locked(path, false)?;
-        Tree::open_on(Box::new(io), config).map_err(|e| match e {
-            Error::Corrupt(m) => Error::Corrupt(format!("{}: {m}", path.display())),
-            other => other,
-        })
+        let (io, lock) = io::open_locked(path, false)?;
+        Tree::open_on(Box::new(io), config)
+            .map(|tree| tree.holding(lock))
+            .map_err(|e| naming(path, e))
     }
     /// Open, or create when the file is missing or empty.
     pub fn open_or_create(path: &Path, config: Config) -> Result<Tree> {
-        let io = FileNodeIo::open_locked(path, true)?;
-        if io.size()? == 0 {
+        let (io, lock) = io::open_locked(path, true)?;
+        let tree = if io.size()? == 0 {
             Tree::create_on(Box::new(io), config)
         } else {
-            Tree::open_on(Box::new(io), config).map_err(|e| match e {
-                Error::Corrupt(m) => Error::Corrupt(format!("{}: {m}", path.display())),
-                other => other,
-            })
-        }
+            Tree::open_on(Box::new(io), config).map_err(|e| naming(path, e))
+        };
+        tree.map(|tree| tree.holding(lock))
     }
     /// `create` on any medium (empty medium required).
-    pub fn create_on(io: Box<dyn NodeIo>, config: Config) -> Result<Tree> {
+    pub fn create_on(io: Box<dyn StorageIo>, config: Config) -> Result<Tree> {
         recovery::create(io, config)
     }
     /// `open` on any medium (no file lock).
-    pub fn open_on(io: Box<dyn NodeIo>, config: Config) -> Result<Tree> {
+    pub fn open_on(io: Box<dyn StorageIo>, config: Config) -> Result<Tree> {
         recovery::open(io, config)
+    }
+
+    fn holding(mut self, lock: io::FileLock) -> Tree {
+        self.file_lock = Some(lock);
+        self
     }
 
     pub fn config(&self) -> &Config {
@@ -391,5 +385,13 @@ impl Tree {
             });
         }
         Ok(())
+    }
+}
+
+/// A corruption error naming the file it is about.
+fn naming(path: &Path, error: Error) -> Error {
+    match error {
+        Error::Corrupt(m) => Error::Corrupt(format!("{}: {m}", path.display())),
+        other => other,
     }
 }

@@ -2,7 +2,7 @@
 //! committed one, and Algorithm 2 (revert an uncommitted version) over the whole tree.
 
 use crate::format::{self, HeaderBody, Node, SlotImage, StampKind, ValidSlot, HEADER_NODE, INFINITY};
-use crate::{Config, Counters, Error, NodeIo, RecoveryReport, Result, Sabotage, Tree};
+use crate::{Config, Counters, Error, RecoveryReport, Result, Sabotage, StorageIo, Tree};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
@@ -19,9 +19,10 @@ fn check_config(config: &Config) -> Result<()> {
     Ok(())
 }
 
-fn empty_tree(io: Box<dyn NodeIo>, config: Config, node_size: usize) -> Tree {
+fn empty_tree(io: Box<dyn StorageIo>, config: Config, node_size: usize) -> Tree {
     Tree {
         io,
+        file_lock: None,
         config,
         node_size,
         recovery: RecoveryReport::default(),
@@ -40,7 +41,7 @@ fn empty_tree(io: Box<dyn NodeIo>, config: Config, node_size: usize) -> Tree {
     }
 }
 
-pub(crate) fn create(io: Box<dyn NodeIo>, config: Config) -> Result<Tree> {
+pub(crate) fn create(io: Box<dyn StorageIo>, config: Config) -> Result<Tree> {
     check_config(&config)?;
     if io.size()? != 0 {
         return Err(Error::Misuse(
@@ -69,7 +70,7 @@ pub(crate) fn create(io: Box<dyn NodeIo>, config: Config) -> Result<Tree> {
     Ok(tree)
 }
 
-fn read_slot(io: &dyn NodeIo, size: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+fn read_slot(io: &dyn StorageIo, size: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; len];
     if offset >= size {
         return Ok(buf);
@@ -88,7 +89,7 @@ fn valid_header(buf: &[u8], node_size: usize) -> Option<ValidSlot> {
 }
 
 /// Find the node size from whichever header slot is intact.
-fn detect_node_size(io: &dyn NodeIo, size: u64) -> Result<usize> {
+fn detect_node_size(io: &dyn StorageIo, size: u64) -> Result<usize> {
     let head = read_slot(io, size, 0, 512)?;
     if let Some(ns) = format::header_claimed_node_size(&head) {
         if format::valid_node_size(ns) && valid_header(&read_slot(io, size, 0, ns)?, ns).is_some() {
@@ -112,7 +113,7 @@ fn detect_node_size(io: &dyn NodeIo, size: u64) -> Result<usize> {
     }
 }
 
-pub(crate) fn open(io: Box<dyn NodeIo>, config: Config) -> Result<Tree> {
+pub(crate) fn open(io: Box<dyn StorageIo>, config: Config) -> Result<Tree> {
     let started = Instant::now();
     check_config(&config)?;
     let size = io.size()?;

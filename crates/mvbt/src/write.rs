@@ -103,8 +103,7 @@ impl Tree {
                     true
                 }
                 None => {
-                    let at = node.cells.partition_point(|c| (c.key, c.sv) < (key, v));
-                    node.cells.insert(at, fresh);
+                    node.insert_sorted(fresh);
                     false
                 }
             };
@@ -241,13 +240,7 @@ impl Tree {
             c.ev = v;
             true
         });
-        let size = |c: &Cell| {
-            if leaf {
-                crate::format::LEAF_CELL_FIXED + c.value.len()
-            } else {
-                crate::format::INTERNAL_CELL
-            }
-        };
+        let size = |c: &Cell| c.size_in(leaf);
         let total: usize = copies.iter().map(size).sum();
         let mut groups = vec![copies];
         if total > cap * 3 / 4 && groups[0].len() >= 2 {
@@ -309,23 +302,11 @@ impl Tree {
             let root = self.alloc(false)?;
             // The old root serves every version before v (each root's dead entry covers
             // its predecessor's), so its entry spans [0, v).
-            let mut cells = vec![Cell {
-                key: Key::MIN,
-                sv: 0,
-                ev: v,
-                child: old,
-                value: Vec::new(),
-            }];
+            let mut cells = vec![Cell::entry(Key::MIN, 0, v, old)];
             self.incref(old);
             for (i, &(key, child)) in replacements.iter().enumerate() {
                 let key = if i == 0 { Key::MIN } else { key };
-                cells.push(Cell {
-                    key,
-                    sv: v,
-                    ev: INFINITY,
-                    child,
-                    value: Vec::new(),
-                });
+                cells.push(Cell::entry(key, v, INFINITY, child));
                 self.incref(child);
             }
             self.node_mut(root)?.cells = cells;
@@ -338,15 +319,7 @@ impl Tree {
         };
         self.touch(p)?;
         let node = self.node_mut(p)?;
-        let i = node
-            .cells
-            .iter()
-            .position(|c| c.child == old && c.alive_at(v))
-            .ok_or_else(|| {
-                Error::Corrupt(format!(
-                    "internal error: node {p} has no live entry for its child {old}"
-                ))
-            })?;
+        let i = node.live_entry_of(old, v).ok_or_else(|| no_live_entry(p, old))?;
         let entry_key = node.cells[i].key;
         let drop_old = node.cells[i].sv == v;
         if drop_old {
@@ -356,17 +329,7 @@ impl Tree {
         }
         for (j, &(key, child)) in replacements.iter().enumerate() {
             let key = if j == 0 { entry_key } else { key };
-            let at = node.cells.partition_point(|c| (c.key, c.sv) < (key, v));
-            node.cells.insert(
-                at,
-                Cell {
-                    key,
-                    sv: v,
-                    ev: INFINITY,
-                    child,
-                    value: Vec::new(),
-                },
-            );
+            node.insert_sorted(Cell::entry(key, v, INFINITY, child));
         }
         for &(_, child) in &replacements {
             self.incref(child);
@@ -482,32 +445,22 @@ impl Tree {
         };
         let p = self.node_mut(parent)?;
         let i = p
-            .cells
-            .iter()
-            .position(|c| c.child == rekeyed && c.alive_at(v))
-            .ok_or_else(|| {
-                Error::Corrupt(format!(
-                    "internal error: node {parent} has no live entry for {rekeyed}"
-                ))
-            })?;
+            .live_entry_of(rekeyed, v)
+            .ok_or_else(|| no_live_entry(parent, rekeyed))?;
         if p.cells[i].sv == v {
             p.cells[i].key = new_key;
             p.sort();
         } else {
             p.cells[i].ev = v;
-            let at = p.cells.partition_point(|c| (c.key, c.sv) < (new_key, v));
-            p.cells.insert(
-                at,
-                Cell {
-                    key: new_key,
-                    sv: v,
-                    ev: INFINITY,
-                    child: rekeyed,
-                    value: Vec::new(),
-                },
-            );
+            p.insert_sorted(Cell::entry(new_key, v, INFINITY, rekeyed));
             self.incref(rekeyed);
         }
         Ok(())
     }
+}
+
+fn no_live_entry(parent: u64, child: u64) -> Error {
+    Error::Corrupt(format!(
+        "internal error: node {parent} has no live entry for its child {child}"
+    ))
 }

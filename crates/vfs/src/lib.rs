@@ -150,21 +150,32 @@ unsafe extern "C" fn host_connection_init(
         let Some(table) = HOST_API.get() else {
             return SQLITE_ERROR;
         };
-        if db.is_null() {
-            return ffi::SQLITE_OK;
-        }
-        // SAFETY: `db` is the connection being opened, of the host's SQLite.
-        match unsafe { register_mvbt_module(db, table) } {
-            Ok(()) => ffi::SQLITE_OK,
-            Err(e) => {
-                // SAFETY: `err_msg` is null or SQLite's out-pointer for the message.
-                if let Some(out) = unsafe { err_msg.as_mut() } {
-                    *out = table.sqlite_string(&e.to_string());
-                }
-                e.code
-            }
-        }
+        // SAFETY: SQLite's arguments, and the host's own table.
+        unsafe { register_on_new_connection(table, db, err_msg) }
     })
+}
+
+/// Registers the `mvbt` module on the connection `db` that SQLite is opening (nothing when
+/// `db` is null or `table` lacks the virtual table routines); an error goes to `err_msg`.
+///
+/// # Safety
+/// `db` is null or a connection of the SQLite behind `table`; `err_msg` is null or SQLite's
+/// out-pointer for a message.
+unsafe fn register_on_new_connection(table: &ApiTable, db: *mut c_void, err_msg: *mut *mut c_char) -> c_int {
+    if db.is_null() || table.vtab().is_none() {
+        return ffi::SQLITE_OK;
+    }
+    // SAFETY: the caller's contract.
+    match unsafe { register_mvbt_module(db, table) } {
+        Ok(()) => ffi::SQLITE_OK,
+        Err(e) => {
+            // SAFETY: `err_msg` is null or SQLite's out-pointer for the message.
+            if let Some(out) = unsafe { err_msg.as_mut() } {
+                *out = table.sqlite_string(&e.to_string());
+            }
+            e.code
+        }
+    }
 }
 
 /// Run by SQLite for each connection it opens after the extension was
@@ -182,19 +193,7 @@ unsafe extern "C" fn onesync_connection_init(
         let Some(table) = (unsafe { ApiTable::from_routines(api) }) else {
             return SQLITE_ERROR;
         };
-        if db.is_null() || table.vtab().is_none() {
-            return ffi::SQLITE_OK;
-        }
-        // SAFETY: `db` is the connection being opened, of the SQLite behind `table`.
-        match unsafe { register_mvbt_module(db, &table) } {
-            Ok(()) => ffi::SQLITE_OK,
-            Err(e) => {
-                // SAFETY: `err_msg` is null or SQLite's out-pointer for the message.
-                if let Some(out) = unsafe { err_msg.as_mut() } {
-                    *out = table.sqlite_string(&e.to_string());
-                }
-                e.code
-            }
-        }
+        // SAFETY: SQLite's arguments, with its own table.
+        unsafe { register_on_new_connection(&table, db, err_msg) }
     })
 }

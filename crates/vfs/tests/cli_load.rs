@@ -3,29 +3,15 @@
 //! when installed, apsw's bundled SQLite (scripts/apsw_check.py).
 //! Each part is skipped, saying so, when its program is not installed.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-/// target/<profile>/libonesync.so: cargo builds the cdylib alongside the
-/// rlib this test links, one directory above the test binary.
-fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let lib = dir.join("libonesync.so");
-    assert!(lib.exists(), "{} not built", lib.display());
-    lib
-}
+mod common;
 
-fn have(program: &str, arg: &str) -> bool {
-    Command::new(program)
-        .arg(arg)
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+use common::{cdylib, have};
 
 #[test]
 fn loads_into_the_system_sqlite3_cli() {
-    if !have("sqlite3", "--version") {
+    if !have("sqlite3", &["--version"]) {
         eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
         return;
     }
@@ -51,24 +37,7 @@ fn loads_into_the_system_sqlite3_cli() {
         db = db.display(),
         dir = dir.path().display(),
     );
-    let out = Command::new("sqlite3")
-        .arg(":memory:")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            child.stdin.take().unwrap().write_all(script.as_bytes())?;
-            child.wait_with_output()
-        })
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stderr.is_empty(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = common::sqlite3_script(&script);
     let lines: Vec<&str> = stdout.lines().collect();
     // Mid-transaction: the store and its side file (reader pins for other processes, like
     // WAL's -shm), and no journal; the last close removes the side file.
@@ -86,11 +55,7 @@ fn loads_into_the_system_sqlite3_cli() {
 
 #[test]
 fn loads_into_apsw_bundled_sqlite() {
-    let has_apsw = Command::new("python3")
-        .args(["-c", "import apsw"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_apsw {
+    if !have("python3", &["-c", "import apsw"]) {
         eprintln!("SKIPPED: python3 with apsw not installed (pip install apsw)");
         return;
     }

@@ -4,23 +4,14 @@
 //! sees only committed state. Skipped, saying so, without the sqlite3 CLI.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let lib = dir.join("libonesync.so");
-    assert!(lib.exists(), "{} not built", lib.display());
-    lib.with_extension("")
-}
+mod common;
 
 fn have_cli() -> bool {
-    let ok = Command::new("sqlite3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let ok = common::have("sqlite3", &["--version"]);
     if !ok {
         eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
     }
@@ -30,7 +21,7 @@ fn have_cli() -> bool {
 fn preamble(db: &Path) -> String {
     format!(
         ".bail on\n.load {}\n.open 'file:{}?vfs=onesync'\n",
-        cdylib().display(),
+        common::cdylib().with_extension("").display(),
         db.display()
     )
 }

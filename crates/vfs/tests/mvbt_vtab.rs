@@ -623,24 +623,7 @@ fn works_in_the_system_sqlite3_cli() {
         db = db.display(),
         dir = dir.path().display(),
     );
-    let out = std::process::Command::new("sqlite3")
-        .arg(":memory:")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            child.stdin.take().unwrap().write_all(script.as_bytes())?;
-            child.wait_with_output()
-        })
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stderr.is_empty(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = common::sqlite3_script(&script);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
         lines,

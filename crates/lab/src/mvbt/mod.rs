@@ -775,7 +775,8 @@ pub fn node_size(args: &NodeSizeArgs) -> Result<Vec<MvbtResult>> {
             let mut tree = Tree::create(&dir.path().join(TREE_FILE), config)
                 .with_context(|| format!("node size {node_size}"))?;
             let mut rng = SmallRng::seed_from_u64(args.place.seed);
-            let value_len = fitting_value_len(&mut tree)?;
+            // The paper's 128-byte records, or the largest value a node of this size takes.
+            let value_len = VALUE_BYTES.min(tree.max_value_len());
             let mut keys = KeySet::new(args.inserts as i64 * KEY_SPACE_FACTOR);
             let before = tree.counters();
             let bar = phase_bar("node size", args.inserts);
@@ -808,26 +809,6 @@ pub fn node_size(args: &NodeSizeArgs) -> Result<Vec<MvbtResult>> {
         }
     }
     Ok(results)
-}
-
-/// The paper's 128-byte records, or the largest value a node of this size takes.
-fn fitting_value_len(tree: &mut Tree) -> Result<usize> {
-    let mut len = VALUE_BYTES;
-    loop {
-        tree.begin()?;
-        let fits = tree.put(-1, &vec![0; len]).is_ok();
-        tree.rollback()?;
-        if fits {
-            return Ok(len);
-        }
-        if len <= 8 {
-            bail!(
-                "a node of {} bytes takes no value of 8 bytes",
-                tree.config().node_size
-            );
-        }
-        len /= 2;
-    }
 }
 
 pub fn table(title: &str, results: &[MvbtResult]) -> String {

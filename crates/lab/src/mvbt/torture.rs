@@ -16,8 +16,7 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use onesync_mvbt::{Config, NodeIo, Sabotage, Tree};
-use onesync_store::io::StorageIo;
+use onesync_mvbt::{Config, Sabotage, Tree};
 use onesync_store::sim::SimDisk;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -49,7 +48,8 @@ pub struct MvbtTortureArgs {
     #[arg(long, value_name = "N", default_value_t = 200)]
     pub kills: u64,
 
-    /// Negative control: recovery and rollback skip reverting end versions (must fail)
+    /// Negative controls (must fail): recovery skips reverting end versions (power cuts), and
+    /// the child runs each transfer as three separate autocommit statements (kills)
     #[arg(long)]
     pub sabotage: bool,
 
@@ -75,6 +75,9 @@ pub struct MvbtChildArgs {
     pub run: u64,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The negative control: debit, credit and ledger row as three transactions
+    #[arg(long)]
+    pub split_commits: bool,
 }
 
 #[derive(Serialize, Default, Debug)]
@@ -105,7 +108,11 @@ pub fn run(args: &MvbtTortureArgs) -> Result<ExitCode> {
         "mvbt torture: {} power cuts, {} kills, seed {seed}{}",
         args.power_cuts,
         args.kills,
-        if args.sabotage { ", SABOTAGED recovery" } else { "" }
+        if args.sabotage {
+            ", SABOTAGED (negative controls)"
+        } else {
+            ""
+        }
     );
     let started = Instant::now();
     power_cuts(args, seed, &mut summary)?;
@@ -139,24 +146,6 @@ pub fn run(args: &MvbtTortureArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// `NodeIo` over the simulated disk.
-struct SimIo(Box<dyn StorageIo>);
-
-impl NodeIo for SimIo {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.0.read_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> std::io::Result<()> {
-        self.0.write_at(data, offset)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.0.sync_data()
-    }
-    fn size(&self) -> std::io::Result<u64> {
-        self.0.size()
-    }
 }
 
 /// A variant and node size for one simulated disk: every preset, small nodes for many splits.
@@ -238,57 +227,74 @@ fn fund(tree: &mut Tree) -> onesync_mvbt::Result<()> {
     tree.commit().map(|_| ())
 }
 
+/// What an audit read back: each account's balance, and each transfer of the ledger as
+/// (id, from, to, amount).
+#[derive(Default)]
+struct Bank {
+    balances: Vec<(i64, i64)>,
+    transfers: Vec<(i64, i64, i64, i64)>,
+}
+
+impl Bank {
+    /// Checks every account is there, money is conserved, every balance is the initial one
+    /// replayed through the ledger and every acknowledged transfer is present; returns the
+    /// transfers present.
+    fn check(&self, acknowledged: &BTreeSet<i64>) -> Result<BTreeSet<i64>> {
+        if self.balances.len() != ACCOUNTS as usize {
+            bail!("{} of {ACCOUNTS} accounts present", self.balances.len());
+        }
+        let total: i64 = self.balances.iter().map(|(_, b)| b).sum();
+        if total != ACCOUNTS * INITIAL_BALANCE {
+            bail!(
+                "money not conserved: {total} instead of {}",
+                ACCOUNTS * INITIAL_BALANCE
+            );
+        }
+        let mut replayed = vec![INITIAL_BALANCE; ACCOUNTS as usize];
+        for &(_, from, to, amount) in &self.transfers {
+            replayed[from as usize] -= amount;
+            replayed[to as usize] += amount;
+        }
+        for &(account, balance) in &self.balances {
+            if replayed[account as usize] != balance {
+                bail!(
+                    "account {account} holds {balance} but its ledger says {}",
+                    replayed[account as usize]
+                );
+            }
+        }
+        let present: BTreeSet<i64> = self.transfers.iter().map(|t| t.0).collect();
+        if let Some(lost) = acknowledged.difference(&present).next() {
+            bail!("acknowledged transfer {lost} is missing");
+        }
+        Ok(present)
+    }
+}
+
 /// Audits a reopened tree. `acknowledged` are transfers whose commit returned; `in_flight`
 /// the one whose commit was cut (present or not). Returns whether `in_flight` is present.
 fn audit_tree(tree: &mut Tree, acknowledged: &BTreeSet<i64>, in_flight: Option<i64>) -> Result<bool> {
     tree.check()
         .map_err(|e| anyhow!("the tree's check failed: {e}"))?;
-    let rows = tree.range(Bound::Unbounded, Bound::Unbounded, None, usize::MAX)?;
-    let mut ledger = Vec::new();
-    let mut balances = vec![INITIAL_BALANCE; ACCOUNTS as usize];
-    let mut stored = Vec::new();
-    for (key, value) in &rows {
-        if (0..ACCOUNTS).contains(key) {
-            stored.push((*key, balance_of(value)?));
-        } else if *key >= LEDGER_BASE {
-            let (from, to, amount) = ledger_of(value)?;
-            ledger.push(key - LEDGER_BASE);
-            balances[from as usize] -= amount;
-            balances[to as usize] += amount;
+    let mut bank = Bank::default();
+    for (key, value) in tree.range(Bound::Unbounded, Bound::Unbounded, None, usize::MAX)? {
+        if (0..ACCOUNTS).contains(&key) {
+            bank.balances.push((key, balance_of(&value)?));
+        } else if key >= LEDGER_BASE {
+            let (from, to, amount) = ledger_of(&value)?;
+            bank.transfers.push((key - LEDGER_BASE, from, to, amount));
         } else {
             bail!("an unexpected key {key} (a rolled-back savepoint's row?)");
         }
     }
-    if stored.len() != ACCOUNTS as usize {
-        bail!("{} of {ACCOUNTS} accounts present", stored.len());
-    }
-    let total: i64 = stored.iter().map(|(_, b)| b).sum();
-    if total != ACCOUNTS * INITIAL_BALANCE {
-        bail!(
-            "money not conserved: {total} instead of {}",
-            ACCOUNTS * INITIAL_BALANCE
-        );
-    }
-    for (account, balance) in &stored {
-        if balances[*account as usize] != *balance {
-            bail!(
-                "account {account} holds {balance} but its ledger says {}",
-                balances[*account as usize]
-            );
-        }
-    }
-    let present: BTreeSet<i64> = ledger.into_iter().collect();
-    if let Some(lost) = acknowledged.difference(&present).next() {
-        bail!("acknowledged transfer {lost} is missing");
-    }
-    let in_flight_present = in_flight.is_some_and(|id| present.contains(&id));
+    let present = bank.check(acknowledged)?;
     if let Some(stranger) = present
         .iter()
         .find(|id| !acknowledged.contains(id) && Some(**id) != in_flight)
     {
         bail!("transfer {stranger} is present but was never committed");
     }
-    Ok(in_flight_present)
+    Ok(in_flight.is_some_and(|id| present.contains(&id)))
 }
 
 /// Power cuts on the engine over a simulated disk.
@@ -299,7 +305,7 @@ fn power_cuts(args: &MvbtTortureArgs, seed: u64, summary: &mut Summary) -> Resul
     while cut < args.power_cuts {
         let config = random_config(&mut rng, args.sabotage);
         let mut disk = SimDisk::new();
-        let mut tree = Tree::create_on(Box::new(SimIo(disk.io())), config.clone())?;
+        let mut tree = Tree::create_on(disk.io(), config.clone())?;
         fund(&mut tree)?;
         let mut acknowledged = BTreeSet::new();
         let mut next_id = 0;
@@ -362,7 +368,7 @@ fn reopen_after_cut(
     let mut survivor = disk.power_cut(rng);
     if rng.random_bool(0.2) {
         survivor.cut_after(rng.random_range(0..MAX_CALLS_BEFORE_CUT));
-        match Tree::open_on(Box::new(SimIo(survivor.io())), config.clone()) {
+        match Tree::open_on(survivor.io(), config.clone()) {
             // Reopened before the cut struck: cut right after the recovery instead.
             Ok(tree) => {
                 drop(tree);
@@ -375,16 +381,13 @@ fn reopen_after_cut(
             Err(e) => return Err(anyhow!("reopening failed with the power on: {e}")),
         }
     }
-    let tree = Tree::open_on(Box::new(SimIo(survivor.io())), config.clone())
+    let tree = Tree::open_on(survivor.io(), config.clone())
         .map_err(|e| anyhow!("reopening after the cut failed: {e}"))?;
     Ok((survivor, tree))
 }
 
 /// The SQL side: a child transfers through the `mvbt` virtual table and is SIGKILLed.
 fn kills(args: &MvbtTortureArgs, seed: u64, summary: &mut Summary) -> Result<()> {
-    if args.sabotage {
-        eprintln!("mvbt torture: --sabotage applies to the power cuts only; the kills use the real engine");
-    }
     let work = output::work_dir("onesync-mvbt-kill-", None, args.dir.as_deref())?;
     let exe = std::env::current_exe().context("finding the onesync binary to run as the child")?;
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b69_6c6c);
@@ -413,6 +416,9 @@ fn kills(args: &MvbtTortureArgs, seed: u64, summary: &mut Summary) -> Result<()>
             "--seed",
             &rng.random::<u64>().to_string(),
         ]);
+        if args.sabotage {
+            command.arg("--split-commits");
+        }
         let child = RunningChild::start(command)?;
         std::thread::sleep(Duration::from_millis(rng.random_range(5..=120)));
         let outcome = child.kill_and_read().and_then(|lines| {
@@ -449,49 +455,27 @@ fn kills(args: &MvbtTortureArgs, seed: u64, summary: &mut Summary) -> Result<()>
 /// Audits the table through SQL after a kill; returns the transfers present.
 fn audit_sql(dir: &Path, acknowledged: &BTreeSet<i64>) -> Result<BTreeSet<i64>> {
     let conn = open_with_mvbt(&dir.join(super::MAIN_DB))?;
-    let mut balances = vec![INITIAL_BALANCE; ACCOUNTS as usize];
-    let mut stored = Vec::new();
-    let mut present = BTreeSet::new();
+    let mut bank = Bank::default();
     let mut stmt = conn.prepare("SELECT key, value FROM kv ORDER BY key")?;
     let mut rows = stmt.query([])?;
     while let Some(row) = rows.next()? {
         let key: i64 = row.get(0)?;
         if (0..ACCOUNTS).contains(&key) {
-            stored.push((key, row.get::<_, i64>(1)?));
-        } else {
-            let text: String = row.get(1)?;
-            let parts: Vec<i64> = text
-                .split(',')
-                .map(str::parse)
-                .collect::<std::result::Result<_, _>>()
-                .with_context(|| format!("ledger row {key}: {text:?}"))?;
-            let [from, to, amount] = parts[..] else {
-                bail!("ledger row {key}: {text:?}");
-            };
-            balances[from as usize] -= amount;
-            balances[to as usize] += amount;
-            present.insert(key - LEDGER_BASE);
+            bank.balances.push((key, row.get(1)?));
+            continue;
         }
+        let text: String = row.get(1)?;
+        let parts: Vec<i64> = text
+            .split(',')
+            .map(str::parse)
+            .collect::<std::result::Result<_, _>>()
+            .with_context(|| format!("ledger row {key}: {text:?}"))?;
+        let [from, to, amount] = parts[..] else {
+            bail!("ledger row {key}: {text:?}");
+        };
+        bank.transfers.push((key - LEDGER_BASE, from, to, amount));
     }
-    if stored.len() != ACCOUNTS as usize {
-        bail!("{} of {ACCOUNTS} accounts present", stored.len());
-    }
-    let total: i64 = stored.iter().map(|(_, b)| b).sum();
-    if total != ACCOUNTS * INITIAL_BALANCE {
-        bail!("money not conserved: {total}");
-    }
-    for (account, balance) in stored {
-        if balances[account as usize] != balance {
-            bail!(
-                "account {account} holds {balance}, its ledger says {}",
-                balances[account as usize]
-            );
-        }
-    }
-    if let Some(lost) = acknowledged.difference(&present).next() {
-        bail!("acknowledged transfer {lost} is missing");
-    }
-    Ok(present)
+    bank.check(acknowledged)
 }
 
 /// The child: transfers through SQL, printing `committed ID` after each COMMIT returns.
@@ -508,7 +492,9 @@ pub fn run_child(args: &MvbtChildArgs) -> Result<()> {
         let from = rng.random_range(0..ACCOUNTS);
         let to = (from + rng.random_range(1..ACCOUNTS)) % ACCOUNTS;
         let amount = rng.random_range(1..=100);
-        conn.execute_batch("BEGIN")?;
+        if !args.split_commits {
+            conn.execute_batch("BEGIN")?;
+        }
         conn.execute(
             "UPDATE kv SET value = value - ?2 WHERE key = ?1",
             params![from, amount],
@@ -521,7 +507,9 @@ pub fn run_child(args: &MvbtChildArgs) -> Result<()> {
             "INSERT INTO kv(key, value) VALUES (?1, ?2)",
             params![LEDGER_BASE + id, format!("{from},{to},{amount}")],
         )?;
-        conn.execute_batch("COMMIT")?;
+        if !args.split_commits {
+            conn.execute_batch("COMMIT")?;
+        }
         print_line(&format!("{COMMITTED_PREFIX}{id}"))?;
     }
     Ok(())

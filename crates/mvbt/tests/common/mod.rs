@@ -1,32 +1,13 @@
-//! Shared by the integration tests: a `NodeIo` over the simulated disk, the four presets,
+//! Shared by the integration tests: the simulated disk as a medium, the four presets,
 //! and a reference model.
 #![allow(dead_code)]
 
-use onesync_mvbt::{Config, NodeIo};
-use onesync_store::io::StorageIo;
+use onesync_mvbt::{Config, StorageIo};
 use onesync_store::sim::SimDisk;
 use std::collections::BTreeMap;
 
-/// The simulated disk of `onesync-store` as a tree's medium.
-pub struct SimIo(pub SimDisk);
-
-impl NodeIo for SimIo {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.0.read_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> std::io::Result<()> {
-        self.0.write_at(data, offset)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.0.sync_data()
-    }
-    fn size(&self) -> std::io::Result<u64> {
-        self.0.size()
-    }
-}
-
-pub fn sim_io(disk: &SimDisk) -> Box<dyn NodeIo> {
-    Box::new(SimIo(disk.clone()))
+pub fn sim_io(disk: &SimDisk) -> Box<dyn StorageIo> {
+    disk.io()
 }
 
 pub fn presets() -> Vec<(&'static str, Config)> {

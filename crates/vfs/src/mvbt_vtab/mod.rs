@@ -812,15 +812,15 @@ unsafe extern "C" fn x_rowid(c: *mut sqlite3_vtab_cursor, out: *mut sqlite3_int6
 impl Table {
     /// Whether this table instance has the tree's write transaction open (and
     /// not yet made durable), so that reads see its own writes.
+    /// (Once `xSync` committed, the tree is out of its transaction until `xCommit` forgets the
+    /// writer.)
     fn writes_now(&self, st: &TreeState) -> bool {
-        st.writer
-            .as_ref()
-            .is_some_and(|w| w.owner == self.id && !w.committed)
+        st.tree.in_transaction() && st.writer.as_ref().is_some_and(|w| w.owner == self.id)
     }
 
     fn my_writer<'a>(&self, st: &'a mut TreeState) -> Option<(&'a mut Tree, &'a mut Writer)> {
         match st.writer.as_mut() {
-            Some(w) if w.owner == self.id && !w.committed => Some((&mut st.tree, w)),
+            Some(w) if w.owner == self.id && st.tree.in_transaction() => Some((&mut st.tree, w)),
             _ => None,
         }
     }
@@ -985,9 +985,8 @@ unsafe extern "C" fn x_sync(p: *mut sqlite3_vtab) -> c_int {
             let mut st = t.shared.lock()?;
             // The durable commit happens here, so that a failure is reported
             // (and the transaction rolled back) before SQLite commits.
-            if let Some((tree, writer)) = t.my_writer(&mut st) {
+            if let Some((tree, _)) = t.my_writer(&mut st) {
                 tree.commit()?;
-                writer.committed = true;
             }
             Ok(SQLITE_OK)
         })
@@ -995,39 +994,37 @@ unsafe extern "C" fn x_sync(p: *mut sqlite3_vtab) -> c_int {
 }
 
 unsafe extern "C" fn x_commit(p: *mut sqlite3_vtab) -> c_int {
+    // Normally xSync committed; commit now if SQLite skipped it.
     // SAFETY: `p` is this module's table.
-    unsafe {
-        with_table(p, |t| {
-            let mut st = t.shared.lock()?;
-            if st.writer.as_ref().is_none_or(|w| w.owner != t.id) {
-                return Ok(SQLITE_OK);
-            }
-            // Normally xSync committed; commit now if SQLite skipped it.
-            let pending = t.my_writer(&mut st).is_some() && st.tree.in_transaction();
-            st.writer = None;
-            if pending {
-                st.tree.commit()?;
-            }
-            Ok(SQLITE_OK)
-        })
-    }
+    unsafe { end_transaction(p, Tree::commit) }
 }
 
 unsafe extern "C" fn x_rollback(p: *mut sqlite3_vtab) -> c_int {
+    // After xSync the tree has committed: nothing left to undo (the README says so: an mvbt
+    // table and ordinary tables are not one atomic unit).
     // SAFETY: `p` is this module's table.
+    unsafe { end_transaction(p, |tree| tree.rollback()) }
+}
+
+/// Forgets this table's write transaction, finishing it with `finish` if the tree is still in
+/// it.
+///
+/// # Safety
+/// `p` is this module's table.
+unsafe fn end_transaction<T>(
+    p: *mut sqlite3_vtab,
+    finish: impl FnOnce(&mut Tree) -> onesync_mvbt::Result<T>,
+) -> c_int {
+    // SAFETY: the caller's contract.
     unsafe {
         with_table(p, |t| {
             let mut st = t.shared.lock()?;
             if st.writer.as_ref().is_none_or(|w| w.owner != t.id) {
                 return Ok(SQLITE_OK);
             }
-            // After xSync the tree has committed: nothing left to undo (the
-            // README says so: an mvbt table and ordinary tables are not one
-            // atomic unit).
-            let pending = t.my_writer(&mut st).is_some() && st.tree.in_transaction();
             st.writer = None;
-            if pending {
-                st.tree.rollback()?;
+            if st.tree.in_transaction() {
+                finish(&mut st.tree)?;
             }
             Ok(SQLITE_OK)
         })

@@ -17,8 +17,6 @@ pub(crate) struct Writer {
     pub owner: u64,
     /// Engine savepoint depth; SQLite's savepoint N is engine depth N + 1.
     pub depth: usize,
-    /// `xSync` made it durable; `xCommit` only forgets it.
-    pub committed: bool,
     /// The largest key now, once looked up (`Some(None)`: the tree is
     /// empty), kept up to date so that keyless INSERTs don't search each time.
     pub largest_key: Option<Option<Key>>,
@@ -29,7 +27,6 @@ impl Writer {
         Self {
             owner,
             depth: 0,
-            committed: false,
             largest_key: None,
         }
     }

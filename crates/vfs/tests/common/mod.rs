@@ -26,6 +26,30 @@ pub fn have(program: &str, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Runs `script` in the system `sqlite3` CLI (on `:memory:`); asserts that it succeeded with
+/// nothing on stderr and returns its stdout.
+pub fn sqlite3_script(script: &str) -> String {
+    let out = Command::new("sqlite3")
+        .arg(":memory:")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(script.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.is_empty(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    stdout
+}
+
 /// `ONESYNC_BIG_TESTS=1`: the full-size runs.
 pub fn big_tests() -> bool {
     std::env::var("ONESYNC_BIG_TESTS").is_ok_and(|v| v == "1")
