@@ -83,6 +83,30 @@ impl Node {
             .partition_point(|c| (c.key, c.sv) < (cell.key, cell.sv));
         self.cells.insert(at, cell);
     }
+    /// Ends at `v` the cells alive at `v` that `pick` chooses, for a split or a move: returns
+    /// their copies born at `v`, and the children of those that `v` itself created (dropped
+    /// outright, not ended: no other version ever saw them).
+    pub fn end_at(&mut self, v: u64, pick: impl Fn(&Cell) -> bool) -> (Vec<Cell>, Vec<u64>) {
+        let mut copies = Vec::new();
+        let mut dropped_children = Vec::new();
+        self.cells.retain_mut(|c| {
+            if !(c.alive_at(v) && pick(c)) {
+                return true;
+            }
+            copies.push(Cell {
+                sv: v,
+                ev: INFINITY,
+                ..c.clone()
+            });
+            if c.sv == v {
+                dropped_children.push(c.child);
+                return false;
+            }
+            c.ev = v;
+            true
+        });
+        (copies, dropped_children)
+    }
     /// Index of this internal node's entry for `child` alive at `version`.
     pub fn live_entry_of(&self, child: u64, version: u64) -> Option<usize> {
         self.cells

@@ -3,7 +3,7 @@
 //! the classic MVBT split.
 
 use crate::format::{Cell, INFINITY, SLOT_HEADER};
-use crate::{Error, Key, Result, SplitPolicy, Tree, Version, SPILL_LIMIT_NODES};
+use crate::{Error, Key, Result, SplitPolicy, Tree, SPILL_LIMIT_NODES};
 
 enum Fit {
     Fits,
@@ -16,14 +16,6 @@ enum Fit {
 enum Side {
     Left,
     Right,
-}
-
-fn copy_at(c: &Cell, v: Version) -> Cell {
-    Cell {
-        sv: v,
-        ev: INFINITY,
-        ..c.clone()
-    }
 }
 
 impl Tree {
@@ -190,20 +182,7 @@ impl Tree {
         let leaf = self.node(id)?.leaf;
         let sibling = self.alloc(leaf)?;
         let node = self.node_mut(id)?;
-        let mut moved = Vec::new();
-        let mut dropped_children = Vec::new();
-        node.cells.retain_mut(|c| {
-            if !(c.alive_at(v) && c.key > median) {
-                return true;
-            }
-            moved.push(copy_at(c, v));
-            if c.sv == v {
-                dropped_children.push(c.child);
-                return false;
-            }
-            c.ev = v;
-            true
-        });
+        let (moved, dropped_children) = node.end_at(v, |c| c.key > median);
         let low = moved[0].key;
         let children: Vec<u64> = moved.iter().map(|c| c.child).collect();
         self.node_mut(sibling)?.cells = moved;
@@ -226,20 +205,7 @@ impl Tree {
         let cap = self.capacity();
         let node = self.node_mut(id)?;
         let leaf = node.leaf;
-        let mut copies = Vec::new();
-        let mut dropped_children = Vec::new();
-        node.cells.retain_mut(|c| {
-            if !c.alive_at(v) {
-                return true;
-            }
-            copies.push(copy_at(c, v));
-            if c.sv == v {
-                dropped_children.push(c.child);
-                return false;
-            }
-            c.ev = v;
-            true
-        });
+        let (copies, dropped_children) = node.end_at(v, |_| true);
         let size = |c: &Cell| c.size_in(leaf);
         let total: usize = copies.iter().map(size).sum();
         let mut groups = vec![copies];
@@ -410,20 +376,7 @@ impl Tree {
         self.touch(parent)?;
         let node = self.node_mut(id)?;
         let leaf = node.leaf;
-        let mut moved = Vec::new();
-        let mut dropped_children = Vec::new();
-        node.cells.retain_mut(|c| {
-            if !(c.alive_at(v) && keys.contains(&c.key)) {
-                return true;
-            }
-            moved.push(copy_at(c, v));
-            if c.sv == v {
-                dropped_children.push(c.child);
-                return false;
-            }
-            c.ev = v;
-            true
-        });
+        let (moved, dropped_children) = node.end_at(v, |c| keys.contains(&c.key));
         let first_left = node.cells.iter().find(|c| c.alive_at(v)).map(|c| c.key);
         let moved_low = moved[0].key;
         let children: Vec<u64> = moved.iter().map(|c| c.child).collect();

@@ -1038,6 +1038,15 @@ fn engine_depth(n: c_int) -> usize {
     usize::try_from(n.saturating_add(1)).unwrap_or(0)
 }
 
+/// Forgets engine savepoints `target` (≥ 1) and deeper, if open, keeping their changes.
+fn release_from(tree: &mut Tree, w: &mut Writer, target: usize) -> Result<(), VtabError> {
+    if w.depth >= target {
+        tree.release(target)?;
+        w.depth = target - 1;
+    }
+    Ok(())
+}
+
 unsafe extern "C" fn x_savepoint(p: *mut sqlite3_vtab, n: c_int) -> c_int {
     // SAFETY: `p` is this module's table.
     unsafe {
@@ -1050,10 +1059,7 @@ unsafe extern "C" fn x_savepoint(p: *mut sqlite3_vtab, n: c_int) -> c_int {
             if target == 0 {
                 return Ok(SQLITE_OK);
             }
-            if w.depth >= target {
-                tree.release(target)?;
-                w.depth = target - 1;
-            }
+            release_from(tree, w, target)?;
             // A table that joins a transaction late is told only the current
             // level: the levels below it (no changes of ours yet) are made too.
             while w.depth < target {
@@ -1072,11 +1078,7 @@ unsafe extern "C" fn x_release(p: *mut sqlite3_vtab, n: c_int) -> c_int {
             let Some((tree, w)) = t.my_writer(&mut st) else {
                 return Ok(SQLITE_OK);
             };
-            let target = engine_depth(n).max(1);
-            if w.depth >= target {
-                tree.release(target)?;
-                w.depth = target - 1;
-            }
+            release_from(tree, w, engine_depth(n).max(1))?;
             Ok(SQLITE_OK)
         })
     }
