@@ -27,6 +27,11 @@ use crate::sqlite::{check_integrity, in_transaction, open_onesync, BUSY_TIMEOUT}
 
 /// The counting shim's VFS name.
 const COUNTING_VFS: &str = "onesync-counting";
+/// The counting shim that lets the bundled SQLite use batch atomic writes (mode batch-atomic).
+const COUNTING_BATCH_VFS: &str = "onesync-counting-batch";
+/// `SQLITE_IOCAP_BATCH_ATOMIC`: what the unix VFS of a SQLite built with batch atomic writes
+/// reports for a file on F2FS.
+const SQLITE_IOCAP_BATCH_ATOMIC: i32 = 0x4000;
 /// MobiBench's record: a 100-byte string.
 const PAYLOAD_BYTES: usize = 100;
 /// `tpcb` scale: accounts, tellers and branches (pgbench's scale 1 has 100,000 accounts;
@@ -80,10 +85,16 @@ pub enum Mode {
     Off,
     /// The onesync VFS over a onesync store (synchronous=FULL)
     Onesync,
+    /// The onesync-f2fs VFS: a plain SQLite file on F2FS, each transaction one kernel atomic
+    /// write, journal in memory (synchronous=FULL; needs F2FS, e.g. `onesync vm`)
+    Maw,
+    /// The bundled SQLite's own batch atomic writes (SQLITE_ENABLE_BATCH_ATOMIC_WRITE) on its
+    /// default VFS, journal_mode=PERSIST, synchronous=FULL (atomic only on F2FS)
+    BatchAtomic,
 }
 
 impl Mode {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Mode::Delete => "delete",
             Mode::Truncate => "truncate",
@@ -94,6 +105,8 @@ impl Mode {
             Mode::Memory => "memory",
             Mode::Off => "off",
             Mode::Onesync => "onesync",
+            Mode::Maw => "maw",
+            Mode::BatchAtomic => "batch-atomic",
         }
     }
 
@@ -117,7 +130,8 @@ impl Mode {
             }
             Mode::Memory => "PRAGMA journal_mode=MEMORY; PRAGMA synchronous=FULL;",
             Mode::Off => "PRAGMA journal_mode=OFF; PRAGMA synchronous=FULL;",
-            Mode::Onesync => "PRAGMA synchronous=FULL;",
+            Mode::Onesync | Mode::Maw => "PRAGMA synchronous=FULL;",
+            Mode::BatchAtomic => "PRAGMA journal_mode=PERSIST; PRAGMA synchronous=FULL;",
         }
     }
 }
@@ -145,6 +159,12 @@ pub struct BenchArgs {
     /// the device's counters (needs root)
     #[arg(long, value_enum, value_name = "FS")]
     pub fs: Option<FsKind>,
+
+    /// Read this block device's counters (/sys/block/NAME/stat) around each mode's run,
+    /// syncing --dir's filesystem first: for a filesystem the lab did not make (in the VM,
+    /// `--dir /mnt --device vda`)
+    #[arg(long, value_name = "NAME", requires = "dir", conflicts_with = "fs")]
+    pub device: Option<String>,
 
     /// Size of each loop image for --fs, in MiB
     #[arg(long, value_name = "MIB", default_value_t = 1024, requires = "fs")]
@@ -255,7 +275,15 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
     let mut rng = SmallRng::seed_from_u64(args.seed);
     let mut latencies = Vec::with_capacity(args.txns as usize);
     let io_before = io_counters(&conn, mode)?;
-    let dev_before = loop_fs.as_ref().map(LoopFs::counters).transpose()?;
+    let probe = match (&loop_fs, &args.device) {
+        (Some(l), _) => Some(DeviceProbe::Loop(l)),
+        (None, Some(device)) => Some(DeviceProbe::Named {
+            device,
+            dir: work.path(),
+        }),
+        (None, None) => None,
+    };
+    let dev_before = probe.as_ref().map(DeviceProbe::counters).transpose()?;
     let bar = phase_bar(mode.name(), args.txns);
     let started;
     if args.workload == Workload::Dbbench {
@@ -306,8 +334,8 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
     }
     let elapsed = started.elapsed();
     bar.finish_and_clear();
-    let dev = match (&loop_fs, dev_before) {
-        (Some(l), Some(before)) => Some(l.counters()?.delta(&before)),
+    let dev = match (&probe, dev_before) {
+        (Some(p), Some(before)) => Some(p.counters()?.delta(&before)),
         _ => None,
     };
     let io = io_counters(&conn, mode)?.minus(io_before);
@@ -318,7 +346,12 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
     Ok(ModeResult {
         mode: mode.name(),
         workload: args.workload,
-        fs: loop_fs.as_ref().map(|l| l.kind().name()),
+        // The filesystem whose device was measured (none measured: none named).
+        fs: match (&loop_fs, &args.device) {
+            (Some(l), _) => Some(l.kind().name()),
+            (None, Some(_)) => crate::loopfs::fs_name_of(work.path()),
+            (None, None) => None,
+        },
         txns: args.txns,
         tps: txns / elapsed.as_secs_f64(),
         latency_us: percentiles(&mut latencies),
@@ -334,19 +367,41 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
     })
 }
 
-/// Registers the counting shim (idempotent): pass-through files for everything, counted.
+/// Where a mode's block-device counters come from.
+enum DeviceProbe<'a> {
+    /// The loop device the lab made for the run.
+    Loop(&'a LoopFs),
+    /// A device named with --device, holding the filesystem of `dir`.
+    Named { device: &'a str, dir: &'a Path },
+}
+
+impl DeviceProbe<'_> {
+    fn counters(&self) -> Result<DevCounters> {
+        match self {
+            DeviceProbe::Loop(l) => l.counters(),
+            DeviceProbe::Named { device, dir } => crate::loopfs::synced_counters(device, dir),
+        }
+    }
+}
+
+/// Registers the counting shims (idempotent): pass-through files for everything, counted.
+/// The lab's bundled SQLite is built with batch atomic writes; the plain shim hides the
+/// capability so the stock modes behave as stock builds (which lack it) do on F2FS, and the
+/// batch shim passes it through.
 fn register_counting_vfs() -> Result<()> {
-    onesync::register_with(
-        &onesync::api_table_from_sys!(rusqlite::ffi),
-        onesync::RegisterOptions {
-            name: COUNTING_VFS.to_owned(),
-            make_default: false,
-            main_db: Box::new(onesync::PassThroughFactory),
-            memory_journals: false,
-            files: None,
-        },
-    )
-    .map_err(|e| anyhow!("registering the counting VFS: {e}"))?;
+    for (name, hidden_caps) in [(COUNTING_VFS, SQLITE_IOCAP_BATCH_ATOMIC), (COUNTING_BATCH_VFS, 0)] {
+        onesync::register_with(
+            &onesync::api_table_from_sys!(rusqlite::ffi),
+            onesync::RegisterOptions {
+                name: name.to_owned(),
+                make_default: false,
+                main_db: Box::new(onesync::MaskedPassThroughFactory { hidden_caps }),
+                memory_journals: false,
+                files: None,
+            },
+        )
+        .map_err(|e| anyhow!("registering the counting VFS {name}: {e}"))?;
+    }
     Ok(())
 }
 
@@ -372,12 +427,19 @@ pub fn open_stock(mode: Mode, path: &Path) -> Result<Connection> {
 fn reopen_mode(mode: Mode, path: &Path) -> Result<Connection> {
     let conn = if mode == Mode::Onesync {
         open_onesync(path, true)?
+    } else if mode == Mode::Maw {
+        crate::sqlite::open_f2fs(path)?
     } else {
         register_counting_vfs()?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags_and_vfs(path, flags, COUNTING_VFS)
+        let vfs = if mode == Mode::BatchAtomic {
+            COUNTING_BATCH_VFS
+        } else {
+            COUNTING_VFS
+        };
+        let conn = Connection::open_with_flags_and_vfs(path, flags, vfs)
             .with_context(|| format!("opening {} through the counting VFS", path.display()))?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn
@@ -712,16 +774,17 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default(),
         args.txns,
-        match args.fs {
-            Some(kind) => format!("a fresh {} on a loop device per mode", kind.name()),
-            None => "a fresh directory per mode".to_owned(),
+        match (args.fs, &args.device) {
+            (Some(kind), _) => format!("a fresh {} on a loop device per mode", kind.name()),
+            (None, Some(device)) => format!("a fresh directory per mode, device {device}"),
+            (None, None) => "a fresh directory per mode".to_owned(),
         }
     );
     out.push_str(&format!(
         "{:<12} {:>9} {:>6} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>7}",
         "mode", "txn/s", "vs 1st", "p50 us", "p99 us", "p99.9 us", "writes", "KiB", "fsyncs", ""
     ));
-    if args.fs.is_some() {
+    if args.fs.is_some() || args.device.is_some() {
         out.push_str(&format!("{:>9} {:>8} {:>9}", "dev wr", "dev KiB", "dev flush"));
     }
     out.push('\n');

@@ -66,6 +66,10 @@ pub enum ChildKind {
     Memory,
     /// Stock SQLite, journal_mode=OFF (not crash-safe; SIGKILL alone rarely shows it)
     Off,
+    /// The onesync-f2fs VFS (F2FS atomic writes; needs F2FS)
+    Maw,
+    /// The bundled SQLite's batch atomic writes (atomic on F2FS only)
+    BatchAtomic,
 }
 
 impl ChildKind {
@@ -88,6 +92,8 @@ impl ChildKind {
             Mode::Memory => ChildKind::Memory,
             Mode::Off => ChildKind::Off,
             Mode::Onesync => ChildKind::Onesync,
+            Mode::Maw => ChildKind::Maw,
+            Mode::BatchAtomic => ChildKind::BatchAtomic,
         }
     }
 
@@ -101,6 +107,8 @@ impl ChildKind {
             ChildKind::Wal => Mode::Wal,
             ChildKind::Memory => Mode::Memory,
             ChildKind::Off => Mode::Off,
+            ChildKind::Maw => Mode::Maw,
+            ChildKind::BatchAtomic => Mode::BatchAtomic,
             ChildKind::Onesync | ChildKind::PlainSplitTransfers => return None,
         })
     }
@@ -492,6 +500,8 @@ fn child_kind_arg(kind: ChildKind) -> &'static str {
         ChildKind::Wal => "wal",
         ChildKind::Memory => "memory",
         ChildKind::Off => "off",
+        ChildKind::Maw => "maw",
+        ChildKind::BatchAtomic => "batch-atomic",
     }
 }
 

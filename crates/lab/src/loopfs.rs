@@ -76,6 +76,32 @@ impl fmt::Display for FsKind {
     }
 }
 
+/// The counters of block device `device` (e.g. `vda`) after syncing the filesystem that holds
+/// `dir`, so that what was written before is billed before (as [`LoopFs::counters`]).
+pub fn synced_counters(device: &str, dir: &Path) -> Result<DevCounters> {
+    let handle = File::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+    nix::unistd::syncfs(&handle)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("syncfs {}", dir.display()))?;
+    DevCounters::read(device)
+}
+
+/// The kind of filesystem `dir` is on, for the ones the lab reports by name.
+pub fn fs_name_of(dir: &Path) -> Option<&'static str> {
+    use nix::sys::statfs::{
+        statfs, BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, F2FS_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC,
+    };
+    let kind = statfs(dir).ok()?.filesystem_type();
+    Some(match kind {
+        k if k == EXT4_SUPER_MAGIC => "ext4",
+        k if k == XFS_SUPER_MAGIC => "xfs",
+        k if k == BTRFS_SUPER_MAGIC => "btrfs",
+        k if k == TMPFS_MAGIC => "tmpfs",
+        k if k == F2FS_SUPER_MAGIC => "f2fs",
+        _ => return None,
+    })
+}
+
 /// Counters of one block device, from `/sys/block/NAME/stat`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DevCounters {

@@ -15,6 +15,8 @@ mod progress;
 mod report;
 mod sqlite;
 mod store_bench;
+mod vm;
+mod vm_guest;
 
 use std::process::ExitCode;
 
@@ -64,9 +66,21 @@ enum Command {
     /// The LS-MVBT paper's experiments (insert, mixed, recovery, node-size, ablation) against
     /// stock WAL and TRUNCATE, and its power-cut and kill torture
     Mvbt(mvbt::MvbtArgs),
+    /// Run commands in a qemu VM with Debian's kernel on F2FS or ext4 (software emulation; the
+    /// guest's disk is an image file, and killing qemu is a real power cut)
+    Vm(vm::VmArgs),
     /// The child process of `mvbt torture --kills` (not for direct use)
     #[command(name = "__mvbt-child", hide = true)]
     MvbtChild(mvbt::MvbtChildArgs),
+    /// Inside the VM: the functional tests of the onesync-f2fs backend (not for direct use)
+    #[command(name = "__vm-selftest", hide = true)]
+    VmSelftest(vm_guest::SelftestArgs),
+    /// Inside the VM: the child of `__vm-selftest` that dies mid-transaction
+    #[command(name = "__vm-selftest-child", hide = true)]
+    VmSelftestChild(vm_guest::SelftestChildArgs),
+    /// Inside the VM: the power-cut workload of `vm torture`
+    #[command(name = "__vm-tpcb", hide = true)]
+    VmTpcb(vm_guest::TpcbArgs),
     /// The child process of vfs-kill-torture (not for direct use)
     #[command(name = "__transfer-child", hide = true)]
     TransferChild(kill_torture::TransferChildArgs),
@@ -85,7 +99,11 @@ fn main() -> ExitCode {
         Command::VfsConcurrency(args) => concurrency::run(args),
         Command::Flash(args) => flash::run(args),
         Command::Mvbt(args) => mvbt::run(args),
+        Command::Vm(args) => vm::run(args),
         Command::MvbtChild(args) => mvbt::run_child(args).map(|()| ExitCode::SUCCESS),
+        Command::VmSelftest(args) => vm_guest::selftest(args),
+        Command::VmSelftestChild(args) => vm_guest::selftest_child(args).map(|()| ExitCode::SUCCESS),
+        Command::VmTpcb(args) => vm_guest::tpcb(args).map(|()| ExitCode::SUCCESS),
         Command::TransferChild(args) => kill_torture::run_child(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {

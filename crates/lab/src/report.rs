@@ -56,6 +56,7 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
         mode: modes.to_vec(),
         txns: args.txns,
         dir: None,
+        device: None,
         fs,
         fs_size_mib: 1024,
         seed: 1,

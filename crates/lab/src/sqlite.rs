@@ -32,6 +32,20 @@ pub fn open_onesync(path: &Path, create: bool) -> Result<Connection> {
     Ok(conn)
 }
 
+/// Opens (creating) the plain SQLite file at `path` through the onesync-f2fs VFS: each
+/// transaction one F2FS atomic write (fails clearly off F2FS).
+pub fn open_f2fs(path: &Path) -> Result<Connection> {
+    register_onesync_vfs()?;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags_and_vfs(path, flags, onesync::F2FS_VFS_NAME)
+        .with_context(|| format!("opening {} through the onesync-f2fs VFS", path.display()))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
 /// Opens the plain SQLite file at `path` through SQLite's default VFS.
 pub fn open_plain(path: &Path, flags: OpenFlags) -> Result<Connection> {
     let conn = Connection::open_with_flags(path, flags)

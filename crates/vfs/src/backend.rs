@@ -161,6 +161,11 @@ static PT_WRITE_CALLS: AtomicU64 = AtomicU64::new(0);
 static PT_BYTES_WRITTEN: AtomicU64 = AtomicU64::new(0);
 static PT_SYNCS: AtomicU64 = AtomicU64::new(0);
 
+/// A flush a backend did itself on a pass-through file (e.g. an F2FS atomic commit).
+pub(crate) fn count_passthrough_sync() {
+    PT_SYNCS.fetch_add(1, Relaxed);
+}
+
 /// A file deleted with its directory synced (SQLite's unix VFS fsyncs the directory).
 pub(crate) fn count_directory_sync() {
     PT_SYNCS.fetch_add(1, Relaxed);
@@ -181,6 +186,8 @@ pub struct PassThrough {
     /// 8-byte aligned, at a stable heap address for the file's lifetime.
     mem: Box<[u64]>,
     open: bool,
+    /// `SQLITE_IOCAP_*` bits not reported to SQLite (see [`MaskedPassThroughFactory`]).
+    hidden_caps: c_int,
 }
 
 impl PassThrough {
@@ -203,6 +210,7 @@ impl PassThrough {
         let mut this = Self {
             mem: vec![0u64; words].into_boxed_slice(),
             open: false,
+            hidden_caps: 0,
         };
         let mut out_flags = 0;
         // SAFETY: `this.file()` points to zeroed, aligned memory of at least
@@ -221,6 +229,18 @@ impl PassThrough {
 
     fn file(&mut self) -> *mut sqlite3_file {
         self.mem.as_mut_ptr().cast()
+    }
+
+    /// The file descriptor, if the underlying VFS is SQLite's unix VFS. Its `unixFile` begins
+    /// `{ pMethod, pVfs, pInode, int h, ... }` (unchanged since 3.7), so `h` is the low half
+    /// of the fourth word on a 64-bit little-endian machine. A layout guess: callers must
+    /// confirm it (e.g. `fstat` against the path) before using the descriptor.
+    pub fn unix_fd_candidate(&self) -> Option<i32> {
+        if !self.open || !cfg!(all(target_pointer_width = "64", target_endian = "little")) {
+            return None;
+        }
+        let word = *self.mem.get(3)?;
+        i32::try_from(word & 0xffff_ffff).ok().filter(|fd| *fd >= 0)
     }
 
     fn methods_ptr(&self) -> *const sqlite3_io_methods {
@@ -334,7 +354,7 @@ impl DbBackend for PassThrough {
     fn device_characteristics(&mut self) -> c_int {
         match self.methods().map(|m| m.xDeviceCharacteristics) {
             // SAFETY: open file.
-            Ok(Some(f)) => unsafe { f(self.file()) },
+            Ok(Some(f)) => (unsafe { f(self.file()) }) & !self.hidden_caps,
             _ => 0,
         }
     }
@@ -410,6 +430,26 @@ impl OpenRequest {
         self.flags
     }
 
+    /// Whether the underlying VFS is SQLite's unix VFS (or one of its
+    /// variants: `unix-excl`, `unix-none`, ...).
+    pub fn base_is_unix(&self) -> bool {
+        // SAFETY: `base` is the registered default VFS (it outlives every
+        // request); its zName is NUL-terminated or null.
+        let name = unsafe { self.base.as_ref() }
+            .filter(|b| !b.zName.is_null())
+            // SAFETY: as above.
+            .map(|b| unsafe { CStr::from_ptr(b.zName) });
+        name.is_some_and(|n| n.to_bytes() == b"unix" || n.to_bytes().starts_with(b"unix-"))
+    }
+
+    /// Opens the file with the underlying VFS and returns it as such (for a
+    /// backend that wraps it).
+    pub fn open_passthrough_file(&self) -> IoResult<(PassThrough, c_int)> {
+        // SAFETY: an `OpenRequest` is only built by this crate's xOpen with the
+        // registered base VFS and SQLite's own filename pointer.
+        unsafe { PassThrough::open(self.base, self.name, self.flags) }
+    }
+
     /// Opens the file with the underlying VFS, unchanged: the pass-through
     /// backend.
     pub fn open_passthrough(&self) -> IoResult<Opened> {
@@ -438,6 +478,26 @@ pub trait MainDbFactory: Send + Sync {
     /// that commits atomically itself, where no journal can ever be hot.
     fn private_journals(&self) -> bool {
         false
+    }
+}
+
+/// The underlying VFS with some of its device characteristics hidden: e.g.
+/// `SQLITE_IOCAP_BATCH_ATOMIC`, so that a SQLite built with batch atomic writes behaves on
+/// F2FS as the stock builds (without them) do.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MaskedPassThroughFactory {
+    /// `SQLITE_IOCAP_*` bits main database files do not report.
+    pub hidden_caps: c_int,
+}
+
+impl MainDbFactory for MaskedPassThroughFactory {
+    fn open(&self, req: &OpenRequest) -> IoResult<Opened> {
+        let (mut file, out_flags) = req.open_passthrough_file()?;
+        file.hidden_caps = self.hidden_caps;
+        Ok(Opened {
+            backend: Box::new(file),
+            out_flags,
+        })
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod api;
 pub mod backend;
+mod f2fs;
 pub mod ffi;
 mod file;
 mod guard;
@@ -22,9 +23,10 @@ use std::ffi::{c_char, c_int, c_void};
 
 pub use api::{ApiTable, VtabConfigRoutine, VtabRoutines};
 pub use backend::{
-    passthrough_io, DbBackend, FileSystem, IoResult, LockLevel, MainDbFactory, OpenRequest, Opened,
-    PassThrough, PassThroughFactory, PassThroughIo,
+    passthrough_io, DbBackend, FileSystem, IoResult, LockLevel, MainDbFactory, MaskedPassThroughFactory,
+    OpenRequest, Opened, PassThrough, PassThroughFactory, PassThroughIo,
 };
+pub use f2fs::{f2fs_atomic_write_support, f2fs_stats, F2fsFactory, F2fsStats, F2FS_VFS_NAME};
 pub use mvbt_vtab::{
     mvbt_counters, mvbt_latest_version, mvbt_scan_stats, register_mvbt_module, MvbtScanStats,
     DEFAULT_KEEP_VERSIONS, IDX_AS_OF, IDX_KEY_EQ, IDX_KEY_HIGH, IDX_KEY_LOW, MVBT_MODULE_NAME,

@@ -16,6 +16,7 @@ use crate::api::ApiTable;
 use crate::backend::{
     DbBackend, FileSystem, IoResult, MainDbFactory, OpenRequest, PassThrough, PassThroughFactory,
 };
+use crate::f2fs::{F2fsFactory, F2FS_VFS_NAME};
 use crate::ffi::{
     sqlite3_file, sqlite3_int64, sqlite3_syscall_ptr, sqlite3_vfs, DlSymResult, SQLITE_CANTOPEN,
     SQLITE_ERROR, SQLITE_IOERR, SQLITE_IOERR_DELETE, SQLITE_IOERR_DELETE_NOENT, SQLITE_MISUSE,
@@ -158,14 +159,26 @@ static REGISTERED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 /// Registers the `onesync` VFS (not as the default) with the SQLite behind
 /// `api`: the static path, for a host that links SQLite itself and fills the
 /// table from it (see [`api_table_from_sys!`](crate::api_table_from_sys)).
+///
+/// Also registers `onesync-f2fs` ([`F2FS_VFS_NAME`]): plain SQLite files on F2FS, each
+/// transaction one kernel atomic write. The answer is the `onesync` VFS's.
 pub fn register_static(api: &ApiTable) -> Result<Registered, RegisterError> {
-    register_with(
+    let store = register_with(
         api,
         RegisterOptions {
             main_db: Box::new(StoreFactory::new(*api)),
             ..RegisterOptions::default()
         },
-    )
+    )?;
+    register_with(
+        api,
+        RegisterOptions {
+            name: F2FS_VFS_NAME.to_owned(),
+            main_db: Box::new(F2fsFactory::new(*api)),
+            ..RegisterOptions::default()
+        },
+    )?;
+    Ok(store)
 }
 
 /// Registers a VFS with the SQLite behind `api`. Idempotent per name: if that
