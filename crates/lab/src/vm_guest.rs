@@ -44,7 +44,7 @@ pub fn selftest(args: &SelftestArgs) -> Result<ExitCode> {
     }
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     type Case = fn(&Path) -> Result<()>;
-    let cases: [(&str, Case); 13] = [
+    let cases: [(&str, Case); 14] = [
         ("f2fs-atomic-write-feature", feature),
         ("commit-is-one-atomic-write", commit),
         ("plain-sqlite-file-format", file_format),
@@ -58,6 +58,7 @@ pub fn selftest(args: &SelftestArgs) -> Result<ExitCode> {
         ("synchronous-off-commits-at-unlock", synchronous_off),
         ("refusals", refusals),
         ("batch-atomic-bundled-sqlite", batch_atomic),
+        ("debian-sqlite3-cli-loads-libonesync", stock_cli),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases {
@@ -387,6 +388,70 @@ fn batch_atomic(dir: &Path) -> Result<()> {
     );
     ensure!(count(&conn, "t")? == 2, "rows missing");
     check_integrity(&conn)
+}
+
+/// Debian's own `sqlite3` (3.40, no batch atomic writes) loads `libonesync.so` and commits
+/// through onesync-f2fs: each transaction one atomic write, the file plain SQLite.
+fn stock_cli(dir: &Path) -> Result<()> {
+    let cli = Path::new("/usr/bin/sqlite3");
+    let extension = Path::new("/").join(crate::vm::harness::GUEST_EXTENSION);
+    ensure!(
+        cli.is_file(),
+        "no {} in the guest (apt-get install sqlite3 on the host)",
+        cli.display()
+    );
+    ensure!(extension.is_file(), "no {} in the guest", extension.display());
+    let db = dir.join("cli.db");
+    let out = Command::new(cli)
+        .env(
+            "LD_LIBRARY_PATH",
+            "/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu",
+        )
+        .args(["-batch", ":memory:", "-cmd"])
+        .arg(format!(".load {}", extension.with_extension("").display()))
+        .arg("-cmd")
+        .arg(format!(
+            ".open 'file:{}?vfs={}'",
+            db.display(),
+            onesync::F2FS_VFS_NAME
+        ))
+        .arg(
+            "CREATE TABLE t(x); BEGIN; INSERT INTO t VALUES (1); INSERT INTO t VALUES (2); COMMIT; \
+             BEGIN; INSERT INTO t VALUES (3); ROLLBACK; \
+             SELECT sqlite_version(); SELECT count(*) FROM t; PRAGMA onesync_f2fs_stats;",
+        )
+        .output()
+        .context("running the sqlite3 CLI")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success(),
+        "sqlite3 failed ({}): {stdout} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    let [version, rows, stats] = lines[..] else {
+        bail!("unexpected output from sqlite3: {stdout:?}");
+    };
+    ensure!(version.starts_with("3."), "no version: {stdout:?}");
+    ensure!(rows == "2", "rows after commit and rollback: {rows}, want 2");
+    let stats: onesync::F2fsStats =
+        serde_json::from_str(stats).with_context(|| format!("stats {stats:?}"))?;
+    ensure!(
+        stats.atomic_commits >= 2 && stats.plain_syncs == 0,
+        "the CLI's transactions were not atomic writes: {stats:?}"
+    );
+    let journal = PathBuf::from(format!("{}-journal", db.display()));
+    ensure!(
+        !journal.exists(),
+        "a journal file was written: {}",
+        journal.display()
+    );
+    drop_caches()?;
+    let plain = open_plain(&db, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    ensure!(count(&plain, "t")? == 2, "on disk after the CLI");
+    println!("  (Debian's sqlite3 {version}: {stats:?})");
+    check_integrity(&plain)
 }
 
 #[derive(clap::Args, Debug)]

@@ -7,7 +7,7 @@ use common::{onesync, said};
 
 /// Boots Debian's kernel in qemu on a fresh F2FS image and runs the functional tests of the
 /// backend there (commit, rollback, savepoints, a failing multi-row insert, ATTACH, a process
-/// dying mid-transaction, ...). Installs qemu and the kernel with apt if they are missing, so
+/// dying mid-transaction, Debian's sqlite3 CLI loading libonesync.so, ...). Installs qemu and the kernel with apt if they are missing, so
 /// it needs root; CI runs as root.
 #[test]
 fn the_f2fs_backend_passes_its_functional_tests_in_the_vm() {
@@ -25,6 +25,7 @@ fn the_f2fs_backend_passes_its_functional_tests_in_the_vm() {
         "failing-multi-row-insert",
         "attach",
         "process-dies-mid-transaction",
+        "debian-sqlite3-cli-loads-libonesync",
     ] {
         assert!(
             text.contains(&format!("ok {case}\n")),

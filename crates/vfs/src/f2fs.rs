@@ -60,7 +60,7 @@ static PLAIN_SYNCS: AtomicU64 = AtomicU64::new(0);
 static DEFERRED_TRUNCATES: AtomicU64 = AtomicU64::new(0);
 
 /// What the F2FS backend has done in this process, all files together.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct F2fsStats {
     /// Atomic writes started (first database write of a transaction).
     pub atomic_begins: u64,

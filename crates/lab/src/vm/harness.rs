@@ -217,8 +217,10 @@ impl VmKit {
             )
         })?;
         let binary = static_onesync()?;
+        let extension = guest_extension()?;
+        let extras = host_extras(extension.as_deref())?;
         let spinner = phase_spinner("vm", "building the initramfs");
-        let cached = cached_initramfs(&kernel_version, &binary)?;
+        let cached = cached_initramfs(&kernel_version, &binary, &extras)?;
         spinner.finish_and_clear();
         // A hard link of our own: a later run with another binary deletes the cached file as
         // stale, and a long run (torture) must keep booting what it started with.
@@ -457,6 +459,10 @@ const NEEDS: &[Need] = &[
         present: || static_busybox().is_some(),
     },
     Need {
+        package: "sqlite3",
+        present: || Path::new(HOST_SQLITE_CLI).is_file(),
+    },
+    Need {
         package: "e2fsprogs",
         present: || find_program("mkfs.ext4").is_some(),
     },
@@ -627,7 +633,27 @@ fn build_static_onesync() -> Result<PathBuf> {
              workspace ({WORKSPACE_DIR}) is gone; set {BINARY_ENV} to a static build"
         )
     })?;
-    let cargo = std::env::var_os("CARGO")
+    let cargo = find_cargo()?;
+    let target_dir = workspace.join("target/vm");
+    eprintln!(
+        "onesync: the guest's static onesync: cargo build --target {GUEST_TARGET} into {}",
+        target_dir.display()
+    );
+    cargo_build(
+        &cargo,
+        &workspace,
+        &target_dir,
+        &["-p", "onesync-lab", "--target", GUEST_TARGET],
+        true,
+    )
+    .context("building the static onesync for the guest")?;
+    let binary = target_dir.join(GUEST_TARGET).join("release/onesync");
+    check_static_guest_binary(&binary).with_context(|| format!("the build's output {}", binary.display()))?;
+    Ok(binary)
+}
+
+fn find_cargo() -> Result<PathBuf> {
+    std::env::var_os("CARGO")
         .map(PathBuf::from)
         .filter(|cargo| cargo.is_file())
         .or_else(|| find_program("cargo"))
@@ -640,13 +666,18 @@ fn build_static_onesync() -> Result<PathBuf> {
                 "cargo not found: it is needed to build a static onesync for the guest (or set \
                  {BINARY_ENV} to one)"
             )
-        })?;
-    let target_dir = workspace.join("target/vm");
-    eprintln!(
-        "onesync: the guest's static onesync: cargo build --target {GUEST_TARGET} into {}",
-        target_dir.display()
-    );
-    // Cargo's stdout goes to our stderr too: our stdout may be the guest's.
+        })
+}
+
+/// `cargo build --release ARGS` in `workspace` into `target_dir`, with static glibc if
+/// `static_glibc`; cargo's output goes to our stderr (our stdout may be the guest's).
+fn cargo_build(
+    cargo: &Path,
+    workspace: &Path,
+    target_dir: &Path,
+    args: &[&str],
+    static_glibc: bool,
+) -> Result<()> {
     let stderr = io::stderr()
         .as_fd()
         .try_clone_to_owned()
@@ -656,26 +687,26 @@ fn build_static_onesync() -> Result<PathBuf> {
     } else {
         "never"
     };
-    let mut child = Command::new(&cargo)
-        .current_dir(&workspace)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "onesync-lab",
-            "--target",
-            GUEST_TARGET,
-        ])
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(workspace)
+        .args(["build", "--release"])
+        .args(args)
         .args(["--color", color])
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env("CARGO_TARGET_DIR", &target_dir)
-        // The guest needs no debug info, and a smaller binary is a smaller initramfs.
+        .env("CARGO_TARGET_DIR", target_dir)
+        // The guest needs no debug info, and smaller files are a smaller initramfs.
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
         .stdin(Stdio::null())
         .stdout(Stdio::from(stderr))
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    if static_glibc {
+        command.env("RUSTFLAGS", "-C target-feature=+crt-static");
+    } else {
+        command.env_remove("RUSTFLAGS");
+    }
+    let mut child = command
         .spawn()
         .with_context(|| format!("could not start {}", cargo.display()))?;
     if let Some(cargo_stderr) = child.stderr.take() {
@@ -683,11 +714,95 @@ fn build_static_onesync() -> Result<PathBuf> {
     }
     let status = child.wait().context("waiting for cargo")?;
     if !status.success() {
-        bail!("building the static onesync for the guest failed ({status}); cargo's messages are above");
+        bail!(
+            "cargo build {} failed ({status}); cargo's messages are above",
+            args.join(" ")
+        );
     }
-    let binary = target_dir.join(GUEST_TARGET).join("release/onesync");
-    check_static_guest_binary(&binary).with_context(|| format!("the build's output {}", binary.display()))?;
-    Ok(binary)
+    Ok(())
+}
+
+/// Where the guest finds the loadable extension (for Debian's `sqlite3` CLI there).
+pub const GUEST_EXTENSION: &str = "opt/onesync/libonesync.so";
+/// Names a prebuilt `libonesync.so` for the guest instead of a build into target/vm.
+const EXTENSION_ENV: &str = "ONESYNC_VM_EXTENSION";
+/// Debian's own SQLite shell, copied into the guest with its libraries.
+const HOST_SQLITE_CLI: &str = "/usr/bin/sqlite3";
+
+/// `libonesync.so` (dynamically linked, as a stock SQLite loads it): ONESYNC_VM_EXTENSION, or
+/// a build into target/vm; None without either (no workspace).
+fn guest_extension() -> Result<Option<PathBuf>> {
+    if let Some(named) = std::env::var_os(EXTENSION_ENV) {
+        let path = PathBuf::from(&named);
+        if !path.is_file() {
+            bail!("{EXTENSION_ENV}={} is not a file", path.display());
+        }
+        return Ok(Some(path));
+    }
+    let Some(workspace) = workspace_dir() else {
+        return Ok(None);
+    };
+    let target_dir = workspace.join("target/vm");
+    cargo_build(
+        &find_cargo()?,
+        &workspace,
+        &target_dir,
+        &["-p", "onesync-vfs"],
+        false,
+    )
+    .context("building libonesync.so for the guest")?;
+    Ok(Some(target_dir.join("release/libonesync.so")))
+}
+
+/// Host files the guest gets too, as (path in the guest, path on the host): Debian's
+/// `sqlite3` at its own path, `libonesync.so` at [`GUEST_EXTENSION`], and every shared
+/// library they load (as `ldd` finds them), so a stock SQLite can load the extension there.
+fn host_extras(extension: Option<&Path>) -> Result<Vec<(String, PathBuf)>> {
+    let mut extras = Vec::new();
+    let mut roots = Vec::new();
+    if Path::new(HOST_SQLITE_CLI).is_file() {
+        extras.push((
+            HOST_SQLITE_CLI.trim_start_matches('/').to_owned(),
+            PathBuf::from(HOST_SQLITE_CLI),
+        ));
+        roots.push(PathBuf::from(HOST_SQLITE_CLI));
+    }
+    if let Some(extension) = extension {
+        extras.push((GUEST_EXTENSION.to_owned(), extension.to_owned()));
+        roots.push(extension.to_owned());
+    }
+    let mut seen = HashSet::new();
+    for root in roots {
+        let out = Command::new("ldd")
+            .arg(&root)
+            .output()
+            .with_context(|| format!("running ldd {}", root.display()))?;
+        for library in parse_ldd(&String::from_utf8_lossy(&out.stdout)) {
+            if seen.insert(library.clone()) {
+                extras.push((
+                    library.trim_start_matches('/').to_owned(),
+                    PathBuf::from(&library),
+                ));
+            }
+        }
+    }
+    Ok(extras)
+}
+
+/// The absolute paths in `ldd` output ("libz.so.1 => /lib/.../libz.so.1 (0x...)" and
+/// "/lib64/ld-linux-x86-64.so.2 (0x...)").
+fn parse_ldd(output: &str) -> Vec<String> {
+    output
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let path = match line.split_once("=>") {
+                Some((_, right)) => right.split_whitespace().next()?,
+                None => line.split_whitespace().next()?,
+            };
+            path.starts_with('/').then(|| path.to_owned())
+        })
+        .collect()
 }
 
 /// Copies cargo's messages to our stderr as they come, except the one warning every static
@@ -1057,7 +1172,7 @@ impl<W: Write> CpioWriter<W> {
 }
 
 /// The initramfs for this kernel and binary, from the cache if it is current.
-fn cached_initramfs(kernel_version: &str, binary: &Path) -> Result<PathBuf> {
+fn cached_initramfs(kernel_version: &str, binary: &Path, extras: &[(String, PathBuf)]) -> Result<PathBuf> {
     let busybox = static_busybox()
         .ok_or_else(|| anyhow!("no static busybox in /bin: apt-get install busybox-static"))?;
     let modules_dir = module_dir(kernel_version);
@@ -1083,9 +1198,16 @@ fn cached_initramfs(kernel_version: &str, binary: &Path) -> Result<PathBuf> {
     INITRAMFS_FORMAT.hash(&mut key);
     init.hash(&mut key);
     kernel_version.hash(&mut key);
-    for path in [binary, busybox.as_path(), &modules_dir.join("modules.dep")] {
+    let extra_paths = extras.iter().map(|(_, host)| host.as_path());
+    for path in [binary, busybox.as_path(), &modules_dir.join("modules.dep")]
+        .into_iter()
+        .chain(extra_paths)
+    {
         let meta = fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
         (path, meta.len(), meta.mtime(), meta.mtime_nsec(), meta.ino()).hash(&mut key);
+    }
+    for (guest, _) in extras {
+        guest.hash(&mut key);
     }
     let cache_dir = cache_dir()?;
     let name = format!("initramfs-{:016x}.cpio", key.finish());
@@ -1116,6 +1238,23 @@ fn cached_initramfs(kernel_version: &str, binary: &Path) -> Result<PathBuf> {
                 0o644,
                 &modules_dir.join(module),
             )?;
+        }
+        let mut dirs: HashSet<String> = ["bin", "dev", "proc", "sys", "mnt", "tmp", "lib", "lib/modules"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        for (guest, host) in extras {
+            let mut parent = String::new();
+            for part in Path::new(guest).parent().into_iter().flat_map(Path::iter) {
+                if !parent.is_empty() {
+                    parent.push('/');
+                }
+                parent.push_str(&part.to_string_lossy());
+                if dirs.insert(parent.clone()) {
+                    cpio.dir(&parent)?;
+                }
+            }
+            add_file(&mut cpio, guest, 0o755, host)?;
         }
         cpio.file("init", 0o755, init.as_bytes())?;
         cpio.finish()?.into_inner().map_err(|error| error.into_error())?;
@@ -1808,6 +1947,19 @@ kernel/crypto/crc32-generic.ko:
                 "6.1.0-9-amd64",
                 "6.1.0-56-amd64",
                 "6.10.0-1-amd64"
+            ]
+        );
+    }
+
+    #[test]
+    fn ldd_output_gives_the_absolute_paths() {
+        let out = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibsqlite3.so.0 => /lib/x86_64-linux-gnu/libsqlite3.so.0 (0x00007f)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n\tlibmissing.so => not found\n";
+        assert_eq!(
+            parse_ldd(out),
+            [
+                "/lib/x86_64-linux-gnu/libsqlite3.so.0",
+                "/lib/x86_64-linux-gnu/libc.so.6",
+                "/lib64/ld-linux-x86-64.so.2"
             ]
         );
     }
