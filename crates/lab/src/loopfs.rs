@@ -252,16 +252,7 @@ impl LoopFs {
     /// this call is billed before it and not to whatever is measured next. The sync's own
     /// flush (about one per call) lands in the counters read after it.
     pub fn counters(&self) -> Result<DevCounters> {
-        self.sync()?;
-        DevCounters::read(&self.device_name)
-    }
-
-    fn sync(&self) -> Result<()> {
-        let dir = File::open(&self.mount_point)
-            .with_context(|| format!("opening {}", self.mount_point.display()))?;
-        nix::unistd::syncfs(&dir)
-            .map_err(std::io::Error::from)
-            .with_context(|| format!("syncfs {}", self.mount_point.display()))
+        synced_counters(&self.device_name, &self.mount_point)
     }
 
     fn unmount(&mut self) -> Result<()> {
@@ -350,7 +341,8 @@ pub fn require_program(program: &str, package: &str) -> Result<()> {
     }
 }
 
-fn find_program(program: &str) -> Option<PathBuf> {
+/// `program` on $PATH or in the sbin directories (which a non-login root shell may lack).
+pub fn find_program(program: &str) -> Option<PathBuf> {
     let path_dirs = std::env::var_os("PATH")
         .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
         .unwrap_or_default();
@@ -362,17 +354,33 @@ fn find_program(program: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// Runs a command to completion; on failure the error carries the command line and stderr.
-fn run(command: &mut Command) -> Result<String> {
+/// Lines of a failed command's output an error quotes (the end, where the reason is).
+const FAILED_OUTPUT_LINES: usize = 40;
+
+/// Runs a command to completion with no input and returns its stdout; on failure the error
+/// carries the command line and the last lines of its output.
+pub fn run(command: &mut Command) -> Result<String> {
     let command_line = format!("{command:?}").replace('"', "");
     let output = command
+        .stdin(std::process::Stdio::null())
         .output()
         .with_context(|| format!("could not start `{command_line}`"))?;
     if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        bail!("`{command_line}` failed ({}): {}", output.status, stderr.trim());
+        let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&output.stderr));
+        bail!(
+            "`{command_line}` failed ({}):\n{}",
+            output.status,
+            last_lines(&text, FAILED_OUTPUT_LINES)
+        );
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The last `count` lines of `text`.
+pub fn last_lines(text: &str, count: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(count)..].join("\n")
 }
 
 #[cfg(test)]

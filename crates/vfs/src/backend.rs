@@ -410,6 +410,43 @@ impl DbBackend for PassThrough {
     }
 }
 
+/// A `SQLITE_FCNTL_PRAGMA` call as a backend sees it: the pragma's name and value
+/// (lowercased), and the slot its answer goes to.
+pub(crate) struct PragmaCall {
+    pub name: Option<String>,
+    pub value: Option<String>,
+    slot: *mut *mut c_char,
+}
+
+impl PragmaCall {
+    /// # Safety
+    /// `args` is the `char*[3]` SQLite passed with `SQLITE_FCNTL_PRAGMA`: [0] the result
+    /// slot, [1] the pragma name, [2] its value or null.
+    pub(crate) unsafe fn new(args: *mut *mut c_char) -> Self {
+        let text = |p: *mut c_char| {
+            (!p.is_null()).then(|| {
+                // SAFETY: per the contract, a NUL-terminated string (null was ruled out).
+                let text = unsafe { CStr::from_ptr(p) };
+                text.to_string_lossy().to_ascii_lowercase()
+            })
+        };
+        // SAFETY: per the contract, the array has three entries.
+        let (name, value) = unsafe { (*args.add(1), *args.add(2)) };
+        Self {
+            name: text(name),
+            value: text(value),
+            slot: args,
+        }
+    }
+
+    /// Answers with `text` (the pragma's result row, or with `SQLITE_ERROR` its message).
+    pub(crate) fn reply(&self, api: &crate::api::ApiTable, text: &str) {
+        // SAFETY: slot [0] is SQLite's out-pointer; it frees what we put there with
+        // sqlite3_free, so it comes from sqlite3_malloc (the API table's routine).
+        unsafe { *self.slot = api.sqlite_string(text) };
+    }
+}
+
 /// What `xOpen` of the main database file asks a [`MainDbFactory`] for.
 pub struct OpenRequest {
     pub(crate) base: *mut sqlite3_vfs,

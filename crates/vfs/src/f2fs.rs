@@ -26,7 +26,7 @@
 //! several files is not atomic across them (the super-journal is in memory); the store
 //! backend (`onesync`) gives that.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::api::ApiTable;
 use crate::backend::{
     count_passthrough_sync, DbBackend, IoResult, LockLevel, MainDbFactory, OpenRequest, Opened, PassThrough,
+    PragmaCall,
 };
 use crate::ffi::{
     SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_FCNTL_PRAGMA, SQLITE_FULL, SQLITE_IOERR_FSYNC, SQLITE_IOERR_WRITE,
@@ -169,26 +170,29 @@ impl MainDbFactory for F2fsFactory {
                 "the default VFS is not SQLite's unix VFS; the F2FS backend wraps it".into(),
             ));
         }
-        for (suffix, what) in [("-journal", "rollback journal"), ("-wal", "write-ahead log")] {
-            let mut side = path.as_os_str().to_owned();
-            side.push(suffix);
-            let side = Path::new(&side);
-            let live = if suffix == "-wal" {
-                fs::metadata(side).is_ok_and(|m| m.len() > 0)
-            } else {
-                is_hot_journal(side)
-            };
-            if live {
-                return Err(self.refuse(
-                    SQLITE_CANTOPEN,
-                    format!(
-                        "{} has a {what} ({}) left by another SQLite; open it once with stock SQLite to \
-                         recover, then use onesync-f2fs",
-                        path.display(),
-                        side.display()
-                    ),
-                ));
-            }
+        let beside = |suffix: &str| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            std::path::PathBuf::from(name)
+        };
+        let (journal, wal) = (beside("-journal"), beside("-wal"));
+        let leftover = if is_hot_journal(&journal) {
+            Some(("rollback journal", journal))
+        } else if fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+            Some(("write-ahead log", wal))
+        } else {
+            None
+        };
+        if let Some((what, side)) = leftover {
+            return Err(self.refuse(
+                SQLITE_CANTOPEN,
+                format!(
+                    "{} has a {what} ({}) left by another SQLite; open it once with stock SQLite to \
+                     recover, then use onesync-f2fs",
+                    path.display(),
+                    side.display()
+                ),
+            ));
         }
         // A new file: ask its directory first, so that a refusal leaves nothing behind.
         if !path.exists() {
@@ -308,34 +312,26 @@ impl F2fsAtomicFile {
         }
     }
 
-    fn pragma(&mut self, args: *mut *mut c_char) -> c_int {
-        // SAFETY: for SQLITE_FCNTL_PRAGMA, `args` is SQLite's char*[3]:
-        // [0] the error/result out-slot, [1] the pragma name, [2] its value or null.
-        let (name, value) = unsafe {
-            let name = *args.add(1);
-            let value = *args.add(2);
-            (
-                (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().to_ascii_lowercase()),
-                (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().to_ascii_lowercase()),
-            )
-        };
-        match (name.as_deref(), value.as_deref()) {
+    /// # Safety
+    /// `args` is what SQLite passed with `SQLITE_FCNTL_PRAGMA`.
+    unsafe fn pragma(&mut self, args: *mut *mut c_char) -> c_int {
+        // SAFETY: per the contract.
+        let call = unsafe { PragmaCall::new(args) };
+        match (call.name.as_deref(), call.value.as_deref()) {
             (Some("journal_mode"), Some("wal")) => {
-                // SAFETY: [0] is SQLite's out-slot, freed with sqlite3_free; the string is
-                // from sqlite3_malloc (through the API table's routine).
-                unsafe {
-                    *args = self.api.sqlite_string(
-                        "onesync-f2fs: journal_mode=WAL is not supported: each transaction is one \
-                         F2FS atomic write and the rollback journal stays in memory; use DELETE, \
-                         TRUNCATE, PERSIST, MEMORY or OFF",
-                    )
-                };
+                call.reply(
+                    &self.api,
+                    "onesync-f2fs: journal_mode=WAL is not supported: each transaction is one \
+                     F2FS atomic write and the rollback journal stays in memory; use DELETE, \
+                     TRUNCATE, PERSIST, MEMORY or OFF",
+                );
                 SQLITE_ERROR
             }
             (Some("onesync_f2fs_stats"), _) => {
-                let json = serde_json::to_string(&f2fs_stats()).unwrap_or_default();
-                // SAFETY: as above.
-                unsafe { *args = self.api.sqlite_string(&json) };
+                call.reply(
+                    &self.api,
+                    &serde_json::to_string(&f2fs_stats()).unwrap_or_default(),
+                );
                 SQLITE_OK
             }
             _ => SQLITE_NOTFOUND,
@@ -404,7 +400,8 @@ impl DbBackend for F2fsAtomicFile {
 
     unsafe fn file_control(&mut self, op: c_int, arg: *mut c_void) -> c_int {
         if op == SQLITE_FCNTL_PRAGMA && !arg.is_null() {
-            let rc = self.pragma(arg.cast());
+            // SAFETY: for SQLITE_FCNTL_PRAGMA, `arg` is SQLite's char*[3].
+            let rc = unsafe { self.pragma(arg.cast()) };
             if rc != SQLITE_NOTFOUND {
                 return rc;
             }

@@ -16,7 +16,7 @@
 //!   the lock is released, so the next writer runs during the flush.
 
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use onesync_store::{Error as StoreError, FileId, Options, PendingCommit, Snapshot, Store, Transaction};
 
 use crate::api::ApiTable;
-use crate::backend::{DbBackend, IoResult, LockLevel, MainDbFactory, OpenRequest, Opened};
+use crate::backend::{DbBackend, IoResult, LockLevel, MainDbFactory, OpenRequest, Opened, PragmaCall};
 use crate::ffi::{
     SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_FCNTL_BEGIN_ATOMIC_WRITE,
     SQLITE_FCNTL_COMMIT_ATOMIC_WRITE, SQLITE_FCNTL_PDB, SQLITE_FCNTL_PRAGMA,
@@ -688,22 +688,13 @@ impl StoreDb {
         }
     }
 
-    fn pragma(&mut self, args: *mut *mut c_char) -> c_int {
-        // SAFETY: for SQLITE_FCNTL_PRAGMA, `args` is SQLite's char*[3]:
-        // [0] the error/result out-slot, [1] the pragma name, [2] its value or null.
-        let (name, value) = unsafe {
-            let name = *args.add(1);
-            let value = *args.add(2);
-            (
-                (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().to_ascii_lowercase()),
-                (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().to_ascii_lowercase()),
-            )
-        };
-        let reply = |text: String| {
-            // SAFETY: slot [0] is SQLite's out-pointer; it frees what we put
-            // there with sqlite3_free, so it must come from sqlite3_malloc.
-            unsafe { *args = self.api.sqlite_string(&text) };
-        };
+    /// # Safety
+    /// `args` is what SQLite passed with `SQLITE_FCNTL_PRAGMA`.
+    unsafe fn pragma(&mut self, args: *mut *mut c_char) -> c_int {
+        // SAFETY: per the contract.
+        let call = unsafe { PragmaCall::new(args) };
+        let reply = |text: String| call.reply(&self.api, &text);
+        let (name, value) = (&call.name, &call.value);
         match (name.as_deref(), value.as_deref()) {
             (Some("journal_mode"), Some(mode @ ("wal" | "off"))) => {
                 reply(format!(
@@ -961,7 +952,8 @@ impl DbBackend for StoreDb {
                 }
                 SQLITE_OK
             }
-            SQLITE_FCNTL_PRAGMA if !arg.is_null() => self.pragma(arg.cast()),
+            // SAFETY: for SQLITE_FCNTL_PRAGMA, `arg` is SQLite's char*[3].
+            SQLITE_FCNTL_PRAGMA if !arg.is_null() => unsafe { self.pragma(arg.cast()) },
             SQLITE_FCNTL_BEGIN_ATOMIC_WRITE => {
                 // The batch can be undone only if it is the whole store
                 // transaction; otherwise SQLite falls back to its journal.

@@ -51,7 +51,6 @@ pub fn test(args: &VmTestArgs) -> Result<ExitCode> {
         argv: strings(&["onesync", "__vm-selftest", "--dir", "/mnt"]),
         timeout: Duration::from_secs(args.timeout_secs),
         power_cut: None,
-        echo: false,
         disk_iops: None,
     })?;
     for line in &outcome.stdout {
@@ -156,7 +155,6 @@ pub fn bench(args: &VmBenchArgs) -> Result<ExitCode> {
             ]),
             timeout: Duration::from_secs(args.timeout_secs),
             power_cut: None,
-            echo: false,
             disk_iops: None,
         })?;
         if outcome.exit_code != Some(0) {
@@ -352,7 +350,6 @@ pub fn torture(args: &VmTortureArgs) -> Result<ExitCode> {
                 after_line_prefix: RUNNING_LINE.to_owned(),
                 delay,
             }),
-            echo: false,
             disk_iops: (args.disk_iops > 0).then_some(args.disk_iops),
         })?;
         let state = outcome

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
-use crate::loopfs::running_as_root;
+use crate::loopfs::{find_program, last_lines, run, running_as_root};
 use crate::progress::phase_spinner;
 
 /// The workspace root, where the static binary is built and the initramfs cached.
@@ -163,8 +163,6 @@ pub struct GuestRun<'a> {
     /// A power cut: kill qemu `delay` after the first command stdout line that starts with
     /// `after_line_prefix`, unless the command has exited by then.
     pub power_cut: Option<PowerCut>,
-    /// Copy the command's stdout lines to our stderr as they arrive.
-    pub echo: bool,
     /// Throttle the guest's disk to this many read/write requests per second (qemu's
     /// `throttling.iops-total`): a slow device, so that a power cut often lands while a
     /// commit's writes are in flight.
@@ -251,14 +249,12 @@ impl VmKit {
 
     /// Boots qemu once on `run.image`, runs `run.argv` in the guest and returns what it
     /// printed.
-    // Only `vm run` uses the harness so far, and it streams with `boot_with`; the
-    // experiments (`vm test|bench|torture`) call this.
     pub fn boot(&self, run: &GuestRun) -> Result<GuestOutcome> {
         self.boot_with(run, &mut |_| {})
     }
 
     /// As `boot`, and calls `on_line` with each of the command's stdout lines as it arrives
-    /// (for streaming them somewhere other than `echo`'s stderr).
+    /// (to stream them).
     pub fn boot_with(&self, run: &GuestRun, on_line: &mut dyn FnMut(&str)) -> Result<GuestOutcome> {
         let work = tempfile::Builder::new()
             .prefix("onesync-vm-boot-")
@@ -270,13 +266,6 @@ impl VmKit {
         let mut console = Console::default();
         let deadline = later(run.timeout);
         let mut cut_at: Option<Instant> = None;
-        let mut echo = |line: &str| {
-            if run.echo {
-                eprintln!("{line}");
-            }
-            on_line(line);
-        };
-
         let end = loop {
             let now = Instant::now();
             if now >= deadline {
@@ -289,7 +278,7 @@ impl VmKit {
             match qemu.lines.recv_timeout(wake - now) {
                 Ok(line) => {
                     if let Some(command_line) = console.feed(&line) {
-                        echo(command_line);
+                        on_line(command_line);
                         let cut_here = run.power_cut.as_ref().filter(|cut| {
                             cut_at.is_none() && command_line.starts_with(&cut.after_line_prefix)
                         });
@@ -313,7 +302,7 @@ impl VmKit {
                 // Lines still in the pipe were printed before the kill.
                 for line in qemu.lines.iter() {
                     if let Some(command_line) = console.feed(&line) {
-                        echo(command_line);
+                        on_line(command_line);
                     }
                 }
                 Ok(GuestOutcome {
@@ -421,7 +410,7 @@ pub fn make_image(path: &Path, fs: GuestFs, size_mib: u64) -> Result<()> {
     File::create(path)
         .and_then(|image| image.set_len(size))
         .with_context(|| format!("making sparse image {}", path.display()))?;
-    run_quietly(Command::new(mkfs).args(fs.mkfs_flags()).arg(path))?;
+    run(Command::new(mkfs).args(fs.mkfs_flags()).arg(path))?;
     Ok(())
 }
 
@@ -487,18 +476,14 @@ fn install_missing_packages() -> Result<()> {
     let apt_get = find_program("apt-get")
         .ok_or_else(|| anyhow!("apt-get not found; install by hand: {}", missing.join(" ")))?;
     let spinner = phase_spinner("vm", "installing packages (apt-get)");
-    run_quietly(
-        Command::new(&apt_get)
-            .arg("update")
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    run(Command::new(&apt_get)
+        .arg("update")
+        .env("DEBIAN_FRONTEND", "noninteractive"))
     .context("apt-get update (before installing the VM's packages)")?;
-    run_quietly(
-        Command::new(&apt_get)
-            .args(["install", "-y", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    run(Command::new(&apt_get)
+        .args(["install", "-y", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
     .with_context(|| format!("installing the VM's packages: {install_line}"))?;
     spinner.finish_and_clear();
     if let Some(need) = NEEDS.iter().find(|need| !(need.present)()) {
@@ -562,44 +547,6 @@ fn static_busybox() -> Option<PathBuf> {
         .into_iter()
         .map(PathBuf::from)
         .find(|path| read_elf_info(path).is_ok_and(|info| !info.has_interp))
-}
-
-/// `program` on $PATH or in the sbin directories (which a non-login root shell may lack).
-fn find_program(program: &str) -> Option<PathBuf> {
-    let path_dirs = std::env::var_os("PATH")
-        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .unwrap_or_default();
-    let sbin_dirs = ["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from);
-    path_dirs
-        .into_iter()
-        .chain(sbin_dirs)
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
-}
-
-/// Runs a command to completion; on failure the error carries the command line and the end
-/// of its output.
-fn run_quietly(command: &mut Command) -> Result<()> {
-    let command_line = format!("{command:?}").replace('"', "");
-    let output = command
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("could not start `{command_line}`"))?;
-    if !output.status.success() {
-        let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-        text.push_str(&String::from_utf8_lossy(&output.stderr));
-        bail!(
-            "`{command_line}` failed ({}):\n{}",
-            output.status,
-            last_lines(&text, TAIL_LINES)
-        );
-    }
-    Ok(())
-}
-
-fn last_lines(text: &str, count: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(count)..].join("\n")
 }
 
 // ---------------------------------------------------------------------------------------

@@ -121,7 +121,6 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
             after_line_prefix: prefix.clone(),
             delay: Duration::from_millis(args.cut_delay_ms),
         }),
-        echo: false,
         disk_iops: args.disk_iops,
     };
     let mut stdout = std::io::stdout();
