@@ -57,7 +57,7 @@ mod txn;
 
 pub use error::{CommitError, Error, Result};
 pub use format::{FORMAT_VERSION, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
-pub use store::{Options, Stats, Store, WaitingWriter};
+pub use store::{Options, Sabotage, Stats, Store, WaitingWriter};
 pub use txn::{FileId, PendingCommit, Snapshot, Transaction};
 
 /// Layout facts for tests and tools that inspect or damage store files deliberately.

@@ -2,27 +2,35 @@
 //!
 //! Every process keeps its own copy of the mapping and follows the commit chain that all of
 //! them append to. They coordinate with open-file-description (OFD) byte-range locks on the
-//! store file, at offsets far past any data, and with a small side file `PATH-onesync-shm`:
+//! store file, at offsets far past any data, and with a small side file bound to the store
+//! file's identity (see [`side_file_path`]):
 //!
-//! * `INIT` (exclusive) is held while a process opens or closes the store; `OPEN` is held
-//!   shared by every process that has it open. The first process (it gets `OPEN`
-//!   exclusively) runs full recovery and owns every free slot; later ones join: they read the
-//!   chain and own no free slot until they grow the file.
-//! * `WRITE` (exclusive) is held by the process sequencing and writing commits. Taking it,
-//!   a process first catches up with the chain, so conflicts are checked against every
+//! * `INIT` (exclusive) is held while a read-write process opens or closes the store;
+//!   `OPEN` is held shared by every read-write process that has it open. The first one (it
+//!   gets `OPEN` exclusively) runs full recovery and owns every free slot; later ones join:
+//!   they read the chain and own no free slot until they grow the file.
+//! * `WRITE` (exclusive) is held by the process sequencing and writing commits. Taking it, a
+//!   process first catches up with the chain, reading the header and the record at the
+//!   chain's head from the store file itself (never trusting the side file alone: a process
+//!   may have died between writing and publishing), so conflicts are checked against every
 //!   process's commits, and it lets go only when its records are written.
 //! * Each slot is given back to an allocator by exactly one process: the one whose commit
 //!   superseded it, whose record occupies it, or whose checkpoint replaced it. So no slot is
 //!   ever free in two processes.
-//! * Reader pins: each process claims an entry of the side file (by locking its byte) and
-//!   writes there the oldest commit it may still read (`NO_PIN` when none). Slots superseded
-//!   after the smallest live pin are not reused. A process whose entry is stale (it died) no
-//!   longer holds the lock, and its pin is ignored.
-//! * The side file also carries the latest (generation, sequence) written, so a process
-//!   looking for new commits usually reads 16 bytes instead of the chain.
+//! * Reader pins: each read-write process claims an entry of the side file (by locking its
+//!   byte) and writes there the oldest commit it may still read (`NO_PIN` when none). Slots
+//!   superseded after the smallest live pin are not reused. A process whose entry is stale
+//!   (it died) no longer holds the lock, and its pin is ignored.
+//! * Read-only processes cannot write the side file, so they pin differently: they hold
+//!   `READ_ONLY` shared while they read (a snapshot open, or catching up), and while any
+//!   process holds it no slot is reused at all. They follow the chain from the store file.
+//! * The side file also carries the latest (generation, sequence) published, so a reader
+//!   looking for new commits usually reads a few bytes instead of the chain, and in each
+//!   entry how far the chain is durable as its owner last saw it: readers show other
+//!   processes only commits that are durable.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -35,17 +43,28 @@ const LOCK_BASE: i64 = 1 << 62;
 const OPEN: i64 = LOCK_BASE;
 const INIT: i64 = LOCK_BASE + 1;
 const WRITE: i64 = LOCK_BASE + 2;
-/// Held shared by read-only processes (they do not share: see `Sharing::arrive`).
+/// Held shared by read-only processes while they read (see the module's notes).
 const READ_ONLY: i64 = LOCK_BASE + 3;
 /// Locks the VFS takes per logical file (SQLite's RESERVED), hashed into this range.
 const USER_BASE: i64 = LOCK_BASE + 4096;
 const USER_RANGE: u64 = 1 << 24;
 
-/// Side-file layout: magic, generation, sequence, then one pin per reader entry.
+/// Side-file layout (little-endian):
+///
+/// | offset | bytes | field |
+/// | --- | --- | --- |
+/// | 0 | 8 | magic `onesyncP` |
+/// | 8 | 8 | checkpoint generation of the latest published progress |
+/// | 16 | 8 | sequence number the chain is about to reach (published before the record is written) |
+/// | 24 | 40 | zero |
+/// | 64 + 16·i | 8 | entry i: the oldest commit its owner may still read (`NO_PIN`: none) |
+/// | 72 + 16·i | 8 | entry i: how far the chain was durable when its owner last flushed |
 const SHM_MAGIC: &[u8; 8] = b"onesyncP";
-const SHM_PROGRESS: u64 = 8;
-const SHM_PINS: u64 = 64;
+pub const SHM_PROGRESS: u64 = 8;
+const SHM_ENTRIES: u64 = 64;
+const ENTRY_LEN: u64 = 16;
 pub const READER_ENTRIES: u64 = 126;
+const SHM_LEN: u64 = SHM_ENTRIES + ENTRY_LEN * READER_ENTRIES;
 /// Reader entry `i` is owned by whoever holds the lock on this byte of the side file.
 const SHM_ENTRY_LOCKS: i64 = 1 << 20;
 
@@ -106,34 +125,57 @@ fn io_err(during: &'static str) -> impl Fn(std::io::Error) -> Error {
 /// How a process came to have the store open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arrival {
-    /// No other process had it open: recover fully, own every free slot.
+    /// No other read-write process had it open: recover fully, own every free slot.
     First,
-    /// Others have it open: follow their chain.
+    /// Others have it open read-write: follow their chain.
     Joined,
-    /// Read-only: only with other read-only processes, keeping writers out.
+    /// Read-only, with no read-write process: recover by reading.
     ReadOnly,
+    /// Read-only, with read-write processes: follow their chain.
+    ReadOnlyJoined,
 }
 
 /// This process's part in sharing a store file.
 pub struct Sharing {
     /// The store file (the same open file description as the store's: the locks are its).
     file: File,
-    shm: File,
-    shm_path: PathBuf,
+    /// The side file and this process's entry in it; `None` for a read-only process.
+    side: Option<SideFile>,
+}
+
+struct SideFile {
+    file: File,
+    path: PathBuf,
     entry: u64,
 }
 
 impl std::fmt::Debug for Sharing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sharing").field("entry", &self.entry).finish()
+        f.debug_struct("Sharing")
+            .field("entry", &self.side.as_ref().map(|s| s.entry))
+            .finish()
     }
 }
 
-/// The side file's path for a store at `path`.
-pub fn shm_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-onesync-shm");
-    PathBuf::from(name)
+/// Where the side file of a store lives: named after the store file's device and inode
+/// (and the store's id, so a reused inode never meets a stale side file), not its path, so
+/// every name of the file (hard links, a rename while open) meets the same side file. In
+/// `/dev/shm` (memory: nothing in it needs to survive a reboot) where there is one, else
+/// `/tmp`; the choice depends on the machine only, so all processes agree.
+pub fn side_file_path(file: &File, store_id: u64) -> Result<PathBuf> {
+    let meta = file
+        .metadata()
+        .map_err(io_err("reading the store file's identity"))?;
+    let dir = ["/dev/shm", "/tmp"]
+        .iter()
+        .map(Path::new)
+        .find(|d| d.is_dir())
+        .unwrap_or(Path::new("/tmp"));
+    Ok(dir.join(format!(
+        "onesync-{:x}-{:x}-{store_id:016x}.shm",
+        meta.dev(),
+        meta.ino()
+    )))
 }
 
 /// Holds `INIT` while a process opens or closes; dropped, it lets go.
@@ -156,48 +198,77 @@ pub fn lock_init(file: &File, read_only: bool) -> Result<InitGuard> {
     Ok(InitGuard { file })
 }
 
+/// Open (creating if need be) the side file with the store file's owner and permissions, so
+/// a store one user opened can be opened by every user who may write the store.
+fn open_side_file(store: &File, path: &Path) -> Result<File> {
+    let meta = store
+        .metadata()
+        .map_err(io_err("reading the store file's permissions"))?;
+    let mode = meta.mode() & 0o666;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(mode)
+        .open(path)
+        .map_err(io_err("opening the store's side file"))?;
+    let side = file
+        .metadata()
+        .map_err(io_err("reading the side file's permissions"))?;
+    // The umask may have taken bits away; the owner (root, say) may differ from the store's.
+    if side.mode() & 0o777 != mode && side.uid() == nix::unistd::geteuid().as_raw() {
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(mode));
+    }
+    if side.uid() != meta.uid() && nix::unistd::geteuid().is_root() {
+        let _ = std::os::unix::fs::fchown(&file, Some(meta.uid()), Some(meta.gid()));
+    }
+    Ok(file)
+}
+
 impl Sharing {
-    /// Take part in sharing `file`, the store at `path`. Call holding `INIT`, so that
-    /// recovery or joining runs before anyone else opens or closes.
-    pub fn arrive(file: &File, path: &Path, read_only: bool) -> Result<(Option<Sharing>, Arrival)> {
+    /// Take part in sharing `file`, the store at `path` whose id is `store_id`. Call
+    /// holding `INIT`, so that recovery or joining runs before anyone else opens or closes.
+    pub fn arrive(file: &File, path: &Path, store_id: u64, read_only: bool) -> Result<(Sharing, Arrival)> {
         let lock_err = io_err("locking the store file");
+        let mine = file.try_clone().map_err(io_err("joining the store"))?;
         if read_only {
-            // A reader that cannot write the side file cannot publish what it reads, so
-            // read-only processes keep writers out (and are kept out by them).
-            if locked_elsewhere(file, OPEN).map_err(&lock_err)? {
-                return Err(Error::Locked(path.into()));
-            }
-            set_lock(file, Kind::Shared, READ_ONLY, false).map_err(&lock_err)?;
-            return Ok((None, Arrival::ReadOnly));
-        }
-        if locked_elsewhere(file, READ_ONLY).map_err(&lock_err)? {
-            return Err(Error::Locked(path.into()));
+            // Held until the open has read what it needs (see `pin`).
+            set_lock(file, Kind::Shared, READ_ONLY, true).map_err(&lock_err)?;
+            let others = locked_elsewhere(file, OPEN).map_err(&lock_err)?;
+            let arrival = if others {
+                Arrival::ReadOnlyJoined
+            } else {
+                Arrival::ReadOnly
+            };
+            return Ok((Sharing { file: mine, side: None }, arrival));
         }
         let first = set_lock(file, Kind::Exclusive, OPEN, false).map_err(&lock_err)?;
-        let shm_path = shm_path(path);
-        let shm = match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&shm_path)
-        {
-            Ok(shm) => shm,
+        let release_open = || {
+            let _ = set_lock(file, Kind::Unlock, OPEN, false);
+        };
+        let side_path = match side_file_path(file, store_id) {
+            Ok(p) => p,
             Err(e) => {
-                if first {
-                    let _ = set_lock(file, Kind::Unlock, OPEN, false);
-                }
-                return Err(Error::io("opening the store's side file", e));
+                release_open();
+                return Err(e);
             }
         };
-        let claimed = (|| -> Result<Option<Sharing>> {
+        let shm = match open_side_file(file, &side_path) {
+            Ok(shm) => shm,
+            Err(e) => {
+                release_open();
+                return Err(e);
+            }
+        };
+        let claimed = (|| -> Result<Sharing> {
             let io = |during| move |e: std::io::Error| Error::io(during, e);
             if first {
                 // Nobody else: whatever the side file says is from processes now gone.
-                let mut fresh = vec![0u8; (SHM_PINS + 8 * READER_ENTRIES) as usize];
+                let mut fresh = vec![0u8; SHM_LEN as usize];
                 fresh[..8].copy_from_slice(SHM_MAGIC);
-                for pin in fresh[SHM_PINS as usize..].chunks_exact_mut(8) {
-                    pin.copy_from_slice(&NO_PIN.to_le_bytes());
+                for entry in fresh[SHM_ENTRIES as usize..].chunks_exact_mut(ENTRY_LEN as usize) {
+                    entry[..8].copy_from_slice(&NO_PIN.to_le_bytes());
                 }
                 shm.write_all_at(&fresh, 0)
                     .map_err(io("resetting the store's side file"))?;
@@ -211,12 +282,14 @@ impl Sharing {
                 {
                     let sharing = Sharing {
                         file: file.try_clone().map_err(io("joining the store"))?,
-                        shm,
-                        shm_path,
-                        entry,
+                        side: Some(SideFile {
+                            file: shm,
+                            path: side_path.clone(),
+                            entry,
+                        }),
                     };
                     sharing.publish_pin(NO_PIN)?;
-                    return Ok(Some(sharing));
+                    return Ok(sharing);
                 }
             }
             Err(Error::Locked(path.into()))
@@ -224,19 +297,27 @@ impl Sharing {
         match claimed {
             Ok(sharing) => Ok((sharing, if first { Arrival::First } else { Arrival::Joined })),
             Err(e) => {
-                let _ = set_lock(file, Kind::Unlock, OPEN, false);
+                release_open();
                 Err(e)
             }
         }
     }
 
-    /// Take `INIT` (to close).
-    pub fn lock_init(&self) -> Result<InitGuard> {
-        lock_init(&self.file, false)
+    pub fn read_only(&self) -> bool {
+        self.side.is_none()
     }
 
-    /// Whether this is the only process with the store open (call holding `INIT`).
+    /// Take `INIT` (to close).
+    pub fn lock_init(&self) -> Result<InitGuard> {
+        lock_init(&self.file, self.read_only())
+    }
+
+    /// Whether this is the only read-write process with the store open (call holding
+    /// `INIT`).
     pub fn alone(&self) -> bool {
+        if self.read_only() {
+            return false;
+        }
         // Converting our shared OPEN lock to exclusive succeeds only if nobody else holds it;
         // then convert back.
         match set_lock(&self.file, Kind::Exclusive, OPEN, false) {
@@ -251,6 +332,14 @@ impl Sharing {
     pub fn lock_writer(&self) -> Result<()> {
         set_lock(&self.file, Kind::Exclusive, WRITE, true)
             .map_err(io_err("locking the store for writing"))?;
+        Ok(())
+    }
+
+    /// Keep writers out while reading the chain from its start (a read-only process
+    /// joining; its descriptor can take only shared locks).
+    pub fn hold_off_writers(&self) -> Result<()> {
+        set_lock(&self.file, Kind::Shared, WRITE, true)
+            .map_err(io_err("locking the store for reading"))?;
         Ok(())
     }
 
@@ -276,27 +365,64 @@ impl Sharing {
         locked_elsewhere(&self.file, Self::user_offset(key)).map_err(io_err("testing a database lock"))
     }
 
-    /// Publish the oldest commit this process may still read.
+    /// Publish the oldest commit this process may still read. A read-only process holds
+    /// `READ_ONLY` while it has any (which stops all slot reuse) and lets go when it has
+    /// none.
     pub fn publish_pin(&self, pin: u64) -> Result<()> {
-        self.shm
-            .write_all_at(&pin.to_le_bytes(), SHM_PINS + 8 * self.entry)
-            .map_err(io_err("publishing a reader pin"))
+        match &self.side {
+            Some(side) => side
+                .file
+                .write_all_at(&pin.to_le_bytes(), SHM_ENTRIES + ENTRY_LEN * side.entry)
+                .map_err(io_err("publishing a reader pin")),
+            None => {
+                let kind = if pin == NO_PIN { Kind::Unlock } else { Kind::Shared };
+                set_lock(&self.file, kind, READ_ONLY, true).map_err(io_err("pinning what a read-only process reads"))?;
+                Ok(())
+            }
+        }
     }
 
-    /// The smallest pin of the other live processes (`NO_PIN` if none).
+    /// Publish that the chain is durable up to `seq` (after a flush of this process).
+    pub fn publish_durable(&self, seq: u64) -> Result<()> {
+        let Some(side) = &self.side else {
+            return Ok(());
+        };
+        side.file
+            .write_all_at(&seq.to_le_bytes(), SHM_ENTRIES + ENTRY_LEN * side.entry + 8)
+            .map_err(io_err("publishing how far the store is durable"))
+    }
+
+    fn entries(&self) -> Result<Vec<(u64, u64)>> {
+        let Some(side) = &self.side else {
+            return Ok(Vec::new());
+        };
+        let mut table = vec![0u8; (ENTRY_LEN * READER_ENTRIES) as usize];
+        side.file
+            .read_exact_at(&mut table, SHM_ENTRIES)
+            .map_err(io_err("reading the side file's entries"))?;
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0xff; 8]));
+        Ok(table
+            .chunks_exact(ENTRY_LEN as usize)
+            .map(|e| (word(&e[..8]), word(&e[8..])))
+            .collect())
+    }
+
+    /// The smallest pin of the other live processes (`NO_PIN` if none); 0 while a
+    /// read-only process reads (it cannot publish what it reads).
     pub fn others_oldest_pin(&self) -> Result<u64> {
-        let mut table = vec![0u8; (8 * READER_ENTRIES) as usize];
-        self.shm
-            .read_exact_at(&mut table, SHM_PINS)
-            .map_err(io_err("reading the reader pins"))?;
+        if locked_elsewhere(&self.file, READ_ONLY).map_err(io_err("testing for read-only readers"))? {
+            return Ok(0);
+        }
+        let Some(side) = &self.side else {
+            return Ok(0);
+        };
         let mut oldest = NO_PIN;
-        for (entry, bytes) in table.chunks_exact(8).enumerate() {
-            let pin = u64::from_le_bytes(bytes.try_into().unwrap_or([0xff; 8]));
-            if entry as u64 == self.entry || pin >= oldest {
+        for (entry, (pin, _)) in self.entries()?.into_iter().enumerate() {
+            if entry as u64 == side.entry || pin >= oldest {
                 continue;
             }
             // A pin counts only while its owner lives (holds the entry's lock).
-            if locked_elsewhere(&self.shm, SHM_ENTRY_LOCKS + entry as i64)
+            if locked_elsewhere(&side.file, SHM_ENTRY_LOCKS + entry as i64)
                 .map_err(io_err("testing a reader entry"))?
             {
                 oldest = pin;
@@ -305,39 +431,55 @@ impl Sharing {
         Ok(oldest)
     }
 
-    /// Record that commits up to `seq` of checkpoint generation `generation` are written.
+    /// How far any process has seen the chain durable (0 if unknown). Values of processes
+    /// gone stay true: a durable commit stays durable.
+    pub fn others_durable(&self) -> Result<u64> {
+        Ok(self.entries()?.into_iter().map(|(_, d)| d).max().unwrap_or(0))
+    }
+
+    /// Record that commits up to `seq` of checkpoint generation `generation` are about to
+    /// be written (a record) or are covered (a checkpoint).
     pub fn publish_progress(&self, generation: u64, seq: u64) -> Result<()> {
+        let Some(side) = &self.side else {
+            return Ok(());
+        };
         let mut bytes = [0u8; 16];
         bytes[..8].copy_from_slice(&generation.to_le_bytes());
         bytes[8..].copy_from_slice(&seq.to_le_bytes());
-        self.shm
+        side.file
             .write_all_at(&bytes, SHM_PROGRESS)
             .map_err(io_err("publishing the store's progress"))
     }
 
-    /// The latest (generation, sequence) some process published.
-    pub fn progress(&self) -> Result<(u64, u64)> {
+    /// The latest (generation, sequence) some process published; `None` for a read-only
+    /// process (it reads the store file instead).
+    pub fn progress(&self) -> Result<Option<(u64, u64)>> {
+        let Some(side) = &self.side else {
+            return Ok(None);
+        };
         let mut bytes = [0u8; 16];
-        self.shm
+        side.file
             .read_exact_at(&mut bytes, SHM_PROGRESS)
             .map_err(io_err("reading the store's progress"))?;
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
-        Ok((word(0), word(8)))
+        Ok(Some((word(0), word(8))))
     }
 
-    /// Leave: give up the reader entry and, if this was the last process, remove the side
-    /// file (call holding `INIT`).
+    /// Leave: give up the reader entry and, if this was the last read-write process, remove
+    /// the side file (call holding `INIT`).
     pub fn depart(&self, last: bool) {
         let _ = self.publish_pin(NO_PIN);
-        if last {
-            let _ = std::fs::remove_file(&self.shm_path);
+        if let Some(side) = &self.side {
+            if last {
+                let _ = std::fs::remove_file(&side.path);
+            }
+            let _ = set_lock(
+                &side.file,
+                Kind::Unlock,
+                SHM_ENTRY_LOCKS + side.entry as i64,
+                false,
+            );
         }
-        let _ = set_lock(
-            &self.shm,
-            Kind::Unlock,
-            SHM_ENTRY_LOCKS + self.entry as i64,
-            false,
-        );
         let _ = set_lock(&self.file, Kind::Unlock, OPEN, false);
     }
 }

@@ -10,7 +10,7 @@ use crate::io::{FileIo, StorageIo};
 use crate::recovery::{header_copies, load_checkpoint, newest_header, pages_intact, record_at, recover};
 use crate::sharing::{self, Arrival, Sharing, NO_PIN};
 use crate::state::State;
-use crate::txn::{Snapshot, Transaction};
+use crate::txn::{Snapshot, Transaction, View};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::Path;
@@ -42,6 +42,32 @@ pub struct Options {
     pub window_bytes: u64,
     /// Open without writing anything; commits fail with `Error::ReadOnly`.
     pub read_only: bool,
+    /// Negative controls only: put a defect back, so a crash test can show that it finds it.
+    #[doc(hidden)]
+    pub sabotage: Option<Sabotage>,
+}
+
+/// A defect that was fixed, put back on purpose (see [`Options::sabotage`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sabotage {
+    /// A writer taking the write lock trusts the side file's progress alone, as before issue
+    /// 14: a process that died between writing a checkpoint's header and publishing it
+    /// makes the next writer extend the old chain, which recovery then drops.
+    CheckpointPublication,
+}
+
+impl Sabotage {
+    /// The environment variable crash tests set in the processes they start.
+    pub const ENV: &'static str = "ONESYNC_SABOTAGE";
+
+    /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`), if any.
+    pub fn from_env() -> Option<Sabotage> {
+        match std::env::var(Self::ENV).as_deref() {
+            Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
+            _ => None,
+        }
+    }
 }
 
 impl Default for Options {
@@ -55,6 +81,7 @@ impl Default for Options {
             embed_limit: 64,
             window_bytes: 1 << 20,
             read_only: false,
+            sabotage: None,
         }
     }
 }
@@ -163,9 +190,17 @@ struct WriterClaims {
 pub(crate) struct Meta {
     /// The latest sequenced state: commits build on it and are checked against it.
     pub state: Arc<State>,
-    /// The latest state whose commits (and all before them) are written: what snapshots
-    /// and new transactions see. Pages are written after sequencing, outside the lock.
+    /// The latest state whose commits (and all before them) are written: what new
+    /// transactions see (a writer may build on a commit whose flush is still running: its
+    /// own commit comes later in the chain and is durable only with it). Pages are written
+    /// after sequencing, outside the lock.
     pub visible: Arc<State>,
+    /// The latest state whose commits are all durable: what snapshots (readers) see, so a
+    /// power cut never takes back something a reader was shown.
+    pub readable: Arc<State>,
+    /// Written states not yet known durable, by sequence number (they become `readable` as
+    /// flushes, this process's or another's, cover them).
+    pub not_durable: BTreeMap<u64, Arc<State>>,
     /// Sequenced states not yet visible (they become so as the written prefix grows).
     pub unpublished: BTreeMap<u64, Arc<State>>,
     pub header: Header,
@@ -185,6 +220,9 @@ pub(crate) struct Meta {
     pub log_bytes_since_checkpoint: u64,
     /// The reader pin this process last published (shared stores).
     pub pin: u64,
+    /// Every free slot of the file is this process's to allocate (it opened the store
+    /// first, or alone); a process that joined others owns only what it grew.
+    pub owns_all_slots: bool,
 }
 
 /// Group-commit state: which records are written, which are durable, who is flushing.
@@ -338,24 +376,37 @@ impl Store {
             file.try_clone()
                 .map_err(|e| Error::io("opening the store file", e))?,
         );
-        if newest_header(&probe).is_err() {
-            recover(&probe)?;
-        }
-        let (sharing, arrival) = Sharing::arrive(&file, path, opts.read_only)?;
-        let io: Box<dyn StorageIo> = Box::new(FileIo::new(file));
-        let opened = match (&sharing, arrival) {
-            (Some(joining), Arrival::Joined) => {
-                // Writers wait while this process reads the chain, so that it does not see
-                // a checkpoint half written. (If opening fails, closing the file lets go.)
-                joining.lock_writer()?;
-                Store::open_inner(io, opts, sharing, true).inspect(|store| {
-                    if let Some(s) = &store.shared.sharing {
-                        s.unlock_writer();
-                    }
-                })
+        let store_id = match newest_header(&probe) {
+            Ok(header) => header.store_id,
+            Err(_) => {
+                recover(&probe)?;
+                return Err(Error::Corrupt("both header copies fail their checksums".into()));
             }
-            _ => Store::open_inner(io, opts, sharing, false),
         };
+        let (sharing, arrival) = Sharing::arrive(&file, path, store_id, opts.read_only)?;
+        let io: Box<dyn StorageIo> = Box::new(FileIo::new(file));
+        let joined = matches!(arrival, Arrival::Joined | Arrival::ReadOnlyJoined);
+        if joined {
+            // Writers wait while this process reads the chain, so that it does not see a
+            // checkpoint half written. (If opening fails, closing the file lets go.)
+            if sharing.read_only() {
+                sharing.hold_off_writers()?;
+            } else {
+                sharing.lock_writer()?;
+            }
+        }
+        let opened = Store::open_inner(io, opts, Some(sharing), joined);
+        if let Ok(store) = &opened {
+            let shared = &store.shared;
+            if let Some(s) = &shared.sharing {
+                if joined {
+                    s.unlock_writer();
+                }
+                // A read-only process pinned everything while it read; it holds no
+                // snapshot yet.
+                let _ = shared.set_pin(&mut lock(&shared.meta), None);
+            }
+        }
         drop(init);
         opened
     }
@@ -435,9 +486,17 @@ impl Store {
             io.sync_data()
                 .map_err(|e| Error::io("flushing the repaired header", e))?;
         }
+        if recovered.records_replayed > 0 {
+            // The records recovery read may sit in the page cache only (their writer died
+            // before its flush): make them durable before any reader is shown them.
+            io.sync_data()
+                .map_err(|e| Error::io("flushing the commits recovery found", e))?;
+        }
         let state = Arc::new(recovered.state);
         let meta = Meta {
             visible: state.clone(),
+            readable: state.clone(),
+            not_durable: BTreeMap::new(),
             unpublished: BTreeMap::new(),
             state,
             header: recovered.header,
@@ -455,7 +514,13 @@ impl Store {
             session: rand::random(),
             commits_since_checkpoint: recovered.records_replayed,
             log_bytes_since_checkpoint: recovered.log_bytes,
-            pin: NO_PIN,
+            owns_all_slots: !joined,
+            // A read-only process arrives pinning everything (see `Sharing::arrive`).
+            pin: if sharing.as_ref().is_some_and(|s| s.read_only()) {
+                0
+            } else {
+                NO_PIN
+            },
         };
         if let (Some(s), false) = (&sharing, joined) {
             s.publish_progress(meta.header.generation, last)?;
@@ -491,13 +556,25 @@ impl Store {
     /// commits afterwards; the slots it reads are not reused while it lives. On a store
     /// other processes share, a failure to read their latest commits leaves the view at the
     /// latest state this process knows; [`Store::try_snapshot`] reports it instead.
+    ///
+    /// It shows only durable commits: a commit whose flush is still running (this process's
+    /// or another's) is not shown until the flush ends, so a power cut never takes back
+    /// anything a reader saw.
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot::latest(self.shared.clone()).unwrap_or_else(|_| Snapshot::new(self.shared.clone()))
+        Snapshot::latest(self.shared.clone(), View::Durable)
+            .unwrap_or_else(|_| Snapshot::new(self.shared.clone(), View::Durable))
     }
 
-    /// A view of the latest committed state, of this process or any other.
+    /// A view of the latest durable state, of this process or any other.
     pub fn try_snapshot(&self) -> Result<Snapshot> {
-        Snapshot::latest(self.shared.clone())
+        Snapshot::latest(self.shared.clone(), View::Durable)
+    }
+
+    /// A view of the latest *written* state, which may include commits whose flush is still
+    /// running: only for a caller that will commit a transaction begun on it (its commit,
+    /// later in the chain, becomes durable only with them), never to show a reader.
+    pub fn try_latest_snapshot(&self) -> Result<Snapshot> {
+        Snapshot::latest(self.shared.clone(), View::Written)
     }
 
     /// Say that a writer is waiting for its turn (e.g. for SQLite's write lock, held by
@@ -510,9 +587,11 @@ impl Store {
         }
     }
 
-    /// Begin a transaction on the latest committed state.
+    /// Begin a transaction on the latest written state (see [`Store::try_latest_snapshot`]).
     pub fn begin(&self) -> Transaction {
-        Transaction::new(self.snapshot())
+        let base = Snapshot::latest(self.shared.clone(), View::Written)
+            .unwrap_or_else(|_| Snapshot::new(self.shared.clone(), View::Written));
+        Transaction::new(base)
     }
 
     /// Write a mapping checkpoint now (also makes every sequenced commit durable).
@@ -527,26 +606,41 @@ impl Store {
     /// Checkpoint if anything was committed since the last one, so the next open replays
     /// nothing, and leave the processes sharing the store. Dropping a store without `close`
     /// is safe too; the next open recovers.
+    ///
+    /// Only the last read-write process to close checkpoints: one that leaves others behind
+    /// (a reader, say) owns no free slots to write a checkpoint into, and would grow the
+    /// file for a checkpoint the others make anyway.
     pub fn close(self) -> Result<()> {
         let shared = &self.shared;
-        let checkpointed = if shared.opts.read_only {
-            Ok(())
-        } else {
+        let checkpoint = || {
             let mut meta = lock(&shared.meta);
-            let result = shared.with_writer(&mut meta, |meta| {
+            shared.with_writer(&mut meta, |meta| {
                 if meta.commits_since_checkpoint > 0 {
                     shared.checkpoint_locked(meta)?;
                 }
                 Ok(())
-            });
-            drop(meta);
-            result
+            })
         };
-        if let Some(s) = &shared.sharing {
-            if let Ok(_init) = s.lock_init() {
-                let last = s.alone();
-                s.depart(last);
+        if shared.opts.read_only {
+            if let Some(s) = &shared.sharing {
+                s.depart(false);
             }
+            return Ok(());
+        }
+        let Some(s) = &shared.sharing else {
+            return checkpoint();
+        };
+        let init = s.lock_init();
+        let last = init.is_ok() && s.alone();
+        let checkpointed = if last {
+            // Alone now: a process that joined owns only the slots it grew; take them all,
+            // as recovery would, rather than grow the file for the checkpoint.
+            shared.own_every_free_slot().and_then(|()| checkpoint())
+        } else {
+            Ok(())
+        };
+        if init.is_ok() {
+            s.depart(last);
         }
         checkpointed
     }
@@ -674,6 +768,35 @@ fn embedded_pages(ops: &[Op]) -> u64 {
 }
 
 impl Shared {
+    /// Alone with the store (holding `INIT`, no other process has it open): if this process
+    /// joined others, rebuild which slots are free from the file, as the first process's
+    /// recovery does, so that it owns every free slot.
+    fn own_every_free_slot(&self) -> Result<()> {
+        let mut meta = lock(&self.meta);
+        if meta.owns_all_slots || !meta.snapshots.is_empty() {
+            return Ok(());
+        }
+        let recovered = recover(self.io.as_ref())?;
+        if recovered.state.seq != meta.state.seq {
+            // Someone's commit this process has not read: leave the space as it is.
+            return Ok(());
+        }
+        let last = recovered.state.seq;
+        meta.header = recovered.header;
+        meta.alloc = recovered.alloc;
+        meta.awaiting_checkpoint = recovered
+            .awaiting_checkpoint
+            .into_iter()
+            .map(|slot| (last, slot))
+            .collect();
+        meta.awaiting_readers.clear();
+        meta.head = recovered.head;
+        meta.window_end = recovered.window_end;
+        meta.prev_crc = recovered.prev_crc;
+        meta.owns_all_slots = true;
+        Ok(())
+    }
+
     /// Give back checkpointed slots that no snapshot, of this process or another, can
     /// read any more.
     pub(crate) fn release_unread(&self, meta: &mut Meta) {
@@ -784,13 +907,31 @@ impl Shared {
     }
 
     fn catch_up_pinned(&self, s: &Sharing, meta: &mut Meta, holding_writer: bool) -> Result<()> {
+        self.follow_chain(s, meta, holding_writer)?;
+        if !meta.not_durable.is_empty() {
+            // Others' commits this process read may not be durable yet: show readers what
+            // some process has seen flushed.
+            let durable = s.others_durable()?.max(lock(&self.flush).durable);
+            self.promote_durable(meta, durable);
+        }
+        Ok(())
+    }
+
+    fn follow_chain(&self, s: &Sharing, meta: &mut Meta, holding_writer: bool) -> Result<()> {
         let page_size = self.page_size;
         let io = self.io.as_ref();
-        let (generation, seq) = s.progress()?;
-        if generation == meta.header.generation && seq <= meta.state.seq {
-            // Writers publish progress before they write (and checkpoints after): nothing
-            // new.
-            return Ok(());
+        let progress = s.progress()?;
+        // A reader may trust the side file: writers publish progress before they write a
+        // record, and a checkpoint before it writes its header. A writer must not: a
+        // process may have died (or failed) between writing and publishing, and a record
+        // tagged with a stale generation after a newer checkpoint is lost to recovery. So
+        // a writer always reads the header and the record at the chain's head.
+        let trust_side_file =
+            !holding_writer || self.opts.sabotage == Some(Sabotage::CheckpointPublication);
+        if let Some((generation, seq)) = progress.filter(|_| trust_side_file) {
+            if generation == meta.header.generation && seq <= meta.state.seq {
+                return Ok(());
+            }
         }
         let len = io
             .size()
@@ -823,8 +964,11 @@ impl Shared {
             }
             let covered = header.checkpoint.seq;
             if covered > meta.state.seq {
-                // Behind the checkpoint: the records before it may be gone; load it.
+                // Behind the checkpoint: the records before it may be gone; load it. A
+                // checkpoint is written only once everything it covers is durable.
                 meta.state = Arc::new(load_checkpoint(io, &header, capacity)?);
+                meta.readable = meta.state.clone();
+                meta.not_durable.clear();
             } else if covered < meta.state.seq {
                 return Err(Error::Corrupt(format!(
                     "checkpoint generation {} covers commit {covered}, but this process has read commit {}",
@@ -865,6 +1009,7 @@ impl Shared {
                 next.apply(&record.ops, record.seq, page_size, &mut superseded_elsewhere)?;
                 superseded_elsewhere.clear();
                 meta.state = Arc::new(next);
+                meta.not_durable.insert(record.seq, meta.state.clone());
                 meta.commits_since_checkpoint += 1;
             }
             meta.log_bytes_since_checkpoint += len.div_ceil(page_size) * page_size;
@@ -1228,7 +1373,7 @@ impl Shared {
     }
 
     /// Flush now if commits up to `seq` are written but not all durable yet.
-    fn make_durable(&self, seq: u64) -> Result<()> {
+    fn make_durable(&self, meta: &mut Meta, seq: u64) -> Result<()> {
         if lock(&self.flush).durable >= seq {
             return Ok(());
         }
@@ -1237,9 +1382,7 @@ impl Shared {
             return Err(Error::io("flushing commits before a checkpoint", e));
         }
         bump(&self.counters.flushes, 1);
-        let mut f = lock(&self.flush);
-        f.durable = f.durable.max(seq);
-        self.durable_changed.notify_all();
+        self.note_durable(meta, seq);
         Ok(())
     }
 
@@ -1261,7 +1404,7 @@ impl Shared {
         // The checkpoint names pages of every commit so far. A power cut may persist the
         // writes since the last flush in any order, so those pages must be durable before
         // the header that names them can be.
-        self.make_durable(last_seq)?;
+        self.make_durable(meta, last_seq)?;
         let (blob, blob_crc) = meta.state.encode_checkpoint();
         let blob_slots = (blob.len() as u64).div_ceil(self.page_size).max(1);
         let extents = self.alloc_extents(meta, blob_slots)?;
@@ -1306,11 +1449,7 @@ impl Shared {
         }
         bump(&self.counters.flushes, 1);
         bump(&self.counters.checkpoints, 1);
-        {
-            let mut f = lock(&self.flush);
-            f.durable = f.durable.max(last_seq);
-            self.durable_changed.notify_all();
-        }
+        self.note_durable(meta, last_seq);
         // Make the duplicate durable before any slot the old checkpoint needed is reused:
         // then damage to either copy later can never roll back onto reused slots.
         let other = Header::copy_offset(header.generation + 1);
@@ -1395,8 +1534,39 @@ impl Shared {
             if *entry.key() > written_upto {
                 break;
             }
-            meta.visible = entry.remove();
+            let (seq, state) = entry.remove_entry();
+            meta.visible = state.clone();
+            meta.not_durable.insert(seq, state);
         }
+        // A flush may have covered it already (a leader flushes what is written).
+        let durable = lock(&self.flush).durable;
+        self.promote_durable(&mut meta, durable);
+    }
+
+    /// Show readers every written state up to `durable`.
+    pub(crate) fn promote_durable(&self, meta: &mut Meta, durable: u64) {
+        while let Some(entry) = meta.not_durable.first_entry() {
+            if *entry.key() > durable {
+                break;
+            }
+            meta.readable = entry.remove();
+        }
+    }
+
+    /// After a flush of this process covered commits up to `seq`: mark them durable, show
+    /// them to readers, tell other processes, wake waiters. Holding the meta lock (taken
+    /// before the flush lock, as everywhere).
+    fn note_durable(&self, meta: &mut Meta, seq: u64) {
+        let mut f = lock(&self.flush);
+        f.durable = f.durable.max(seq);
+        let durable = f.durable;
+        self.promote_durable(meta, durable);
+        if let Some(s) = &self.sharing {
+            // Readers of other processes show what this says is durable; if it cannot be
+            // said, they show less.
+            let _ = s.publish_durable(durable);
+        }
+        self.durable_changed.notify_all();
     }
 
     /// Group commit: return once a flush covers `seq`. One waiter at a time flushes for
@@ -1441,6 +1611,9 @@ impl Shared {
                 let result = self.io.sync_data();
                 let flush_took = flush_started.elapsed();
                 bump(&self.counters.flush_micros, flush_took.as_micros() as u64);
+                // Meta before flush, the order everywhere: readers are shown the commits
+                // before their committers are told they are durable.
+                let mut meta = lock(&self.meta);
                 f = lock(&self.flush);
                 f.leader_active = false;
                 match result {
@@ -1448,12 +1621,16 @@ impl Shared {
                         bump(&self.counters.flushes, 1);
                         f.last_batch = target.saturating_sub(f.durable);
                         f.last_flush = flush_took;
-                        f.durable = f.durable.max(target);
+                        drop(f);
+                        self.note_durable(&mut meta, target);
+                        drop(meta);
+                        f = lock(&self.flush);
                     }
                     Err(e) => {
                         if f.poisoned.is_none() {
                             f.poisoned = Some(format!("fdatasync failed: {e}"));
                         }
+                        drop(meta);
                     }
                 }
                 self.durable_changed.notify_all();

@@ -5,7 +5,7 @@ use crate::format::{Op, MAX_NAME_LEN, NO_SLOT};
 use crate::state::{FileState, PageEntry, State};
 use crate::store::{bump, lock, slot_offset, Meta, Shared};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Identifies a logical file within a store. Ids are never reused.
@@ -53,27 +53,41 @@ pub struct Snapshot {
     pub(crate) state: Arc<State>,
 }
 
+/// Which committed state a new snapshot shows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum View {
+    /// The latest durable state: for readers, who must never be shown a commit a power cut
+    /// could still take back.
+    Durable,
+    /// The latest written state, perhaps not durable yet: for a transaction that will
+    /// commit after it (its own commit is durable only with everything before it).
+    Written,
+}
+
 impl Snapshot {
     /// The latest state this process knows of (it does not look for other processes'
     /// commits).
-    pub(crate) fn new(shared: Arc<Shared>) -> Snapshot {
+    pub(crate) fn new(shared: Arc<Shared>, view: View) -> Snapshot {
         let mut meta = lock(&shared.meta);
-        let state = Self::register(&shared, &mut meta);
+        let state = Self::register(&shared, &mut meta, view);
         drop(meta);
         Snapshot { shared, state }
     }
 
     /// The latest state of any process sharing the store.
-    pub(crate) fn latest(shared: Arc<Shared>) -> Result<Snapshot> {
+    pub(crate) fn latest(shared: Arc<Shared>, view: View) -> Result<Snapshot> {
         let mut meta = lock(&shared.meta);
         shared.catch_up(&mut meta, false)?;
-        let state = Self::register(&shared, &mut meta);
+        let state = Self::register(&shared, &mut meta, view);
         drop(meta);
         Ok(Snapshot { shared, state })
     }
 
-    fn register(shared: &Shared, meta: &mut Meta) -> Arc<State> {
-        let state = meta.visible.clone();
+    fn register(shared: &Shared, meta: &mut Meta, view: View) -> Arc<State> {
+        let state = match view {
+            View::Durable => meta.readable.clone(),
+            View::Written => meta.visible.clone(),
+        };
         *meta.snapshots.entry(state.seq).or_insert(0) += 1;
         // Already pinned at or below this while catching up; if publishing fails, other
         // processes may reuse what this reads, and the page checksums catch it.
@@ -592,6 +606,14 @@ impl Transaction {
         if latest.seq == base_seq {
             return None;
         }
+        // The files this commit creates, by the ids the operations give them now.
+        let created: BTreeSet<u32> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Create { file, .. } => Some(*file),
+                _ => None,
+            })
+            .collect();
         for op in ops {
             match op {
                 Op::Create { name, .. } if latest.file_by_name(name).is_some() => {
@@ -602,7 +624,7 @@ impl Transaction {
                 | Op::Size { file, .. }
                 | Op::Page { file, .. }
                 | Op::Patch { file, .. } => {
-                    if self.created.contains(file) {
+                    if created.contains(file) {
                         continue;
                     }
                     let Some(f) = latest.files.get(file) else {
@@ -670,6 +692,10 @@ impl Transaction {
                     return Err(fail(e));
                 }
             }
+            // Ids of files this transaction creates were handed out by this process alone:
+            // another process may have committed a file with the same id since.
+            let mut ops = ops;
+            renumber_created_files(&mut ops, &self.created, &meta.state, &shared.next_file_id);
             let result = match self.find_conflict(&meta.state, &ops) {
                 Some(what) => {
                     bump(&shared.counters.conflicts, 1);
@@ -770,6 +796,32 @@ impl Drop for Transaction {
             self.finished = true;
             let shared = self.base.shared.clone();
             self.release_own_slots(&mut lock(&shared.meta));
+        }
+    }
+}
+
+/// Give every file the transaction creates an id no committed state has used: ids come from
+/// a per-process counter, and another process sharing the store may have committed a file
+/// with the same id (or created and deleted one) since this transaction took it. Called
+/// holding the write lock, after catching up, so `latest` has every process's commits.
+fn renumber_created_files(ops: &mut [Op], created: &BTreeSet<u32>, latest: &State, counter: &AtomicU32) {
+    counter.fetch_max(latest.next_file_id, Ordering::Relaxed);
+    let renumbered: BTreeMap<u32, u32> = created
+        .iter()
+        .filter(|&&id| id < latest.next_file_id || latest.files.contains_key(&id))
+        .map(|&id| (id, counter.fetch_add(1, Ordering::Relaxed)))
+        .collect();
+    if renumbered.is_empty() {
+        return;
+    }
+    for op in ops {
+        let (Op::Create { file, .. }
+        | Op::Delete { file }
+        | Op::Size { file, .. }
+        | Op::Page { file, .. }
+        | Op::Patch { file, .. }) = op;
+        if let Some(&new) = renumbered.get(file) {
+            *file = new;
         }
     }
 }

@@ -277,6 +277,7 @@ fn options(rng: &mut StdRng) -> Options {
         // Small windows make commits jump and spill pages out of line; large ones don't.
         window_bytes: [1024, 4096, 1 << 20][rng.random_range(0..3)],
         read_only: false,
+        ..Options::default()
     }
 }
 

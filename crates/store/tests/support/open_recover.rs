@@ -458,6 +458,7 @@ pub fn base_options() -> Options {
         embed_limit: 64,
         window_bytes: 4 * 512,
         read_only: false,
+        ..Options::default()
     }
 }
 
