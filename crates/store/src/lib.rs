@@ -63,4 +63,17 @@ pub use txn::{FileId, PendingCommit, Snapshot, Transaction};
 /// Layout facts for tests and tools that inspect or damage store files deliberately.
 pub mod layout {
     pub use crate::format::{HEADER_BLOCK, HEADER_LEN, MAGIC, SLOT_BASE};
+    pub use crate::sharing::SHM_PROGRESS as SIDE_FILE_PROGRESS;
+
+    /// Where the side file of the store at `path` lives (it exists while a read-write
+    /// process has the store open).
+    pub fn side_file(path: &std::path::Path) -> crate::Result<std::path::PathBuf> {
+        let file = std::fs::File::open(path).map_err(|e| crate::Error::io("opening the store file", e))?;
+        let probe = crate::io::FileIo::new(
+            file.try_clone()
+                .map_err(|e| crate::Error::io("opening the store file", e))?,
+        );
+        let header = crate::recovery::newest_header(&probe)?;
+        crate::sharing::side_file_path(&file, header.store_id)
+    }
 }

@@ -30,7 +30,29 @@ pub(crate) struct Recovered {
     pub copies_agree: bool,
 }
 
+/// The medium as its device holds it (see `StorageIo::read_durable_at`): recovery must not
+/// accept a commit that sits only in a cache after a failed flush.
+struct Durable<'a>(&'a dyn StorageIo);
+
+impl StorageIo for Durable<'_> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.0.read_durable_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> std::io::Result<()> {
+        self.0.write_at(data, offset)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+    fn size(&self) -> std::io::Result<u64> {
+        self.0.size()
+    }
+}
+
+/// Recover the newest state the device holds: the newest intact header and checkpoint, then
+/// the chain, all read from the device itself.
 pub(crate) fn recover(io: &dyn StorageIo) -> Result<Recovered> {
+    let io: &dyn StorageIo = &Durable(io);
     let len = io
         .size()
         .map_err(|e| Error::io("reading the store's length", e))?;

@@ -241,7 +241,13 @@ impl Sharing {
             } else {
                 Arrival::ReadOnly
             };
-            return Ok((Sharing { file: mine, side: None }, arrival));
+            return Ok((
+                Sharing {
+                    file: mine,
+                    side: None,
+                },
+                arrival,
+            ));
         }
         let first = set_lock(file, Kind::Exclusive, OPEN, false).map_err(&lock_err)?;
         let release_open = || {
@@ -338,8 +344,7 @@ impl Sharing {
     /// Keep writers out while reading the chain from its start (a read-only process
     /// joining; its descriptor can take only shared locks).
     pub fn hold_off_writers(&self) -> Result<()> {
-        set_lock(&self.file, Kind::Shared, WRITE, true)
-            .map_err(io_err("locking the store for reading"))?;
+        set_lock(&self.file, Kind::Shared, WRITE, true).map_err(io_err("locking the store for reading"))?;
         Ok(())
     }
 
@@ -376,7 +381,8 @@ impl Sharing {
                 .map_err(io_err("publishing a reader pin")),
             None => {
                 let kind = if pin == NO_PIN { Kind::Unlock } else { Kind::Shared };
-                set_lock(&self.file, kind, READ_ONLY, true).map_err(io_err("pinning what a read-only process reads"))?;
+                set_lock(&self.file, kind, READ_ONLY, true)
+                    .map_err(io_err("pinning what a read-only process reads"))?;
                 Ok(())
             }
         }

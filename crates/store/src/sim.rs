@@ -106,7 +106,9 @@ impl SimDisk {
         self.lock().capacity = bytes;
     }
 
-    /// Make the next `count` flushes fail with EIO (the writes stay volatile).
+    /// Make the next `count` flushes fail with EIO, as Linux fails them after a writeback
+    /// error: the writes since the last flush never reach the disk, but reads (the page
+    /// cache) keep showing them; `read_durable_at` (O_DIRECT) shows the disk.
     pub fn fail_syncs(&self, count: u32) {
         self.lock().failing_syncs = count;
     }
@@ -230,6 +232,8 @@ impl StorageIo for SimDisk {
         SimDisk::enter(&mut s)?;
         if s.failing_syncs > 0 {
             s.failing_syncs -= 1;
+            // The pages are marked clean: nothing will write them again.
+            s.pending.clear();
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         let s = &mut *s;
@@ -244,6 +248,37 @@ impl StorageIo for SimDisk {
         let mut s = self.lock();
         SimDisk::enter(&mut s)?;
         Ok(s.current.len() as u64)
+    }
+
+    /// As `O_DIRECT` reads: dirty writes in the range are written back first, then the disk
+    /// is read.
+    fn read_durable_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let mut s = self.lock();
+        SimDisk::enter(&mut s)?;
+        let (start, end) = (offset, offset + buf.len() as u64);
+        let s = &mut *s;
+        let mut kept = Vec::with_capacity(s.pending.len());
+        for (at, data) in s.pending.drain(..) {
+            if at < end && at + data.len() as u64 > start {
+                write_into(&mut s.durable, at, &data);
+            } else {
+                kept.push((at, data));
+            }
+        }
+        s.pending = kept;
+        let (start, end) = (start as usize, end as usize);
+        if end > s.current.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "read past end of simulated disk",
+            ));
+        }
+        let durable_end = end.min(s.durable.len());
+        buf.fill(0);
+        if start < durable_end {
+            buf[..durable_end - start].copy_from_slice(&s.durable[start..durable_end]);
+        }
+        Ok(())
     }
 }
 

@@ -926,8 +926,7 @@ impl Shared {
         // process may have died (or failed) between writing and publishing, and a record
         // tagged with a stale generation after a newer checkpoint is lost to recovery. So
         // a writer always reads the header and the record at the chain's head.
-        let trust_side_file =
-            !holding_writer || self.opts.sabotage == Some(Sabotage::CheckpointPublication);
+        let trust_side_file = !holding_writer || self.opts.sabotage == Some(Sabotage::CheckpointPublication);
         if let Some((generation, seq)) = progress.filter(|_| trust_side_file) {
             if generation == meta.header.generation && seq <= meta.state.seq {
                 return Ok(());
