@@ -45,6 +45,14 @@ pub struct ImportArgs {
     pub db: PathBuf,
 }
 
+#[derive(clap::Args, Debug)]
+pub struct SalvageArgs {
+    /// The damaged onesync store (opened read-only, not changed)
+    pub store: PathBuf,
+    /// The store to create with what can be read; must not exist
+    pub out: PathBuf,
+}
+
 /// Deletes a file this command created unless the command finished successfully.
 struct RemoveUnlessKept<'a> {
     path: &'a Path,
@@ -316,4 +324,61 @@ fn read_up_to(file: &mut File, buf: &mut [u8]) -> Result<usize> {
         }
     }
     Ok(done)
+}
+
+/// `onesync salvage`: open the store read-only, following its chain of commits only up to
+/// the first read error, and copy every logical file of that state into a new store.
+pub fn salvage(args: &SalvageArgs) -> Result<()> {
+    refuse_existing(&args.out, "salvage")?;
+    let old = Store::open(
+        &args.store,
+        &Options {
+            read_only: true,
+            salvage: true,
+            ..Options::default()
+        },
+    )
+    .map_err(|e| describe_store_error(&args.store, e))?;
+    let snapshot = old.snapshot();
+    let page_size = old.page_size();
+    let new = Store::create(
+        &args.out,
+        &Options {
+            page_size: page_size as u32,
+            ..Options::default()
+        },
+    )
+    .with_context(|| format!("creating {}", args.out.display()))?;
+    let cleanup = RemoveUnlessKept::new(&args.out);
+    let mut txn = new.begin();
+    let mut page = vec![0u8; page_size];
+    let files = snapshot.files();
+    for (id, name) in &files {
+        let size = snapshot.file_size(*id)?;
+        let copy = txn.create_file(name)?;
+        for index in 0..size.div_ceil(page_size as u64) {
+            snapshot
+                .read_page(*id, index, &mut page)
+                .with_context(|| format!("reading page {index} of {name:?}"))?;
+            if page.iter().any(|b| *b != 0) {
+                txn.write_page(copy, index, &page)?;
+            }
+        }
+        txn.set_file_size(copy, size)?;
+    }
+    txn.commit()?;
+    new.close()?;
+    let mut cleanup = cleanup;
+    cleanup.keep = true;
+    println!(
+        "salvaged {} logical file(s) as of commit {} into {}",
+        files.len(),
+        snapshot.seq(),
+        args.out.display()
+    );
+    match old.salvage_stopped_by() {
+        Some(why) => println!("the chain of commits ended early: {why}"),
+        None => println!("the whole chain was readable: nothing was lost"),
+    }
+    Ok(())
 }

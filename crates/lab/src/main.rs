@@ -54,6 +54,9 @@ enum Command {
     /// Copy a plain SQLite file into a new onesync store, to open as file:DB?vfs=onesync
     /// (checked with PRAGMA integrity_check through the onesync VFS)
     Import(convert::ImportArgs),
+    /// Copy every commit of a damaged store that can still be read (up to the first read
+    /// error in its chain of commits) into a new store
+    Salvage(convert::SalvageArgs),
     /// Kill a child running bank transfers through SQLite with SIGKILL at random moments;
     /// after each kill check integrity, conservation of money and every reported commit
     VfsKillTorture(kill_torture::KillTortureArgs),
@@ -95,6 +98,7 @@ fn main() -> ExitCode {
         Command::StoreBench(args) => store_bench::run(args).map(|()| ExitCode::SUCCESS),
         Command::Export(args) => convert::export(args).map(|()| ExitCode::SUCCESS),
         Command::Import(args) => convert::import(args).map(|()| ExitCode::SUCCESS),
+        Command::Salvage(args) => convert::salvage(args).map(|()| ExitCode::SUCCESS),
         Command::VfsKillTorture(args) => kill_torture::run(args),
         Command::VfsConcurrency(args) => concurrency::run(args),
         Command::Flash(args) => flash::run(args),

@@ -23,6 +23,18 @@ pub enum Error {
     /// The file is shorter than its metadata says it must be.
     #[error("store file is truncated: {0}")]
     Truncated(String),
+    /// A read of the store file failed while following the chain of commits; nothing was
+    /// changed. The commits before that point can be copied into a new store.
+    #[error(
+        "I/O error while {during} at byte {offset} of the store file: {source}; nothing was changed. \
+             `onesync salvage STORE NEW` copies every commit before that point into a new store"
+    )]
+    ReadFailed {
+        during: &'static str,
+        offset: u64,
+        #[source]
+        source: io::Error,
+    },
     /// Checksums or structure do not add up; nothing was changed.
     #[error("store is corrupt: {0}")]
     Corrupt(String),

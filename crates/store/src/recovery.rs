@@ -28,6 +28,8 @@ pub(crate) struct Recovered {
     pub log_bytes: u64,
     /// Both header copies are intact and equal to `header`.
     pub copies_agree: bool,
+    /// Salvaging: the read error that ended the chain early.
+    pub stopped_by: Option<String>,
 }
 
 /// The medium as its device holds it (see `StorageIo::read_durable_at`): recovery must not
@@ -51,7 +53,11 @@ impl StorageIo for Durable<'_> {
 
 /// Recover the newest state the device holds: the newest intact header and checkpoint, then
 /// the chain, all read from the device itself.
-pub(crate) fn recover(io: &dyn StorageIo) -> Result<Recovered> {
+///
+/// `salvage`: a read error while following the chain ends the chain there (said in
+/// `Recovered::stopped_by`) instead of failing; only for a read-only open that copies the
+/// commits before the damage elsewhere.
+pub(crate) fn recover(io: &dyn StorageIo, salvage: bool) -> Result<Recovered> {
     let io: &dyn StorageIo = &Durable(io);
     let len = io
         .size()
@@ -113,7 +119,7 @@ pub(crate) fn recover(io: &dyn StorageIo) -> Result<Recovered> {
             Ok(state) => {
                 let copies_agree = copies.iter().all(|c| c.as_ref().ok() == Some(header));
                 let fell_back = i > 0 || damaged_copy;
-                return replay(io, *header, state, capacity, fell_back)
+                return replay(io, *header, state, capacity, fell_back, salvage)
                     .map(|r| Recovered { copies_agree, ..r });
             }
             Err(e @ (Error::Truncated(_) | Error::Io { .. })) => return Err(e),
@@ -167,6 +173,17 @@ pub(crate) fn load_checkpoint(io: &dyn StorageIo, header: &Header, capacity: u64
     Ok(state)
 }
 
+fn read_failed(during: &'static str, offset: u64, source: std::io::Error) -> Error {
+    match Error::io(during, source) {
+        Error::Io { during, source } => Error::ReadFailed {
+            during,
+            offset,
+            source,
+        },
+        other => other,
+    }
+}
+
 /// The intact record at `slot`, its CRC and its length; `None` where the chain ends.
 pub(crate) fn record_at(
     io: &dyn StorageIo,
@@ -181,7 +198,7 @@ pub(crate) fn record_at(
     let room = (capacity - slot) * page_size;
     let mut first = vec![0u8; RECORD_ALIGN as usize];
     io.read_at(&mut first, offset)
-        .map_err(|e| Error::io("reading a commit record", e))?;
+        .map_err(|e| read_failed("reading a commit record", offset, e))?;
     let Some(len) = Record::peek_len(&first) else {
         return Ok(None);
     };
@@ -192,7 +209,7 @@ pub(crate) fn record_at(
     if len > RECORD_ALIGN {
         bytes.resize(len as usize, 0);
         io.read_at(&mut bytes[RECORD_ALIGN as usize..], offset + RECORD_ALIGN)
-            .map_err(|e| Error::io("reading a commit record", e))?;
+            .map_err(|e| read_failed("reading a commit record", offset, e))?;
     }
     Ok(Record::decode(&bytes).map(|(record, crc)| (record, crc, len)))
 }
@@ -216,8 +233,9 @@ pub(crate) fn pages_intact(
                 record.seq
             )));
         }
-        io.read_at(&mut page, slot_offset(*slot, page_size))
-            .map_err(|e| Error::io("verifying a page", e))?;
+        let at = slot_offset(*slot, page_size);
+        io.read_at(&mut page, at)
+            .map_err(|e| read_failed("verifying a committed page", at, e))?;
         if crc32c::crc32c(&page) != *crc && !cfg!(feature = "deliberately-broken-recovery") {
             return Ok(false);
         }
@@ -257,6 +275,7 @@ fn replay(
     mut state: State,
     capacity: u64,
     fell_back: bool,
+    salvage: bool,
 ) -> Result<Recovered> {
     let page_size = header.page_size as u64;
     let epoch = header.generation;
@@ -267,7 +286,23 @@ fn replay(
     let mut superseded = Vec::new();
     let mut replayed = 0u64;
     let mut log_bytes = 0u64;
-    while let Some((record, crc, len)) = record_at(io, slot, page_size, capacity)? {
+    let mut stopped_by = None;
+    let salvaged = |e: Error, stopped_by: &mut Option<String>| match e {
+        Error::ReadFailed { .. } if salvage => {
+            *stopped_by = Some(e.to_string());
+            Ok(())
+        }
+        other => Err(other),
+    };
+    loop {
+        let (record, crc, len) = match record_at(io, slot, page_size, capacity) {
+            Ok(Some(found)) => found,
+            Ok(None) => break,
+            Err(e) => {
+                salvaged(e, &mut stopped_by)?;
+                break;
+            }
+        };
         if record.epoch != epoch || record.prev_crc != prev_crc || record.seq != state.seq + 1 {
             if fell_back && record.epoch > epoch {
                 // Records follow a checkpoint newer than the one we loaded, so its header
@@ -288,8 +323,13 @@ fn replay(
         }
         let record_slots = len.div_ceil(page_size);
         if record.kind == RecordKind::Commit {
-            if !pages_intact(io, &record, page_size, capacity)? {
-                break;
+            match pages_intact(io, &record, page_size, capacity) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    salvaged(e, &mut stopped_by)?;
+                    break;
+                }
             }
             let mut next = state.clone();
             next.apply(&record.ops, record.seq, page_size, &mut superseded)?;
@@ -349,6 +389,7 @@ fn replay(
         records_replayed: replayed,
         log_bytes,
         copies_agree: true,
+        stopped_by,
     })
 }
 

@@ -14,7 +14,7 @@ use crate::txn::{Snapshot, Transaction, View};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,10 @@ pub struct Options {
     pub window_bytes: u64,
     /// Open without writing anything; commits fail with `Error::ReadOnly`.
     pub read_only: bool,
+    /// Read-only opens only: a read error while following the chain of commits ends the
+    /// chain there instead of failing the open, so the commits before the damage can be
+    /// copied into a new store (`onesync salvage`); [`Store::salvage_stopped_by`] says where.
+    pub salvage: bool,
     /// Negative controls only: put a defect back, so a crash test can show that it finds it.
     #[doc(hidden)]
     pub sabotage: Option<Sabotage>,
@@ -81,6 +85,7 @@ impl Default for Options {
             embed_limit: 64,
             window_bytes: 1 << 20,
             read_only: false,
+            salvage: false,
             sabotage: None,
         }
     }
@@ -174,6 +179,10 @@ pub(crate) struct Shared {
     pub next_file_id: AtomicU32,
     /// Other processes may have the store open (a file opened with `Store::open`).
     pub sharing: Option<Sharing>,
+    /// Opened to salvage: the read error that ended the chain early.
+    stopped_by: Option<String>,
+    /// This process has left the processes sharing the store (closed).
+    departed: AtomicBool,
     writer: Mutex<WriterClaims>,
 }
 
@@ -379,7 +388,7 @@ impl Store {
         let store_id = match newest_header(&probe) {
             Ok(header) => header.store_id,
             Err(_) => {
-                recover(&probe)?;
+                recover(&probe, false)?;
                 return Err(Error::Corrupt("both header copies fail their checksums".into()));
             }
         };
@@ -462,7 +471,13 @@ impl Store {
         sharing: Option<Sharing>,
         joined: bool,
     ) -> Result<Store> {
-        let mut recovered = recover(io.as_ref())?;
+        if opts.salvage && !opts.read_only {
+            return Err(Error::InvalidArgument(
+                "salvaging opens a store read-only: set Options::read_only too".into(),
+            ));
+        }
+        let mut recovered = recover(io.as_ref(), opts.salvage)?;
+        let stopped_by = recovered.stopped_by.take();
         if joined {
             recovered.alloc = SlotAllocator::none_free(recovered.alloc.capacity());
             recovered.awaiting_checkpoint.clear();
@@ -544,8 +559,16 @@ impl Store {
                 next_file_id: AtomicU32::new(next_file_id),
                 writer: Mutex::new(WriterClaims::default()),
                 sharing,
+                stopped_by,
+                departed: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// Opened with `Options::salvage`: the read error that ended the chain early, if one
+    /// did (the store then shows the commits before it).
+    pub fn salvage_stopped_by(&self) -> Option<&str> {
+        self.shared.stopped_by.as_deref()
     }
 
     pub fn page_size(&self) -> usize {
@@ -621,6 +644,7 @@ impl Store {
                 Ok(())
             })
         };
+        shared.departed.store(true, Ordering::Relaxed);
         if shared.opts.read_only {
             if let Some(s) = &shared.sharing {
                 s.depart(false);
@@ -767,6 +791,21 @@ fn embedded_pages(ops: &[Op]) -> u64 {
     patched.difference(&whole).count() as u64
 }
 
+impl Drop for Shared {
+    /// Dropped without `close` (safe: the next open recovers): still leave the processes
+    /// sharing the store, so the last one removes the side file.
+    fn drop(&mut self) {
+        if self.departed.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(s) = &self.sharing {
+            if let Ok(_init) = s.lock_init() {
+                s.depart(s.alone());
+            }
+        }
+    }
+}
+
 impl Shared {
     /// Alone with the store (holding `INIT`, no other process has it open): if this process
     /// joined others, rebuild which slots are free from the file, as the first process's
@@ -776,7 +815,7 @@ impl Shared {
         if meta.owns_all_slots || !meta.snapshots.is_empty() {
             return Ok(());
         }
-        let recovered = recover(self.io.as_ref())?;
+        let recovered = recover(self.io.as_ref(), false)?;
         if recovered.state.seq != meta.state.seq {
             // Someone's commit this process has not read: leave the space as it is.
             return Ok(());

@@ -268,3 +268,86 @@ fn readers_see_only_durable_commits() {
     assert_eq!(get(&a, 0), 2);
     assert_eq!(get(&b, 0), 2);
 }
+
+/// A disk whose reads at one offset fail (a bad sector), recording where writes went.
+struct BadSector {
+    disk: onesync_store::sim::SimDisk,
+    writes: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+    bad: std::sync::Arc<std::sync::Mutex<Option<u64>>>,
+}
+
+impl BadSector {
+    fn check(&self, offset: u64, len: usize) -> std::io::Result<()> {
+        match *self.bad.lock().unwrap() {
+            Some(bad) if offset <= bad && bad < offset + len as u64 => {
+                Err(std::io::Error::from_raw_os_error(libc::EIO))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl onesync_store::io::StorageIo for BadSector {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.check(offset, buf.len())?;
+        self.disk.read_at(buf, offset)
+    }
+    fn read_durable_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.check(offset, buf.len())?;
+        self.disk.read_durable_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> std::io::Result<()> {
+        self.writes.lock().unwrap().push(offset);
+        self.disk.write_at(data, offset)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.disk.sync_data()
+    }
+    fn size(&self) -> std::io::Result<u64> {
+        self.disk.size()
+    }
+}
+
+/// Risk "a read error in the chain's tail": the open fails safe, naming the offset and the
+/// command that salvages; a salvaging open shows every commit before the damage.
+#[test]
+fn a_read_error_in_the_chain_fails_safe_and_can_be_salvaged() {
+    use onesync_store::io::StorageIo;
+    let disk = onesync_store::sim::SimDisk::new();
+    let writes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let bad = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let io = || -> Box<dyn StorageIo> {
+        Box::new(BadSector {
+            disk: disk.clone(),
+            writes: writes.clone(),
+            bad: bad.clone(),
+        })
+    };
+    let store = Store::create_with_io(io(), &opts()).unwrap();
+    for page in 0..3 {
+        put(&store, page, page as u8 + 1).unwrap();
+    }
+    let before = writes.lock().unwrap().len();
+    put(&store, 3, 4).unwrap();
+    let fourth = writes.lock().unwrap()[before];
+    put(&store, 4, 5).unwrap();
+    drop(store);
+    *bad.lock().unwrap() = Some(fourth);
+    let message = match Store::open_with_io(io(), &opts()) {
+        Err(e @ Error::ReadFailed { .. }) => e.to_string(),
+        other => panic!("expected ReadFailed, got {:?}", other.err()),
+    };
+    assert!(message.contains(&format!("at byte {fourth}")), "{message}");
+    assert!(message.contains("onesync salvage"), "{message}");
+    let salvaging = Options {
+        read_only: true,
+        salvage: true,
+        ..opts()
+    };
+    let store = Store::open_with_io(io(), &salvaging).unwrap();
+    assert!(store
+        .salvage_stopped_by()
+        .is_some_and(|why| why.contains("at byte")));
+    let got: Vec<u8> = (0..5).map(|page| get(&store, page)).collect();
+    assert_eq!(got, vec![1, 2, 3, 0, 0], "the prefix before the bad sector");
+}

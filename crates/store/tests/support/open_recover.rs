@@ -763,6 +763,7 @@ pub struct Outcome {
 pub fn kind(e: &Error) -> &'static str {
     match e {
         Error::Io { .. } => "Io",
+        Error::ReadFailed { .. } => "ReadFailed",
         Error::NotAStore(_) => "NotAStore",
         Error::UnsupportedVersion { .. } => "UnsupportedVersion",
         Error::Truncated(_) => "Truncated",
