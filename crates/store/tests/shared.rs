@@ -184,9 +184,7 @@ fn run(steps: &[Step]) {
 }
 
 fn onesync_store_shm_exists(path: &std::path::Path) -> bool {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-onesync-shm");
-    std::path::Path::new(&name).exists()
+    onesync_store::layout::side_file(path).unwrap().exists()
 }
 
 proptest! {

@@ -315,6 +315,8 @@ fn registry_acquire(
     let opts = Options {
         page_size: STORE_PAGE_SIZE,
         embed_limit: EMBED_LIMIT,
+        // Negative controls of crash tests only (ONESYNC_SABOTAGE); never set otherwise.
+        sabotage: onesync_store::Sabotage::from_env(),
         ..Options::default()
     };
     let opened = match opener {
@@ -521,7 +523,12 @@ impl StoreDb {
     /// Holding the write lock in this process and among processes: refuse a stale snapshot,
     /// then join (or begin) the connection's store transaction as this handle's writer.
     fn start_writing(&self, coord: &mut Coordination, changed_at: u64) -> IoResult<()> {
-        let latest = self.store.store.try_snapshot().map_err(|_| SQLITE_IOERR_LOCK)?;
+        // What the transaction builds on: the latest written state, durable or not yet.
+        let latest = self
+            .store
+            .store
+            .try_latest_snapshot()
+            .map_err(|_| SQLITE_IOERR_LOCK)?;
         if self
             .snapshot
             .as_ref()
@@ -877,11 +884,20 @@ impl DbBackend for StoreDb {
             return Ok(());
         }
         if self.level == LockLevel::None {
-            if RETRYING_WRITER.with(|r| r.replace(false)) {
+            let retrying_writer = RETRYING_WRITER.with(|r| r.replace(false));
+            if retrying_writer {
                 self.wait_for_other_writer();
             }
-            // The latest commit of any process sharing the store.
-            let snapshot = self.store.store.try_snapshot().map_err(|_| SQLITE_IOERR_LOCK)?;
+            // A reader sees the latest durable commit of any process sharing the store, so a
+            // power cut never takes back a row it was shown. A writer retrying after a stale
+            // snapshot builds on the latest written one (its commit comes later in the chain
+            // and is durable only with it).
+            let snapshot = if retrying_writer {
+                self.store.store.try_latest_snapshot()
+            } else {
+                self.store.store.try_snapshot()
+            }
+            .map_err(|_| SQLITE_IOERR_LOCK)?;
             let mut coord = lock(&self.store.coord);
             coord.files.entry(self.logical.clone()).or_default().shared += 1;
             drop(coord);

@@ -635,9 +635,7 @@ fn works_in_the_system_sqlite3_cli() {
             "count|2",
             "x.db",
             "x.db-kv.mvbt",
-            "x.db-onesync-shm",
             "x.db",
-            "x.db-onesync-shm",
         ],
         "stdout:\n{stdout}"
     );
