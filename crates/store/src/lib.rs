@@ -35,14 +35,15 @@
 //! (so no record that recovery may replay names it) and no open snapshot can read it.
 //!
 //! ## Concurrency
-//! Any number of processes may open a store read-write (see `sharing.rs`): each sees every
-//! process's commits in its new snapshots, and the durability contract holds for them all. A
-//! read-only open runs only while no read-write process has the store open. Within a
-//! process, any number of threads may run transactions and snapshots. Transactions see the state they began on
-//! plus their own writes and fail with `Error::Conflict` if another commit changed the same
-//! page, file size or file since (first committer wins). Snapshots and transactions begin on
-//! the latest *sequenced* commit, which may still be waiting for its flush; its committer is
-//! not told it is committed until the flush completes.
+//! Any number of processes may open a store, read-write or read-only (see `sharing.rs`):
+//! each sees every process's commits in its new snapshots, and the durability contract holds
+//! for them all. Within a process, any number of threads may run transactions and
+//! snapshots. Transactions see the state they began on plus their own writes and fail with
+//! `Error::Conflict` if another commit changed the same page, file size or file since (first
+//! committer wins). Snapshots show the latest *durable* commit, so a power cut never takes
+//! back what a reader saw; transactions begin on the latest *written* one, which may still
+//! be waiting for its flush (their own commit is later in the chain and becomes durable
+//! only with it). See the README's "The crash contract".
 
 mod alloc;
 mod error;
