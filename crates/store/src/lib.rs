@@ -49,6 +49,7 @@ mod alloc;
 mod error;
 mod format;
 pub mod io;
+mod nonce;
 mod recovery;
 mod sharing;
 pub mod sim;

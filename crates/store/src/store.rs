@@ -319,7 +319,10 @@ impl Store {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let temp = dir.join(format!(".{name}.onesync-creating-{:016x}", rand::random::<u64>()));
+        let temp = dir.join(format!(
+            ".{name}.onesync-creating-{:016x}",
+            crate::nonce::random_u64()
+        ));
         let file = match OpenOptions::new()
             .read(true)
             .write(true)
@@ -440,13 +443,13 @@ impl Store {
             .map_err(|e| Error::io("writing the first checkpoint", e))?;
         let header = Header {
             page_size: opts.page_size,
-            store_id: rand::random(),
+            store_id: crate::nonce::random_u64(),
             generation: 1,
             checkpoint: CheckpointRef::new(&[(0, blob_slots)], blob.len() as u64, blob_crc, 0),
             log: LogRef {
                 first_slot: blob_slots,
                 window_end: blob_slots + window,
-                seed: rand::random(),
+                seed: crate::nonce::random_u64() as u32,
             },
         };
         for copy in 0..2 {
@@ -526,7 +529,7 @@ impl Store {
             head: recovered.head,
             window_end: recovered.window_end,
             prev_crc: recovered.prev_crc,
-            session: rand::random(),
+            session: crate::nonce::random_u64(),
             commits_since_checkpoint: recovered.records_replayed,
             log_bytes_since_checkpoint: recovered.log_bytes,
             owns_all_slots: !joined,
@@ -1452,7 +1455,7 @@ impl Shared {
             log: LogRef {
                 first_slot: meta.head,
                 window_end: meta.window_end,
-                seed: rand::random(),
+                seed: crate::nonce::random_u64() as u32,
             },
             ..meta.header
         };
