@@ -141,6 +141,8 @@ pub struct Sharing {
     file: File,
     /// The side file and this process's entry in it; `None` for a read-only process.
     side: Option<SideFile>,
+    /// Where the side file is (a read-only process reads it there when it needs to).
+    side_path: PathBuf,
 }
 
 struct SideFile {
@@ -241,13 +243,12 @@ impl Sharing {
             } else {
                 Arrival::ReadOnly
             };
-            return Ok((
-                Sharing {
-                    file: mine,
-                    side: None,
-                },
-                arrival,
-            ));
+            let sharing = Sharing {
+                file: mine,
+                side: None,
+                side_path: side_file_path(file, store_id)?,
+            };
+            return Ok((sharing, arrival));
         }
         let first = set_lock(file, Kind::Exclusive, OPEN, false).map_err(&lock_err)?;
         let release_open = || {
@@ -293,6 +294,7 @@ impl Sharing {
                             path: side_path.clone(),
                             entry,
                         }),
+                        side_path: side_path.clone(),
                     };
                     sharing.publish_pin(NO_PIN)?;
                     return Ok(sharing);
@@ -402,9 +404,12 @@ impl Sharing {
         let Some(side) = &self.side else {
             return Ok(Vec::new());
         };
+        Self::read_entries(&side.file)
+    }
+
+    fn read_entries(file: &File) -> Result<Vec<(u64, u64)>> {
         let mut table = vec![0u8; (ENTRY_LEN * READER_ENTRIES) as usize];
-        side.file
-            .read_exact_at(&mut table, SHM_ENTRIES)
+        file.read_exact_at(&mut table, SHM_ENTRIES)
             .map_err(io_err("reading the side file's entries"))?;
         let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0xff; 8]));
         Ok(table
@@ -437,10 +442,20 @@ impl Sharing {
         Ok(oldest)
     }
 
-    /// How far any process has seen the chain durable (0 if unknown). Values of processes
-    /// gone stay true: a durable commit stays durable.
-    pub fn others_durable(&self) -> Result<u64> {
-        Ok(self.entries()?.into_iter().map(|(_, d)| d).max().unwrap_or(0))
+    /// How far any process has seen the chain durable (values of processes gone stay true:
+    /// a durable commit stays durable). `None` when it cannot be known: a read-only process
+    /// finds no side file (no read-write process has the store open).
+    pub fn others_durable(&self) -> Result<Option<u64>> {
+        let entries = match &self.side {
+            Some(side) => Self::read_entries(&side.file)?,
+            // A read-only process reads the side file where it is now (a read-write
+            // process arriving first creates it anew).
+            None => match File::open(&self.side_path) {
+                Ok(file) => Self::read_entries(&file)?,
+                Err(_) => return Ok(None),
+            },
+        };
+        Ok(Some(entries.into_iter().map(|(_, d)| d).max().unwrap_or(0)))
     }
 
     /// Record that commits up to `seq` of checkpoint generation `generation` are about to

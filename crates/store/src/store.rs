@@ -953,7 +953,19 @@ impl Shared {
         if !meta.not_durable.is_empty() {
             // Others' commits this process read may not be durable yet: show readers what
             // some process has seen flushed.
-            let durable = s.others_durable()?.max(lock(&self.flush).durable);
+            let durable = match s.others_durable()? {
+                Some(durable) => durable,
+                None => {
+                    // Nobody to ask: make what this process read durable itself (a flush
+                    // works on a read-only descriptor, and finds nothing to do where the
+                    // writer already flushed).
+                    self.io
+                        .sync_data()
+                        .map_err(|e| Error::io("flushing the commits this process read", e))?;
+                    meta.state.seq
+                }
+            };
+            let durable = durable.max(lock(&self.flush).durable);
             self.promote_durable(meta, durable);
         }
         Ok(())

@@ -183,7 +183,9 @@ fn read_only_opens_share_with_writers() {
         .expect("a read-only snapshot's page was reused");
     assert_eq!(buf[0], 1);
     drop(held);
-    assert_eq!(get(&reader, 0), 39, "the read-only open follows commits");
+    assert_eq!(get(&reader, 0), 39, "the read-only open follows checkpoints");
+    put(&writer, 1, 9).unwrap();
+    assert_eq!(get(&reader, 1), 9, "the read-only open follows commits");
     assert!(matches!(put(&reader, 1, 1), Err(Error::ReadOnly)));
     // A read-only file (permissions) opens read-only too.
     drop((reader, writer));

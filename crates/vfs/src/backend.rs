@@ -507,6 +507,22 @@ pub struct Opened {
     pub out_flags: c_int,
 }
 
+/// Where a journal named in `xAccess` / `xDelete` lives, for a factory that decides it
+/// per database ([`MainDbFactory::journal_route`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JournalRoute {
+    /// Private to its connection, in memory: it never exists by name.
+    Private,
+    /// On the underlying VFS, as in stock SQLite.
+    Disk,
+    /// On the underlying VFS if it is there; deleting a missing one succeeds (a
+    /// super-journal that stayed in memory).
+    DiskIfPresent,
+    /// Exists for this process (a live transaction names it), on the underlying VFS if
+    /// it is there, otherwise as an empty file; deleting a missing one succeeds.
+    InUse,
+}
+
 /// Chooses the backend for each main database file the VFS opens.
 pub trait MainDbFactory: Send + Sync {
     fn open(&self, req: &OpenRequest) -> IoResult<Opened>;
@@ -515,6 +531,15 @@ pub trait MainDbFactory: Send + Sync {
     /// that commits atomically itself, where no journal can ever be hot.
     fn private_journals(&self) -> bool {
         false
+    }
+    /// For a factory whose databases are not all alike (some plain files with journals on
+    /// disk): where the journal or super-journal `name` lives. `None`: the VFS's own rule.
+    fn journal_route(&self, _name: &[u8]) -> Option<JournalRoute> {
+        None
+    }
+    /// Opens a rollback journal or super-journal itself; `None`: the VFS's own rule.
+    fn open_journal(&self, _req: &OpenRequest) -> Option<IoResult<Opened>> {
+        None
     }
 }
 

@@ -14,17 +14,20 @@ mod f2fs;
 pub mod ffi;
 mod file;
 mod guard;
+mod main_file;
 mod memfile;
 mod mvbt_vtab;
+mod names;
 mod store_db;
+mod super_journal;
 mod vfs;
 
 use std::ffi::{c_char, c_int, c_void};
 
 pub use api::{ApiTable, VtabConfigRoutine, VtabRoutines};
 pub use backend::{
-    passthrough_io, DbBackend, FileSystem, IoResult, LockLevel, MainDbFactory, MaskedPassThroughFactory,
-    OpenRequest, Opened, PassThrough, PassThroughFactory, PassThroughIo,
+    passthrough_io, DbBackend, FileSystem, IoResult, JournalRoute, LockLevel, MainDbFactory,
+    MaskedPassThroughFactory, OpenRequest, Opened, PassThrough, PassThroughFactory, PassThroughIo,
 };
 pub use f2fs::{f2fs_atomic_write_support, f2fs_stats, F2fsFactory, F2fsStats, F2FS_VFS_NAME};
 pub use mvbt_vtab::{

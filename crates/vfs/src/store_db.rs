@@ -3,38 +3,50 @@
 //!
 //! * Path `P` is the store file; the database is its logical file `main`, or
 //!   the one named by the URI parameter `db=` (`file:P?vfs=onesync&db=aux`).
+//!   Which files are stores and which stay plain SQLite files is decided in
+//!   `main_file.rs`.
 //! * Every database of one store in this process shares one [`Store`] handle
-//!   from a registry keyed by canonical path (the store's flock allows one
-//!   open per process).
+//!   from a registry keyed by the file's identity (device and inode), so that
+//!   two names of one file (hard links) share it too.
 //! * SQLite's lock levels are kept per logical file in that registry. A
 //!   reader (SHARED) reads one store snapshot; a writer (RESERVED and up)
 //!   writes into one store transaction per *connection*, shared by all the
 //!   databases of that connection in the same store, so that a transaction
 //!   over `main` and an attached `aux` commits as one store commit.
-//! * The commit is sequenced at `xSync` (one database) or at the first
-//!   `xUnlock` of the transaction (several), and waited for (the flush) after
-//!   the lock is released, so the next writer runs during the flush.
+//! * The commit is sequenced at `xSync` (one database), at
+//!   `SQLITE_FCNTL_COMMIT_ATOMIC_WRITE`, or at `SQLITE_FCNTL_COMMIT_PHASETWO`
+//!   (several databases, `synchronous=OFF`), and is durable before SQLite
+//!   returns from COMMIT: waited for at PHASETWO, or, when SQLite is known to
+//!   unlock right after (locking_mode NORMAL) and someone may want the lock,
+//!   after the lock is released, so the next writer runs during the flush.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_int, c_void};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use onesync_store::{Error as StoreError, FileId, Options, PendingCommit, Snapshot, Store, Transaction};
 
 use crate::api::ApiTable;
-use crate::backend::{DbBackend, IoResult, LockLevel, MainDbFactory, OpenRequest, Opened, PragmaCall};
+use crate::backend::{
+    DbBackend, IoResult, JournalRoute, LockLevel, MainDbFactory, OpenRequest, Opened, PragmaCall,
+};
 use crate::ffi::{
     SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_FCNTL_BEGIN_ATOMIC_WRITE,
-    SQLITE_FCNTL_COMMIT_ATOMIC_WRITE, SQLITE_FCNTL_PDB, SQLITE_FCNTL_PRAGMA,
-    SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE, SQLITE_IOCAP_BATCH_ATOMIC, SQLITE_IOCAP_POWERSAFE_OVERWRITE,
-    SQLITE_IOCAP_SAFE_APPEND, SQLITE_IOERR, SQLITE_IOERR_FSYNC, SQLITE_IOERR_LOCK, SQLITE_IOERR_READ,
-    SQLITE_IOERR_SHORT_READ, SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_WRITE, SQLITE_NOTADB, SQLITE_NOTFOUND,
-    SQLITE_OK, SQLITE_OPEN_CREATE,
+    SQLITE_FCNTL_COMMIT_ATOMIC_WRITE, SQLITE_FCNTL_COMMIT_PHASETWO, SQLITE_FCNTL_PDB, SQLITE_FCNTL_PRAGMA,
+    SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE, SQLITE_FCNTL_SYNC, SQLITE_IOCAP_BATCH_ATOMIC,
+    SQLITE_IOCAP_POWERSAFE_OVERWRITE, SQLITE_IOCAP_SAFE_APPEND, SQLITE_IOERR, SQLITE_IOERR_FSYNC,
+    SQLITE_IOERR_LOCK, SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ, SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_WRITE,
+    SQLITE_NOTADB, SQLITE_NOTFOUND, SQLITE_OK, SQLITE_OPEN_MAIN_JOURNAL, SQLITE_OPEN_SUPER_JOURNAL,
+    SQLITE_READONLY,
 };
+use crate::memfile::MemFile;
+use crate::names::{self, NameClaim, Owner, StoreKey};
+use crate::super_journal::{verdict, SuperJournal, Verdict};
 
 /// Page size of stores this VFS creates (SQLite's default page size, so the
 /// common case maps one SQLite page to one store page).
@@ -57,10 +69,11 @@ const CHANGE_COUNTER: std::ops::Range<usize> = 24..28;
 /// another medium (the lab's power-cut simulation puts them on a `SimDisk`).
 pub type StoreOpener = Arc<dyn Fn(&Path, &Options, bool) -> Result<Store, StoreError> + Send + Sync>;
 
-/// Opens main database files as logical files of stores.
+/// Opens main database files as logical files of stores (or, for databases attached
+/// without `vfs=onesync`, as plain SQLite files: see `main_file.rs`).
 pub struct StoreFactory {
-    api: ApiTable,
-    opener: Option<StoreOpener>,
+    pub(crate) api: ApiTable,
+    pub(crate) opener: Option<StoreOpener>,
 }
 
 impl StoreFactory {
@@ -69,7 +82,8 @@ impl StoreFactory {
     }
 
     /// Stores opened by `opener` instead of from files (the path is still the registry key,
-    /// so every database of one path shares one store).
+    /// so every database of one path shares one store). Every main database file of such a
+    /// VFS is a store: the medium is the host's, so there is no plain file to fall back to.
     pub fn with_opener(api: ApiTable, opener: StoreOpener) -> Self {
         Self {
             api,
@@ -78,7 +92,7 @@ impl StoreFactory {
     }
 }
 
-fn not_a_store_message(path: &Path, why: &str) -> String {
+pub(crate) fn not_a_store_message(path: &Path, why: &str) -> String {
     format!(
         "onesync: {} is not a onesync store ({why}); nothing was written to it. \
          To use a plain SQLite database with vfs=onesync, convert it first: onesync import {} NEW.db",
@@ -89,56 +103,93 @@ fn not_a_store_message(path: &Path, why: &str) -> String {
 
 impl MainDbFactory for StoreFactory {
     fn open(&self, req: &OpenRequest) -> IoResult<Opened> {
-        let name = req.name().ok_or(SQLITE_CANTOPEN)?;
-        let path = PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes()));
-        // SAFETY: `req.name` is the filename SQLite passed to this xOpen.
-        let logical = unsafe { self.api.uri_parameter(req.name, c"db") }
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| DEFAULT_LOGICAL_DB.to_owned());
-        let create = req.flags() & SQLITE_OPEN_CREATE != 0;
-        let store = match registry_acquire(&path, create, self.opener.as_ref()) {
-            Ok(store) => store,
-            Err((code, msg)) => {
-                // xOpen cannot carry a message: SQLite's log gets it, and so
-                // does stderr, which is what a CLI user sees.
-                self.api.log(code, &msg);
-                eprintln!("{msg}");
-                return Err(code);
-            }
-        };
-        let id = NEXT_HANDLE.fetch_add(1, Relaxed);
-        Ok(Opened {
-            backend: Box::new(StoreDb {
-                store,
-                logical,
-                handle: id,
-                // Until SQLite tells us its connection (SQLITE_FCNTL_PDB), the
-                // handle is its own group.
-                conn: usize::MAX - id as usize,
-                level: LockLevel::None,
-                snapshot: None,
-                api: self.api,
-                batch: false,
-            }),
-            out_flags: req.flags(),
-        })
+        crate::main_file::open(self, req)
     }
 
     fn private_journals(&self) -> bool {
         true
     }
+
+    fn journal_route(&self, name: &[u8]) -> Option<JournalRoute> {
+        if names::database_of_journal(name).is_some() {
+            // A store's journal serves only its own handle's rollback; a plain file's is
+            // stock SQLite's, on disk.
+            return Some(if names::is_store_journal(name) {
+                JournalRoute::Private
+            } else {
+                JournalRoute::Disk
+            });
+        }
+        // Super-journals of stores alone stay in memory and never exist by name; those of
+        // plain files are on disk, where crash recovery looks for them.
+        if !names::is_super_journal_name(name) {
+            return None;
+        }
+        Some(if names::is_super_journal_in_use(name) {
+            JournalRoute::InUse
+        } else {
+            JournalRoute::DiskIfPresent
+        })
+    }
+
+    fn open_journal(&self, req: &OpenRequest) -> Option<IoResult<Opened>> {
+        let flags = req.flags();
+        let name = req.name().map(|n| n.to_bytes());
+        if flags & SQLITE_OPEN_SUPER_JOURNAL != 0 {
+            // A new one is judged by the names written into it; an existing one (read by
+            // a plain file's crash recovery, which also opens the journals it lists this
+            // way) is on disk.
+            if flags & crate::ffi::SQLITE_OPEN_CREATE != 0 {
+                return Some(Ok(Opened {
+                    backend: Box::new(SuperJournal::new(req.base, req.name, flags, self.api)),
+                    out_flags: flags,
+                }));
+            }
+            let gone = |n: &[u8]| !Path::new(std::ffi::OsStr::from_bytes(n)).exists();
+            if name.is_some_and(|n| names::is_super_journal_in_use(n) && gone(n)) {
+                // Read by a rollback of a store transaction that names it: it lists nothing.
+                return Some(Ok(Opened {
+                    backend: Box::new(MemFile::anonymous()),
+                    out_flags: flags,
+                }));
+            }
+            return Some(req.open_passthrough());
+        }
+        if flags & SQLITE_OPEN_MAIN_JOURNAL != 0 {
+            return Some(match name {
+                Some(n) if !names::is_store_journal(n) => req.open_passthrough(),
+                _ => Ok(Opened {
+                    backend: Box::new(MemFile::anonymous()),
+                    out_flags: flags,
+                }),
+            });
+        }
+        None
+    }
 }
 
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
 
+/// A new id for an open database file of this VFS.
+pub(crate) fn next_handle() -> u64 {
+    NEXT_HANDLE.fetch_add(1, Relaxed)
+}
+
+/// The registry's key: the store, and whether it is open read-only.
+type RegistryKey = (StoreKey, bool);
+
 /// One open store, shared by every handle on it in this process.
 struct OpenStore {
-    path: PathBuf,
+    key: RegistryKey,
     store: Store,
     page_size: u64,
     coord: Mutex<Coordination>,
     /// Signalled when a file's writer lets go of RESERVED.
     writer_left: Condvar,
+    /// Connections of this process waiting for a write lock of this store right now.
+    waiting_writers: AtomicUsize,
+    /// When a write lock of this store was last found held by another process.
+    contended_at: Mutex<Option<Instant>>,
 }
 
 /// How long a connection asking for RESERVED waits for another connection of
@@ -152,6 +203,10 @@ const WRITER_WAIT: Duration = Duration::from_millis(20);
 /// Between tries for a database's write lock held by another process (there is no
 /// wake-up across processes).
 const PROCESS_LOCK_POLL: Duration = Duration::from_micros(100);
+
+/// For this long after another process was seen holding a write lock of a store, commits
+/// let go of the lock before their flush (the other process may be waiting for it).
+const CONTENTION_MEMORY: Duration = Duration::from_secs(2);
 
 /// Releases of a write lock by any connection of this process (a generation count).
 static LOCK_RELEASES: Mutex<u64> = Mutex::new(0);
@@ -207,6 +262,22 @@ fn process_lock_key(logical: &str) -> u64 {
     })
 }
 
+/// Counts a connection waiting for a write lock while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
 impl OpenStore {
     /// Wait (at most `left`) for a file's writer to let go: a writer holds its lock for
     /// tens of microseconds, so first yield a few times (no sleep and wake-up, which cost
@@ -234,6 +305,14 @@ impl OpenStore {
             .unwrap_or_else(|e| e.into_inner())
             .0
     }
+
+    fn note_contention(&self) {
+        *lock(&self.contended_at) = Some(Instant::now());
+    }
+
+    fn contended_recently(&self) -> bool {
+        lock(&self.contended_at).is_some_and(|t| t.elapsed() < CONTENTION_MEMORY)
+    }
 }
 
 /// How long a connection waiting for a write lock yields before it sleeps.
@@ -246,6 +325,8 @@ struct Coordination {
     conns: HashMap<usize, ConnTxn>,
     /// Store sequence number of each connection's last commit (`PRAGMA onesync_commit`).
     last_commit: HashMap<usize, u64>,
+    /// Open handles on this store, by connection.
+    handles_by_conn: HashMap<usize, usize>,
 }
 
 #[derive(Default)]
@@ -265,8 +346,26 @@ struct FileLock {
 struct ConnTxn {
     txn: Option<Transaction>,
     members: BTreeMap<u64, Member>,
-    /// Sequenced, not yet known durable: waited for by the last member's unlock.
+    /// Sequenced, not yet known durable: waited for at PHASETWO, or by the last member's
+    /// unlock.
     pending: Option<PendingCommit>,
+    /// The super-journal SQLite named at this transaction's phase one: it commits at
+    /// PHASETWO only, never at an xSync (a rollback after a failed phase one syncs too).
+    super_journal: Option<names::SuperJournalInUse>,
+}
+
+impl ConnTxn {
+    /// Ends the transaction without committing it.
+    fn abort(&mut self) {
+        if let Some(txn) = self.txn.take() {
+            txn.abort();
+        }
+        for m in self.members.values_mut() {
+            m.dirty = false;
+            m.wrote = false;
+        }
+        self.super_journal = None;
+    }
 }
 
 struct Member {
@@ -278,8 +377,8 @@ struct Member {
     base_counter: [u8; 4],
 }
 
-/// Open stores by canonical path, with the number of handles on each.
-static REGISTRY: Mutex<BTreeMap<PathBuf, (Arc<OpenStore>, usize)>> = Mutex::new(BTreeMap::new());
+/// Open stores by identity and read-only-ness, with the number of handles on each.
+static REGISTRY: Mutex<BTreeMap<RegistryKey, (Arc<OpenStore>, usize)>> = Mutex::new(BTreeMap::new());
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding a lock is caught at the FFI boundary; the data
@@ -301,71 +400,168 @@ fn canonical(path: &Path) -> PathBuf {
     }
 }
 
-fn registry_acquire(
-    path: &Path,
-    create: bool,
-    opener: Option<&StoreOpener>,
-) -> Result<Arc<OpenStore>, (c_int, String)> {
-    let key = canonical(path);
-    let mut registry = lock(&REGISTRY);
-    if let Some((store, count)) = registry.get_mut(&key) {
-        *count += 1;
-        return Ok(store.clone());
+fn inode_key(meta: &std::fs::Metadata) -> StoreKey {
+    StoreKey::Inode {
+        dev: meta.dev(),
+        ino: meta.ino(),
     }
-    let opts = Options {
+}
+
+/// How a store is wanted.
+#[derive(Clone, Copy)]
+pub(crate) struct Want {
+    /// Create it if the path does not exist.
+    pub create: bool,
+    /// Open it read-only (`mode=ro`, `immutable=1`).
+    pub read_only: bool,
+}
+
+fn store_options(read_only: bool) -> Options {
+    Options {
         page_size: STORE_PAGE_SIZE,
         embed_limit: EMBED_LIMIT,
+        read_only,
         // Negative controls of crash tests only (ONESYNC_SABOTAGE); never set otherwise.
         sabotage: onesync_store::Sabotage::from_env(),
         ..Options::default()
+    }
+}
+
+fn open_error(path: &Path, e: StoreError) -> (c_int, String) {
+    match e {
+        StoreError::NotFound(_) => (
+            SQLITE_CANTOPEN,
+            format!("onesync: {} does not exist", path.display()),
+        ),
+        e @ (StoreError::NotAStore(_) | StoreError::UnsupportedVersion { .. } | StoreError::Truncated(_)) => {
+            (SQLITE_NOTADB, not_a_store_message(path, &e.to_string()))
+        }
+        e => (
+            SQLITE_CANTOPEN,
+            format!("onesync: cannot open store {}: {e}", path.display()),
+        ),
+    }
+}
+
+/// A registered store for a handle, and whether it is read-only.
+fn registry_acquire(
+    path: &Path,
+    want: Want,
+    opener: Option<&StoreOpener>,
+) -> Result<(Arc<OpenStore>, bool), (c_int, String)> {
+    let mut registry = lock(&REGISTRY);
+    let share = |registry: &mut BTreeMap<RegistryKey, (Arc<OpenStore>, usize)>, key: &StoreKey| {
+        // A read-only handle can share this process's read-write store; a read-write one
+        // needs one.
+        let keys = [(key.clone(), false), (key.clone(), true)];
+        let usable = if want.read_only { &keys[..] } else { &keys[..1] };
+        for k in usable {
+            if let Some((store, count)) = registry.get_mut(k) {
+                *count += 1;
+                return Some((store.clone(), want.read_only || k.1));
+            }
+        }
+        None
     };
-    let opened = match opener {
-        Some(open) => open(&key, &opts, create),
-        None => Store::open(&key, &opts),
-    };
-    let store = match opened {
-        Ok(s) => s,
-        Err(StoreError::NotFound(_)) if create => Store::create(&key, &opts).map_err(|e| {
-            (
-                SQLITE_CANTOPEN,
-                format!("onesync: cannot create store {}: {e}", key.display()),
-            )
-        })?,
-        Err(StoreError::NotFound(_)) => {
-            return Err((
-                SQLITE_CANTOPEN,
-                format!("onesync: {} does not exist", key.display()),
-            ))
+    if let Some(open) = opener {
+        let path = canonical(path);
+        let key = StoreKey::Path(path.clone());
+        if let Some(hit) = share(&mut registry, &key) {
+            return Ok(hit);
         }
-        Err(e @ (StoreError::NotAStore(_) | StoreError::UnsupportedVersion { .. })) => {
-            return Err((SQLITE_NOTADB, not_a_store_message(&key, &e.to_string())))
+        let store =
+            open(&path, &store_options(want.read_only), want.create).map_err(|e| open_error(&path, e))?;
+        return Ok((
+            register(&mut registry, (key, want.read_only), store),
+            want.read_only,
+        ));
+    }
+    // The name may be replaced meanwhile (a rename): the store must be the inode the key
+    // names, so the name is looked up again after the open.
+    for _ in 0..3 {
+        let meta = match std::fs::metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && want.create => {
+                match Store::create(path, &store_options(false)) {
+                    Ok(store) => {
+                        let meta = std::fs::metadata(path)
+                            .map_err(|e| (SQLITE_CANTOPEN, format!("onesync: {}: {e}", path.display())))?;
+                        let key = (inode_key(&meta), false);
+                        return Ok((register(&mut registry, key, store), false));
+                    }
+                    // Another process created it first: open that.
+                    Err(StoreError::AlreadyExists(_)) => continue,
+                    Err(e) => {
+                        return Err((
+                            SQLITE_CANTOPEN,
+                            format!("onesync: cannot create store {}: {e}", path.display()),
+                        ))
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(open_error(path, StoreError::NotFound(path.into())))
+            }
+            Err(e) => {
+                return Err((
+                    SQLITE_CANTOPEN,
+                    format!("onesync: cannot open store {}: {e}", path.display()),
+                ))
+            }
+        };
+        let key = inode_key(&meta);
+        if let Some(hit) = share(&mut registry, &key) {
+            return Ok(hit);
         }
-        Err(e @ StoreError::Truncated(_)) => {
-            return Err((SQLITE_NOTADB, not_a_store_message(&key, &e.to_string())))
+        let (store, read_only) = match Store::open(path, &store_options(want.read_only)) {
+            Ok(store) => (store, want.read_only),
+            // A read-only file or mount: read-only, as stock SQLite falls back to.
+            Err(StoreError::NotWritable { .. }) if !want.read_only => {
+                if let Some(hit) = share(&mut registry, &key) {
+                    return Ok(hit);
+                }
+                let store = Store::open(path, &store_options(true)).map_err(|e| open_error(path, e))?;
+                (store, true)
+            }
+            Err(e) => return Err(open_error(path, e)),
+        };
+        if std::fs::metadata(path).is_ok_and(|m| inode_key(&m) == key) {
+            return Ok((register(&mut registry, (key, read_only), store), read_only));
         }
-        Err(e) => {
-            return Err((
-                SQLITE_CANTOPEN,
-                format!("onesync: cannot open store {}: {e}", key.display()),
-            ))
-        }
-    };
+        let _ = store.close();
+    }
+    Err((
+        SQLITE_CANTOPEN,
+        format!(
+            "onesync: {} kept changing while it was opened (renamed over?)",
+            path.display()
+        ),
+    ))
+}
+
+fn register(
+    registry: &mut BTreeMap<RegistryKey, (Arc<OpenStore>, usize)>,
+    key: RegistryKey,
+    store: Store,
+) -> Arc<OpenStore> {
     let open = Arc::new(OpenStore {
-        path: key.clone(),
+        key: key.clone(),
         page_size: store.page_size() as u64,
         store,
         coord: Mutex::new(Coordination::default()),
         writer_left: Condvar::new(),
+        waiting_writers: AtomicUsize::new(0),
+        contended_at: Mutex::new(None),
     });
     registry.insert(key, (open.clone(), 1));
-    Ok(open)
+    open
 }
 
 /// Drops one handle's claim; the last one closes the store (checkpointing it),
 /// under the registry lock so that a concurrent open waits for the flock.
 fn registry_release(store: &Arc<OpenStore>) {
     let mut registry = lock(&REGISTRY);
-    let last = match registry.get_mut(&store.path) {
+    let last = match registry.get_mut(&store.key) {
         Some((_, count)) => {
             *count -= 1;
             *count == 0
@@ -373,26 +569,244 @@ fn registry_release(store: &Arc<OpenStore>) {
         None => false,
     };
     if last {
-        if let Some((open, _)) = registry.remove(&store.path) {
+        if let Some((open, _)) = registry.remove(&store.key) {
             let _ = open.store.clone().close();
         }
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Connections: which of our handles belong to each, and their locking modes.
+// ---------------------------------------------------------------------------------------
+
+/// A handle's `locking_mode`, as far as this VFS can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Normal,
+    Exclusive,
+    /// A database attached to a connection whose main database is not ours: an unqualified
+    /// `PRAGMA locking_mode` goes to the main database's file, which we never see.
+    Unknown,
+}
+
+struct HandleMode {
+    mode: Mode,
+    /// SQLite unlocked this handle since its mode was last set: proof that the mode is
+    /// really NORMAL (in EXCLUSIVE mode SQLite never unlocks; this also covers a build
+    /// whose default is EXCLUSIVE).
+    unlocked: bool,
+    /// `nolock=1`: SQLite never calls xLock or xUnlock.
+    nolock: bool,
+}
+
+#[derive(Default)]
+struct ConnInfo {
+    handles: BTreeMap<u64, HandleMode>,
+    /// Our handle that is the connection's main database, if it is ours.
+    main: Option<u64>,
+    /// An unqualified `PRAGMA locking_mode=EXCLUSIVE` may have run: databases attached
+    /// later start exclusive.
+    default_exclusive: bool,
+    /// SQLite sent SQLITE_FCNTL_COMMIT_PHASETWO on this connection: an unlock without it
+    /// ends a transaction that did not commit.
+    phasetwo: bool,
+}
+
+static CONNS: Mutex<BTreeMap<usize, ConnInfo>> = Mutex::new(BTreeMap::new());
+
+/// Whether the file SQLite opened as `name` is the main database of connection `db`
+/// (told with SQLITE_FCNTL_PDB). The main database is always opened first; SQLite's
+/// `sqlite3_db_filename(db, "main")` is that file's name pointer, or null while the
+/// connection is still being opened (where API armor refuses the call).
+pub(crate) fn is_main_database(api: &ApiTable, db: *mut c_void, name: *const c_char) -> bool {
+    let conn = db as usize;
+    if lock(&CONNS).get(&conn).is_some_and(|c| !c.handles.is_empty()) {
+        return false;
+    }
+    match api.vtab().and_then(|v| v.db_filename) {
+        Some(db_filename) => {
+            // SAFETY: `db` is the connection SQLite named with SQLITE_FCNTL_PDB, on the
+            // thread that holds its mutex; the result is only compared, never read.
+            let main = unsafe { db_filename(db, c"main".as_ptr()) };
+            main.is_null() || main == name
+        }
+        None => true,
+    }
+}
+
+/// Adds one of our handles to its connection's bookkeeping.
+pub(crate) fn join_connection(conn: usize, handle: u64, is_main: bool, nolock: bool) {
+    let mut conns = lock(&CONNS);
+    let info = conns.entry(conn).or_default();
+    let mode = if is_main {
+        info.main = Some(handle);
+        Mode::Normal
+    } else if info.main.is_none() {
+        Mode::Unknown
+    } else if info.default_exclusive {
+        Mode::Exclusive
+    } else {
+        Mode::Normal
+    };
+    info.handles.insert(
+        handle,
+        HandleMode {
+            mode,
+            unlocked: false,
+            nolock,
+        },
+    );
+}
+
+pub(crate) fn leave_connection(conn: usize, handle: u64) {
+    let mut conns = lock(&CONNS);
+    if let Some(info) = conns.get_mut(&conn) {
+        info.handles.remove(&handle);
+        if info.main == Some(handle) {
+            info.main = None;
+        }
+        if info.handles.is_empty() {
+            conns.remove(&conn);
+        }
+    }
+}
+
+/// `PRAGMA locking_mode=...` arrived at `handle`'s file: for the schema it names, or for
+/// an unqualified pragma the main database, which then applies it to every database.
+pub(crate) fn note_locking_mode(conn: usize, handle: u64, value: Option<&str>) {
+    let mode = match value {
+        Some("exclusive") => Mode::Exclusive,
+        Some("normal") => Mode::Normal,
+        _ => return,
+    };
+    let mut conns = lock(&CONNS);
+    let Some(info) = conns.get_mut(&conn) else {
+        return;
+    };
+    if let Some(h) = info.handles.get_mut(&handle) {
+        h.mode = mode;
+        h.unlocked = false;
+    }
+    // At the main database a qualified and an unqualified pragma look alike: assume the
+    // wider one for EXCLUSIVE (then every database waits at PHASETWO: correct, only
+    // slower) and the narrower one for NORMAL.
+    if info.main == Some(handle) && mode == Mode::Exclusive {
+        info.default_exclusive = true;
+        for h in info.handles.values_mut() {
+            if h.mode != Mode::Unknown {
+                h.mode = Mode::Exclusive;
+            }
+            h.unlocked = false;
+        }
+    }
+}
+
+fn note_unlocked(conn: usize, handle: u64) {
+    if let Some(h) = lock(&CONNS)
+        .get_mut(&conn)
+        .and_then(|c| c.handles.get_mut(&handle))
+    {
+        h.unlocked = true;
+    }
+}
+
+fn note_phasetwo(conn: usize) {
+    if let Some(c) = lock(&CONNS).get_mut(&conn) {
+        c.phasetwo = true;
+    }
+}
+
+fn phasetwo_seen(conn: usize) -> bool {
+    lock(&CONNS).get(&conn).is_some_and(|c| c.phasetwo)
+}
+
+/// Whether SQLite will surely unlock every one of these handles right after PHASETWO.
+fn unlocks_after_commit(conn: usize, handles: &[u64]) -> bool {
+    let conns = lock(&CONNS);
+    let Some(info) = conns.get(&conn) else {
+        return false;
+    };
+    handles.iter().all(|h| {
+        info.handles
+            .get(h)
+            .is_some_and(|m| m.mode == Mode::Normal && m.unlocked && !m.nolock)
+    })
+}
+
+/// What a store handle needs to know at open.
+pub(crate) struct StoreOpen<'a> {
+    pub api: ApiTable,
+    pub opener: Option<&'a StoreOpener>,
+    pub path: &'a Path,
+    /// SQLite's name for the file (for journal routing and SQLITE_FCNTL_PDB).
+    pub name: *const c_char,
+    pub logical: String,
+    pub want: Want,
+    pub nolock: bool,
+}
+
 /// One SQLite handle on one logical file.
-struct StoreDb {
+pub(crate) struct StoreDb {
     store: Arc<OpenStore>,
     logical: String,
     handle: u64,
     /// The SQLite connection (its `sqlite3*`), grouping handles into one
     /// write transaction.
     conn: usize,
+    /// Known from SQLITE_FCNTL_PDB, and registered with the connection.
+    joined: bool,
     level: LockLevel,
     /// What this handle reads while it holds SHARED and is not the writer.
     snapshot: Option<Snapshot>,
     api: ApiTable,
     /// Inside SQLITE_FCNTL_BEGIN/COMMIT_ATOMIC_WRITE.
     batch: bool,
+    read_only: bool,
+    nolock: bool,
+    /// SQLite's name for the file, as an integer (compared with `sqlite3_db_filename`).
+    name: usize,
+    _claim: NameClaim,
+}
+
+impl StoreDb {
+    /// Opens (or creates) the store and this handle on it; returns it and whether it is
+    /// read-only. Errors carry the message for the user.
+    pub(crate) fn open(o: StoreOpen<'_>) -> Result<(Self, bool), (c_int, String)> {
+        let (store, read_only) = registry_acquire(o.path, o.want, o.opener)?;
+        let name = o.name_bytes();
+        let claim = names::claim(&name, Owner::Store(store.key.0.clone()));
+        let handle = next_handle();
+        Ok((
+            StoreDb {
+                store,
+                logical: o.logical,
+                handle,
+                // Until SQLite tells us its connection (SQLITE_FCNTL_PDB), the
+                // handle is its own group.
+                conn: usize::MAX - handle as usize,
+                joined: false,
+                level: LockLevel::None,
+                snapshot: None,
+                api: o.api,
+                batch: false,
+                read_only,
+                nolock: o.nolock,
+                name: o.name as usize,
+                _claim: claim,
+            },
+            read_only,
+        ))
+    }
+}
+
+impl StoreOpen<'_> {
+    fn name_bytes(&self) -> Vec<u8> {
+        if self.name.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: `name` is the NUL-terminated filename SQLite passed to xOpen.
+        unsafe { std::ffi::CStr::from_ptr(self.name) }.to_bytes().to_vec()
+    }
 }
 
 fn store_err(code: c_int) -> impl Fn(StoreError) -> c_int {
@@ -452,10 +866,14 @@ impl StoreDb {
     }
 
     fn become_writer(&mut self) -> IoResult<()> {
+        if self.read_only {
+            return Err(SQLITE_READONLY);
+        }
         let snapshot_seq = self.snapshot.as_ref().map(|s| s.seq()).unwrap_or(0);
         let deadline = Instant::now() + WRITER_WAIT;
         let mut coord = lock(&self.store.coord);
         let mut waiting = None;
+        let mut counted = None;
         let changed_at = loop {
             let file = coord.files.entry(self.logical.clone()).or_default();
             // A commit since our snapshot: SQLite's cache is stale, retrying is its only way on.
@@ -470,8 +888,10 @@ impl StoreDb {
                     if left.is_zero() {
                         return Err(SQLITE_BUSY);
                     }
-                    // About to commit: a flush starting meanwhile should wait for us a little.
+                    // About to commit: a flush starting meanwhile should wait for us a little,
+                    // and the writer ahead of us should let go of the lock before its flush.
                     waiting.get_or_insert_with(|| self.store.store.writer_waiting());
+                    counted.get_or_insert_with(|| Waiting::new(&self.store.waiting_writers));
                     coord = self.store.wait_for_writer_change(coord, left);
                 }
                 // Our own connection (the same database twice): waiting would never end.
@@ -482,6 +902,7 @@ impl StoreDb {
         // database since our snapshot make it stale too.
         let key = process_lock_key(&self.logical);
         let mut coord = self.lock_for_process(coord, key, deadline, snapshot_seq)?;
+        drop(counted);
         if let Err(e) = self.start_writing(&mut coord, changed_at) {
             self.store.store.unlock_for_process(key);
             return Err(e);
@@ -503,6 +924,7 @@ impl StoreDb {
             match self.store.store.try_lock_for_process(key) {
                 Ok(true) => return Ok(coord),
                 Ok(false) if Instant::now() < deadline => {
+                    self.store.note_contention();
                     drop(coord);
                     std::thread::sleep(PROCESS_LOCK_POLL);
                     coord = lock(&self.store.coord);
@@ -610,6 +1032,7 @@ impl StoreDb {
             m.dirty = false;
             m.wrote = false;
         }
+        ct.super_journal = None;
         let pending = txn.commit_without_waiting().map_err(|_| SQLITE_IOERR_FSYNC)?;
         let seq = pending.seq();
         // Chain: an earlier pending commit of this connection is covered by
@@ -638,8 +1061,11 @@ impl StoreDb {
             }
         }
         let mut result = Ok(());
+        // A SQLite that sends SQLITE_FCNTL_COMMIT_PHASETWO has committed by now: what is
+        // left is a rollback's (or a read's). Without it (an old SQLite), guess.
+        let phasetwo = phasetwo_seen(self.conn);
         if let Some(ct) = coord.conns.get_mut(&self.conn) {
-            if let Some(txn) = ct.txn.as_ref() {
+            if let Some(txn) = ct.txn.as_ref().filter(|_| !phasetwo) {
                 // Commit when every member synced after its last write (a
                 // completed commit), or when a member's change counter moved
                 // (synchronous=OFF commits without xSync); a rollback restores
@@ -656,9 +1082,10 @@ impl StoreDb {
                 let any_write = ct.members.values().any(|m| m.wrote);
                 if completed && any_write {
                     result = Self::sequence_locked(&mut coord, self.conn);
-                } else if let Some(txn) = coord.conns.get_mut(&self.conn).and_then(|c| c.txn.take()) {
-                    txn.abort();
                 }
+            }
+            if let Some(ct) = coord.conns.get_mut(&self.conn) {
+                ct.abort();
             }
         }
         let mut pending = None;
@@ -710,6 +1137,11 @@ impl StoreDb {
                      TRUNCATE, PERSIST or MEMORY"
                 ));
                 SQLITE_ERROR
+            }
+            (Some("locking_mode"), value) => {
+                // Noted, then left to SQLite (which applies it).
+                note_locking_mode(self.conn, self.handle, value);
+                SQLITE_NOTFOUND
             }
             (Some("onesync_stats"), _) => {
                 reply(stats_json(&self.store.store));
@@ -869,7 +1301,11 @@ impl DbBackend for StoreDb {
         // One database: its sync is the commit. Several (an attached database
         // of the same store): SQLite syncs each in turn, so the commit waits
         // for the first unlock, after every database's phase one.
-        if ct.members.len() == 1 && !self.batch && ct.members.values().any(|m| m.wrote) {
+        if ct.members.len() == 1
+            && !self.batch
+            && ct.super_journal.is_none()
+            && ct.members.values().any(|m| m.wrote)
+        {
             Self::sequence_locked(&mut coord, self.conn)?;
         }
         Ok(())
@@ -912,36 +1348,10 @@ impl DbBackend for StoreDb {
     }
 
     fn unlock(&mut self, level: LockLevel) -> IoResult<()> {
-        if level >= self.level {
-            return Ok(());
+        if level < self.level {
+            note_unlocked(self.conn, self.handle);
         }
-        let mut to_wait = None;
-        let mut result = Ok(());
-        if self.is_writer() && level < LockLevel::Reserved {
-            match self.leave_writer() {
-                Ok(p) => to_wait = p,
-                Err(e) => result = Err(e),
-            }
-            // Still reading (SHARED): read what was just committed from now on.
-            if level == LockLevel::Shared {
-                self.snapshot = Some(self.store.store.snapshot());
-            }
-        }
-        if level == LockLevel::None && self.level >= LockLevel::Shared {
-            let mut coord = lock(&self.store.coord);
-            if let Some(f) = coord.files.get_mut(&self.logical) {
-                f.shared = f.shared.saturating_sub(1);
-            }
-            drop(coord);
-            self.snapshot = None;
-        }
-        self.level = level;
-        // The lock is released before the flush: the next writer proceeds
-        // while this commit's flush is in flight, and group commit covers both.
-        if let Some(pending) = to_wait {
-            pending.wait().map_err(|_| SQLITE_IOERR_FSYNC)?;
-        }
-        result
+        self.unlock_to(level)
     }
 
     fn check_reserved_lock(&mut self) -> IoResult<bool> {
@@ -950,10 +1360,15 @@ impl DbBackend for StoreDb {
             return Ok(true);
         }
         drop(coord);
-        self.store
+        let elsewhere = self
+            .store
             .store
             .locked_by_other_process(process_lock_key(&self.logical))
-            .map_err(|_| SQLITE_IOERR_LOCK)
+            .map_err(|_| SQLITE_IOERR_LOCK)?;
+        if elsewhere {
+            self.store.note_contention();
+        }
+        Ok(elsewhere)
     }
 
     unsafe fn file_control(&mut self, op: c_int, arg: *mut c_void) -> c_int {
@@ -962,12 +1377,23 @@ impl DbBackend for StoreDb {
                 // SAFETY: for SQLITE_FCNTL_PDB, `arg` is a `sqlite3**`
                 // naming the connection this file belongs to.
                 if let Some(db) = unsafe { arg.cast::<*mut c_void>().as_ref() } {
-                    if self.level == LockLevel::None {
-                        self.conn = *db as usize;
-                    }
+                    self.join(*db);
                 }
                 SQLITE_OK
             }
+            SQLITE_FCNTL_SYNC if !arg.is_null() => match self.super_journal_named(arg.cast()) {
+                // Not handled: SQLite goes on to xSync.
+                Ok(()) => SQLITE_NOTFOUND,
+                Err(why) => {
+                    self.api.log(SQLITE_ERROR, &why);
+                    eprintln!("{why}");
+                    SQLITE_ERROR
+                }
+            },
+            SQLITE_FCNTL_COMMIT_PHASETWO => match self.commit_phase_two() {
+                Ok(()) => SQLITE_OK,
+                Err(code) => code,
+            },
             // SAFETY: for SQLITE_FCNTL_PRAGMA, `arg` is SQLite's char*[3].
             SQLITE_FCNTL_PRAGMA if !arg.is_null() => unsafe { self.pragma(arg.cast()) },
             SQLITE_FCNTL_BEGIN_ATOMIC_WRITE => {
@@ -1021,18 +1447,188 @@ impl DbBackend for StoreDb {
     fn close(&mut self) -> IoResult<()> {
         let mut result = Ok(());
         if self.level > LockLevel::None {
-            result = self.unlock(LockLevel::None);
+            result = self.unlock_to(LockLevel::None);
         }
         // A connection closes its databases together; keeping its entry past that would
         // let the map grow with every connection ever opened.
-        lock(&self.store.coord).last_commit.remove(&self.conn);
+        let mut coord = lock(&self.store.coord);
+        coord.last_commit.remove(&self.conn);
+        if self.joined {
+            if let Some(n) = coord.handles_by_conn.get_mut(&self.conn) {
+                *n -= 1;
+                if *n == 0 {
+                    coord.handles_by_conn.remove(&self.conn);
+                }
+            }
+        }
+        drop(coord);
+        if self.joined {
+            leave_connection(self.conn, self.handle);
+        }
         registry_release(&self.store);
+        result
+    }
+}
+
+impl StoreDb {
+    /// SQLITE_FCNTL_PDB: the connection this file belongs to.
+    fn join(&mut self, db: *mut c_void) {
+        if self.joined || self.level != LockLevel::None {
+            return;
+        }
+        let is_main = is_main_database(&self.api, db, self.name as *const c_char);
+        self.conn = db as usize;
+        self.joined = true;
+        join_connection(self.conn, self.handle, is_main, self.nolock);
+        *lock(&self.store.coord)
+            .handles_by_conn
+            .entry(self.conn)
+            .or_default() += 1;
+    }
+
+    /// SQLITE_FCNTL_SYNC with a super-journal's name: this database's phase one of a
+    /// transaction over several databases. Only logical files of this one store can commit
+    /// with it; a super-journal of this VFS already refused anything else, but one written
+    /// by another VFS (the connection's main database is not ours) is checked here, before
+    /// this store commits anything: refusing rolls the whole transaction back.
+    fn super_journal_named(&self, name: *const c_char) -> Result<(), String> {
+        // SAFETY: SQLite passes the super-journal's NUL-terminated name with
+        // SQLITE_FCNTL_SYNC.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+        if !self.is_writer() {
+            return Ok(());
+        }
+        let mut coord = lock(&self.store.coord);
+        let Some(ct) = coord.conns.get_mut(&self.conn) else {
+            return Ok(());
+        };
+        if ct.super_journal.as_ref().is_none_or(|s| s.name() != name) {
+            ct.super_journal = Some(names::use_super_journal(name));
+        }
+        drop(coord);
+        let checked = self.check_super_journal(name);
+        if checked.is_err() {
+            // Nothing of it may ever commit: SQLite rolls back what it wrote into the
+            // store on top of the last commit, into a new transaction.
+            if let Some(ct) = lock(&self.store.coord).conns.get_mut(&self.conn) {
+                let told = ct.super_journal.take();
+                ct.abort();
+                ct.super_journal = told;
+            }
+        }
+        checked
+    }
+
+    fn check_super_journal(&self, name: &[u8]) -> Result<(), String> {
+        if names::is_memory_super_journal(name) {
+            return Ok(());
+        }
+        let path = Path::new(std::ffi::OsStr::from_bytes(name));
+        let listed = std::fs::read(path).map_err(|e| {
+            format!(
+                "onesync: COMMIT refused: cannot read the super-journal {} to check that this \
+                 transaction's databases can commit atomically together ({e})",
+                path.display()
+            )
+        })?;
+        match verdict(&listed) {
+            Verdict::Memory(key) if key == self.store.key.0 => Ok(()),
+            Verdict::Refuse(why) => Err(why),
+            _ => Err(format!(
+                "onesync: COMMIT refused: the super-journal {} does not list this store's \
+                 database ({}), so it cannot commit atomically with the others",
+                path.display(),
+                self.logical
+            )),
+        }
+    }
+
+    /// SQLITE_FCNTL_COMMIT_PHASETWO: every database of the transaction has finished its
+    /// phase one and SQLite considers the transaction committed. Sequence what is not yet
+    /// (synchronous=OFF, several databases, a truncation after the sync), and make it
+    /// durable before COMMIT returns: here, unless SQLite surely unlocks right after and
+    /// letting go of the lock before the flush can help another writer.
+    fn commit_phase_two(&mut self) -> IoResult<()> {
+        note_phasetwo(self.conn);
+        if !self.is_writer() {
+            return Ok(());
+        }
+        let mut coord = lock(&self.store.coord);
+        let Some(ct) = coord.conns.get_mut(&self.conn) else {
+            return Ok(());
+        };
+        if ct.members.values().any(|m| m.wrote) {
+            Self::sequence_locked(&mut coord, self.conn)?;
+        } else {
+            // Nothing written since the last commit (a read in exclusive mode began it).
+            ct.abort();
+        }
+        let others = coord.handles_by_conn.keys().any(|&c| c != self.conn);
+        let Some(ct) = coord.conns.get_mut(&self.conn) else {
+            return Ok(());
+        };
+        let Some(pending) = ct.pending.take() else {
+            return Ok(());
+        };
+        let members: Vec<u64> = ct.members.keys().copied().collect();
+        let helps = others || self.store.waiting_writers.load(Relaxed) > 0 || self.store.contended_recently();
+        if helps && unlocks_after_commit(self.conn, &members) {
+            // Waited for by the last member's xUnlock, after the lock is released.
+            ct.pending = Some(pending);
+            return Ok(());
+        }
+        drop(coord);
+        pending.wait().map_err(|_| SQLITE_IOERR_FSYNC)?;
+        Ok(())
+    }
+
+    fn unlock_to(&mut self, level: LockLevel) -> IoResult<()> {
+        if level >= self.level {
+            return Ok(());
+        }
+        let mut to_wait = None;
+        let mut result = Ok(());
+        let left_writer = self.is_writer() && level < LockLevel::Reserved;
+        if left_writer {
+            match self.leave_writer() {
+                Ok(p) => to_wait = p,
+                Err(e) => result = Err(e),
+            }
+        }
+        if level == LockLevel::None && self.level >= LockLevel::Shared {
+            let mut coord = lock(&self.store.coord);
+            if let Some(f) = coord.files.get_mut(&self.logical) {
+                f.shared = f.shared.saturating_sub(1);
+            }
+            drop(coord);
+            self.snapshot = None;
+        }
+        self.level = level;
+        // The lock is released before the flush: the next writer proceeds
+        // while this commit's flush is in flight, and group commit covers both.
+        if let Some(pending) = to_wait {
+            if pending.wait().is_err() {
+                result = Err(SQLITE_IOERR_FSYNC);
+            }
+        }
+        // Still reading (SHARED): read what was just committed from now on (readers see
+        // durable commits only, so after the wait).
+        if left_writer && level == LockLevel::Shared {
+            self.snapshot = Some(self.store.store.snapshot());
+        }
         result
     }
 }
 
 /// `PRAGMA onesync_stats` of the store at `path`, if this process has it open.
 pub fn store_stats_json(path: &Path) -> Option<String> {
+    let key = match std::fs::metadata(path) {
+        Ok(meta) => inode_key(&meta),
+        Err(_) => StoreKey::Path(canonical(path)),
+    };
     let registry = lock(&REGISTRY);
-    registry.get(&canonical(path)).map(|(s, _)| stats_json(&s.store))
+    [false, true]
+        .iter()
+        .find_map(|&ro| registry.get(&(key.clone(), ro)))
+        .map(|(s, _)| stats_json(&s.store))
 }

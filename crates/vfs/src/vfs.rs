@@ -1,9 +1,11 @@
 //! Registration of the `onesync` VFS and its `sqlite3_vfs` methods.
 //!
 //! Files are routed by the `SQLITE_OPEN_*` kind SQLite opens them with:
-//! journals (main, temp, statement, super) live in memory; the main database
-//! goes to the [`MainDbFactory`]; everything else (WAL, temp databases, ...)
-//! passes through to the VFS that was the default at registration.
+//! journals (main, temp, statement, super) live in memory, unless the
+//! [`MainDbFactory`] routes rollback and super-journals itself (the store
+//! backend keeps those of plain files on disk); the main database goes to the
+//! factory; everything else (WAL, temp databases, ...) passes through to the
+//! VFS that was the default at registration.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::fmt;
@@ -14,7 +16,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::api::ApiTable;
 use crate::backend::{
-    DbBackend, FileSystem, IoResult, MainDbFactory, OpenRequest, PassThrough, PassThroughFactory,
+    DbBackend, FileSystem, IoResult, JournalRoute, MainDbFactory, OpenRequest, PassThrough,
+    PassThroughFactory,
 };
 use crate::f2fs::{F2fsFactory, F2FS_VFS_NAME};
 use crate::ffi::{
@@ -108,7 +111,8 @@ impl std::error::Error for RegisterError {}
 /// Counters of one registered VFS.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Opens served from memory, by kind: rollback journals
+    /// Journal opens, by kind (in memory; with the store backend, a plain file's
+    /// journals and super-journals are on disk): rollback journals
     /// (`SQLITE_OPEN_MAIN_JOURNAL`), ...
     pub journal_opens: u64,
     /// ... statement journals (`SQLITE_OPEN_SUBJOURNAL`; SQLite opens one
@@ -332,6 +336,24 @@ unsafe fn open_backend(
         // SAFETY: per this function's contract.
         return files.open(unsafe { name_bytes(name) }, flags);
     }
+    if flags & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_SUPER_JOURNAL) != 0 {
+        let req = OpenRequest {
+            base: state.base,
+            name,
+            flags,
+        };
+        if let Some(opened) = state.main_db.open_journal(&req) {
+            let c = &state.counters;
+            let counter = if flags & SQLITE_OPEN_SUPER_JOURNAL != 0 {
+                &c.super_journal_opens
+            } else {
+                &c.journal_opens
+            };
+            counter.fetch_add(1, Relaxed);
+            let opened = opened?;
+            return Ok((opened.backend, opened.out_flags));
+        }
+    }
     if state.memory_journals && flags & MEMORY_KINDS != 0 {
         let c = &state.counters;
         let counter = if flags & SQLITE_OPEN_MAIN_JOURNAL != 0 {
@@ -423,6 +445,29 @@ unsafe extern "C" fn x_delete(vfs: *mut sqlite3_vfs, name: *const c_char, sync_d
                 Err(rc) => rc,
             };
         }
+        match state.main_db.journal_route(key) {
+            Some(JournalRoute::Private) => return SQLITE_OK,
+            Some(route) => {
+                if sync_dir != 0 {
+                    crate::backend::count_directory_sync();
+                }
+                // SAFETY: as above.
+                let rc = match unsafe { base(vfs) } {
+                    // SAFETY: forwarding SQLite's arguments to the underlying VFS.
+                    Some((p, b)) => b
+                        .xDelete
+                        .map_or(SQLITE_IOERR_DELETE, |f| unsafe { f(p, name, sync_dir) }),
+                    None => SQLITE_MISUSE,
+                };
+                return match (route, rc) {
+                    (JournalRoute::DiskIfPresent | JournalRoute::InUse, SQLITE_IOERR_DELETE_NOENT) => {
+                        SQLITE_OK
+                    }
+                    _ => rc,
+                };
+            }
+            None => {}
+        }
         match state.journals.remove(key) {
             _ if !state.memory_journals => {}
             Ok(true) => {
@@ -474,7 +519,20 @@ unsafe extern "C" fn x_access(
                 Err(rc) => rc,
             };
         }
+        match state.main_db.journal_route(key) {
+            Some(JournalRoute::Private) => {
+                *out_ref = 0;
+                return SQLITE_OK;
+            }
+            Some(JournalRoute::InUse) => {
+                *out_ref = 1;
+                return SQLITE_OK;
+            }
+            _ => {}
+        }
         match state.journals.exists(key) {
+            // Routed to disk: asked of the underlying VFS below.
+            _ if state.main_db.journal_route(key).is_some() => {}
             _ if !state.memory_journals => {}
             Ok(true) => {
                 *out_ref = 1;

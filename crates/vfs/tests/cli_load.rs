@@ -41,11 +41,7 @@ fn loads_into_the_system_sqlite3_cli() {
     let lines: Vec<&str> = stdout.lines().collect();
     // Mid-transaction: the store and no journal (the store's side file, reader pins for
     // other processes like WAL's -shm, is bound to the file's inode in /dev/shm).
-    assert_eq!(
-        lines,
-        ["x.db", "rows|0", "value|42", "ok"],
-        "stdout:\n{stdout}"
-    );
+    assert_eq!(lines, ["x.db", "rows|0", "value|42", "ok"], "stdout:\n{stdout}");
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())

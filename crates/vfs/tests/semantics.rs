@@ -446,8 +446,7 @@ fn journal_modes_delete_truncate_persist_memory_behave_the_same() {
         // leave one behind); its side file lives in /dev/shm, bound to the inode.
         let files = p.files();
         assert!(
-            files.contains(&"onesync.db".to_owned())
-                && files.iter().all(|f| !f.starts_with("onesync.db-")),
+            files.contains(&"onesync.db".to_owned()) && files.iter().all(|f| !f.starts_with("onesync.db-")),
             "{mode}: {files:?}"
         );
         p.reopen(&[]);

@@ -1,0 +1,674 @@
+//! What serves a main database file opened through the store VFS: a store, or a plain
+//! SQLite file passed through to the default VFS.
+//!
+//! - A file that is a store (it begins with the store magic) is opened as one, whoever
+//!   opens it.
+//! - The connection's main database, and any database whose URI says `vfs=onesync`, is a
+//!   store: created if missing, refused (`SQLITE_NOTADB`) if it holds something else, made
+//!   into a fresh store if it is an existing 0-byte file (read-write with create
+//!   permission; read-only, it is an empty database).
+//! - Any other database (ATTACHed, or a `VACUUM INTO` target, without `vfs=onesync`) is a
+//!   plain SQLite file on the default VFS, its journals on disk, as in stock SQLite.
+//!
+//! SQLite's xOpen does not say which database of which connection a file is: a main
+//! database and an attached one arrive with the same flags. It says so right after, with
+//! SQLITE_FCNTL_PDB (the connection; the main database is the one
+//! `sqlite3_db_filename(db, "main")` names). Until then, when the file's content does not
+//! decide (missing, empty, or not a store), the decision waits: SQLite only reads the
+//! header (zeros for a missing or empty file, either way) and asks the sector size and
+//! device characteristics (answered alike for both).
+
+use std::ffi::{c_char, c_int, c_void, OsStr};
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use onesync_store::layout::{HEADER_BLOCK, MAGIC};
+use onesync_store::Store;
+
+use crate::api::ApiTable;
+use crate::backend::{DbBackend, IoResult, LockLevel, OpenRequest, Opened, PassThrough, PragmaCall};
+use crate::ffi::{
+    sqlite3_vfs, SQLITE_CANTOPEN, SQLITE_FCNTL_PDB, SQLITE_FCNTL_PRAGMA, SQLITE_IOCAP_POWERSAFE_OVERWRITE,
+    SQLITE_IOERR_SHMMAP, SQLITE_IOERR_SHORT_READ, SQLITE_NOTFOUND, SQLITE_OK, SQLITE_OPEN_CREATE,
+    SQLITE_OPEN_READONLY, SQLITE_OPEN_READWRITE,
+};
+use crate::names::{self, NameClaim, Owner};
+use crate::store_db::{
+    is_main_database, join_connection, leave_connection, next_handle, note_locking_mode, StoreDb,
+    StoreFactory, StoreOpen, Want, DEFAULT_LOGICAL_DB,
+};
+
+/// What is at a path before anything is opened.
+enum Probe {
+    Missing,
+    /// An existing file of 0 bytes.
+    Empty,
+    /// Begins with the store magic (in either header copy).
+    Store,
+    /// Anything else: a plain SQLite file, something that is neither, or unreadable.
+    Other,
+}
+
+fn probe(path: &Path) -> Probe {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
+        // Unreadable: as a store, the store says why; as a plain file, the default VFS.
+        Err(_) => return Probe::Other,
+    };
+    let mut head = vec![0u8; HEADER_BLOCK as usize + MAGIC.len()];
+    let mut got = 0;
+    while got < head.len() {
+        match file.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Probe::Other,
+        }
+    }
+    let copy = HEADER_BLOCK as usize;
+    if got == 0 {
+        Probe::Empty
+    } else if head.starts_with(&MAGIC) || (got >= copy + MAGIC.len() && head[copy..].starts_with(&MAGIC)) {
+        // The second copy alone: a crash fell between the two header writes.
+        Probe::Store
+    } else {
+        Probe::Other
+    }
+}
+
+/// Whether this process may write `path` (the file, or if it is missing its directory):
+/// false on a read-only mount and without permission.
+fn writable(path: &Path) -> bool {
+    let target = if path.exists() {
+        path.to_owned()
+    } else {
+        match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(dir) => dir.to_owned(),
+            None => PathBuf::from("."),
+        }
+    };
+    nix::unistd::access(&target, nix::unistd::AccessFlags::W_OK).is_ok()
+}
+
+/// What the open was asked for, kept for a decision made later.
+struct Request {
+    api: ApiTable,
+    /// The default VFS and SQLite's name for the file, as integers: both outlive the file.
+    base: usize,
+    name: usize,
+    flags: c_int,
+    path: PathBuf,
+    logical: String,
+    nolock: bool,
+}
+
+impl Request {
+    fn base(&self) -> *mut sqlite3_vfs {
+        self.base as *mut sqlite3_vfs
+    }
+
+    fn name(&self) -> *const c_char {
+        self.name as *const c_char
+    }
+
+    fn create(&self) -> bool {
+        self.flags & SQLITE_OPEN_CREATE != 0
+    }
+
+    fn read_only(&self) -> bool {
+        self.flags & SQLITE_OPEN_READWRITE == 0
+    }
+
+    /// The store this database is; the flags to report (read-only if it could only be
+    /// opened so).
+    fn store(&self) -> Result<(StoreDb, c_int), (c_int, String)> {
+        let (db, read_only) = StoreDb::open(StoreOpen {
+            api: self.api,
+            opener: None,
+            path: &self.path,
+            name: self.name(),
+            logical: self.logical.clone(),
+            want: Want {
+                create: self.create(),
+                read_only: self.read_only(),
+            },
+            nolock: self.nolock,
+        })?;
+        let flags = if read_only {
+            (self.flags & !(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_READONLY
+        } else {
+            self.flags
+        };
+        Ok((db, flags))
+    }
+
+    /// This file as a plain SQLite file on the default VFS.
+    fn plain(&self) -> IoResult<(PlainDb, c_int)> {
+        // SAFETY: `base` is the registered default VFS and `name` SQLite's xOpen filename,
+        // valid until the file is closed.
+        let (file, out_flags) = unsafe { PassThrough::open(self.base(), self.name(), self.flags) }?;
+        Ok((PlainDb::new(file, self), out_flags))
+    }
+
+    /// An existing 0-byte file opened read-write as a store: a fresh store takes its
+    /// place. Returns the store.
+    fn store_from_empty(&self) -> Result<(StoreDb, c_int), (c_int, String)> {
+        if !self.create() {
+            return Err((
+                SQLITE_CANTOPEN,
+                format!(
+                    "onesync: {} is an empty file; open it with SQLITE_OPEN_CREATE (mode=rwc) to \
+                     make it a onesync store, or read-only to read it as an empty database",
+                    self.path.display()
+                ),
+            ));
+        }
+        replace_empty_file(&self.path).map_err(|e| {
+            (
+                SQLITE_CANTOPEN,
+                format!(
+                    "onesync: cannot make the empty file {} a store: {e}",
+                    self.path.display()
+                ),
+            )
+        })?;
+        self.store()
+    }
+
+    fn fail(&self, (code, msg): (c_int, String)) -> c_int {
+        // xOpen cannot carry a message: SQLite's log gets it, and so does stderr, which
+        // is what a CLI user sees.
+        self.api.log(code, &msg);
+        eprintln!("{msg}");
+        code
+    }
+}
+
+/// Builds a store under a temporary name next to the empty file at `path` and renames it
+/// over that file, if the file is still the same empty one (another process may have done
+/// so meanwhile, or written a database into it). The empty file's lock serialises the
+/// processes doing this; its permissions carry over.
+fn replace_empty_file(path: &Path) -> std::io::Result<()> {
+    let empty = File::open(path)?;
+    empty.lock()?;
+    let meta = empty.metadata()?;
+    let still_empty = |empty: &File| -> std::io::Result<bool> {
+        let now = std::fs::metadata(path)?;
+        Ok(now.dev() == meta.dev() && now.ino() == meta.ino() && empty.metadata()?.len() == 0)
+    };
+    if !still_empty(&empty)? {
+        return Ok(());
+    }
+    let dir = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(d) => d.to_owned(),
+        None => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let temp = dir.join(format!(
+        ".{name}.onesync-from-empty-{}-{stamp:x}",
+        std::process::id()
+    ));
+    let built = (|| -> std::io::Result<()> {
+        let opts = onesync_store::Options {
+            page_size: crate::store_db::STORE_PAGE_SIZE,
+            ..onesync_store::Options::default()
+        };
+        Store::create(&temp, &opts)
+            .and_then(Store::close)
+            .map_err(std::io::Error::other)?;
+        std::fs::set_permissions(&temp, meta.permissions())?;
+        if still_empty(&empty)? {
+            std::fs::rename(&temp, path)?;
+            File::open(&dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&temp);
+    built
+}
+
+/// Opens a main database file for the store VFS (see the module's notes).
+pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened> {
+    let name = req.name().ok_or(SQLITE_CANTOPEN)?;
+    let path = PathBuf::from(OsStr::from_bytes(name.to_bytes()));
+    let param = |key: &std::ffi::CStr| {
+        // SAFETY: `req.name` is the filename SQLite passed to this xOpen.
+        unsafe { factory.api.uri_parameter(req.name, key) }
+    };
+    let logical = param(c"db")
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| DEFAULT_LOGICAL_DB.to_owned());
+    let nolock = param(c"nolock").is_some_and(|v| matches!(v.as_str(), "1" | "yes" | "true" | "on"));
+    // A `vfs=` parameter that brought SQLite here names this VFS: the file is to be a store.
+    let explicit = param(c"vfs").is_some_and(|v| !v.is_empty());
+    let r = Request {
+        api: factory.api,
+        base: req.base as usize,
+        name: req.name as usize,
+        flags: req.flags(),
+        path,
+        logical,
+        nolock,
+    };
+    let opened = |backend: MainFile, out_flags: c_int| Opened {
+        backend: Box::new(backend),
+        out_flags,
+    };
+    let store = |result: Result<(StoreDb, c_int), (c_int, String)>| match result {
+        Ok((db, flags)) => Ok(opened(MainFile::Store(db), flags)),
+        Err(e) => Err(r.fail(e)),
+    };
+    if let Some(opener) = &factory.opener {
+        let (db, read_only) = StoreDb::open(StoreOpen {
+            api: r.api,
+            opener: Some(opener),
+            path: &r.path,
+            name: r.name(),
+            logical: r.logical.clone(),
+            want: Want {
+                create: r.create(),
+                read_only: r.read_only(),
+            },
+            nolock,
+        })
+        .map_err(|e| r.fail(e))?;
+        let flags = if read_only {
+            (r.flags & !(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_READONLY
+        } else {
+            r.flags
+        };
+        return Ok(opened(MainFile::Store(db), flags));
+    }
+    match probe(&r.path) {
+        Probe::Store => store(r.store()),
+        Probe::Missing if !r.create() && explicit => store(Err((
+            SQLITE_CANTOPEN,
+            format!("onesync: {} does not exist", r.path.display()),
+        ))),
+        // Fails as stock SQLite does (a database that is not to be a store).
+        Probe::Missing if !r.create() => {
+            let (db, flags) = r.plain()?;
+            Ok(opened(MainFile::Plain(db), flags))
+        }
+        Probe::Missing if explicit => store(r.store()),
+        // An empty database, whatever it becomes, when it cannot be written: read-only
+        // as asked, or as stock SQLite falls back to.
+        Probe::Empty if r.read_only() || !writable(&r.path) => {
+            let (db, flags) = r.plain()?;
+            Ok(opened(MainFile::Plain(db), flags))
+        }
+        Probe::Empty if explicit => store(r.store_from_empty()),
+        Probe::Other if explicit => store(r.store()),
+        Probe::Missing | Probe::Empty => Ok(opened(
+            MainFile::Pending(Box::new(Pending {
+                request: r,
+                file: None,
+            })),
+            req.flags(),
+        )),
+        Probe::Other => {
+            // Served as the plain file meanwhile (it is one, if attached).
+            let (file, out_flags) = req.open_passthrough_file()?;
+            Ok(opened(
+                MainFile::Pending(Box::new(Pending {
+                    request: r,
+                    file: Some(file),
+                })),
+                out_flags,
+            ))
+        }
+    }
+}
+
+/// A file whose backend is decided at SQLITE_FCNTL_PDB.
+struct Pending {
+    request: Request,
+    /// The file as it is, for a non-empty file that is not a store.
+    file: Option<PassThrough>,
+}
+
+/// The backends of a main database file of the store VFS.
+enum MainFile {
+    Pending(Box<Pending>),
+    Store(StoreDb),
+    Plain(PlainDb),
+    /// The decision failed (logged when it was made): every call fails so.
+    Failed(c_int),
+}
+
+impl MainFile {
+    /// Decides a pending file: as the main database of `db`, or, without a connection
+    /// (a SQLite that never sent SQLITE_FCNTL_PDB), as a main database.
+    fn decide(&mut self, db: Option<*mut c_void>) {
+        let MainFile::Pending(pending) = self else {
+            return;
+        };
+        let r = &pending.request;
+        let is_main = db.is_none_or(|db| is_main_database(&r.api, db, r.name()));
+        let file = pending.file.take();
+        let next = match (is_main, file) {
+            // An attached database, or a VACUUM INTO target: a plain file.
+            (false, Some(file)) => MainFile::Plain(PlainDb::new(file, r)),
+            (false, None) => match r.plain() {
+                Ok((db, _)) => MainFile::Plain(db),
+                Err(code) => MainFile::Failed(code),
+            },
+            (true, file) => {
+                let result = if file.is_none() && r.path.exists() {
+                    r.store_from_empty()
+                } else {
+                    r.store()
+                };
+                drop(file);
+                match result {
+                    Ok((db, flags)) => {
+                        if flags & SQLITE_OPEN_READONLY != 0 && !r.read_only() {
+                            // Told SQLite read-write already; its writes will fail.
+                            let msg = format!(
+                                "onesync: {} can only be read; writes will fail with SQLITE_READONLY",
+                                r.path.display()
+                            );
+                            r.api.log(crate::ffi::SQLITE_READONLY, &msg);
+                        }
+                        MainFile::Store(db)
+                    }
+                    Err(e) => MainFile::Failed(r.fail(e)),
+                }
+            }
+        };
+        *self = next;
+    }
+
+    /// The decided backend (deciding as a main database if still pending).
+    fn active(&mut self) -> IoResult<&mut dyn DbBackend> {
+        if matches!(self, MainFile::Pending(_)) {
+            self.decide(None);
+        }
+        match self {
+            MainFile::Store(db) => Ok(db),
+            MainFile::Plain(db) => Ok(db),
+            MainFile::Failed(code) => Err(*code),
+            MainFile::Pending(_) => Err(SQLITE_CANTOPEN),
+        }
+    }
+}
+
+impl DbBackend for MainFile {
+    fn read(&mut self, buf: &mut [u8], offset: u64) -> IoResult<()> {
+        match self {
+            // SQLite reads the header before it says which connection this is.
+            MainFile::Pending(p) => match &mut p.file {
+                Some(file) => file.read(buf, offset),
+                None => {
+                    buf.fill(0);
+                    Err(SQLITE_IOERR_SHORT_READ)
+                }
+            },
+            _ => self.active()?.read(buf, offset),
+        }
+    }
+
+    fn write(&mut self, buf: &[u8], offset: u64) -> IoResult<()> {
+        self.active()?.write(buf, offset)
+    }
+
+    fn truncate(&mut self, size: u64) -> IoResult<()> {
+        self.active()?.truncate(size)
+    }
+
+    fn sync(&mut self, flags: c_int) -> IoResult<()> {
+        self.active()?.sync(flags)
+    }
+
+    fn size(&mut self) -> IoResult<u64> {
+        match self {
+            MainFile::Pending(p) => match &mut p.file {
+                Some(file) => file.size(),
+                None => Ok(0),
+            },
+            _ => self.active()?.size(),
+        }
+    }
+
+    fn lock(&mut self, level: LockLevel) -> IoResult<()> {
+        self.active()?.lock(level)
+    }
+
+    fn unlock(&mut self, level: LockLevel) -> IoResult<()> {
+        self.active()?.unlock(level)
+    }
+
+    fn check_reserved_lock(&mut self) -> IoResult<bool> {
+        self.active()?.check_reserved_lock()
+    }
+
+    unsafe fn file_control(&mut self, op: c_int, arg: *mut c_void) -> c_int {
+        if let MainFile::Pending(p) = self {
+            if op == SQLITE_FCNTL_PDB {
+                // SAFETY: for SQLITE_FCNTL_PDB, `arg` is a `sqlite3**`.
+                let db = unsafe { arg.cast::<*mut c_void>().as_ref() }.copied();
+                self.decide(db);
+            } else {
+                // Hints sent while SQLite opens the file (busy handler, mmap size).
+                return match &mut p.file {
+                    // SAFETY: `arg` is passed on exactly as SQLite gave it with `op`.
+                    Some(file) => unsafe { file.file_control(op, arg) },
+                    None => SQLITE_NOTFOUND,
+                };
+            }
+        }
+        match self.active() {
+            // SAFETY: as above.
+            Ok(backend) => unsafe { backend.file_control(op, arg) },
+            Err(code) => code,
+        }
+    }
+
+    fn sector_size(&mut self) -> c_int {
+        match self {
+            MainFile::Pending(p) => p.file.as_mut().map_or(4096, |f| f.sector_size()),
+            MainFile::Store(db) => db.sector_size(),
+            MainFile::Plain(db) => db.sector_size(),
+            MainFile::Failed(_) => 4096,
+        }
+    }
+
+    fn device_characteristics(&mut self) -> c_int {
+        match self {
+            // What both a store and the unix VFS report that matters while SQLite opens
+            // the file (it sets the sector size SQLite assumes).
+            MainFile::Pending(p) => p
+                .file
+                .as_mut()
+                .map_or(SQLITE_IOCAP_POWERSAFE_OVERWRITE, |f| f.device_characteristics()),
+            MainFile::Store(db) => db.device_characteristics(),
+            MainFile::Plain(db) => db.device_characteristics(),
+            MainFile::Failed(_) => 0,
+        }
+    }
+
+    fn has_shm(&self) -> bool {
+        // Asked once, at open: a file that may still turn out plain gets the methods
+        // (a store's fail, and journal_mode=WAL is refused for stores anyway).
+        match self {
+            MainFile::Pending(_) => true,
+            MainFile::Store(db) => db.has_shm(),
+            MainFile::Plain(db) => db.has_shm(),
+            MainFile::Failed(_) => false,
+        }
+    }
+
+    fn shm_map(&mut self, region: c_int, size: c_int, extend: bool, out: &mut *mut c_void) -> c_int {
+        match self.active() {
+            Ok(backend) => backend.shm_map(region, size, extend, out),
+            Err(_) => {
+                *out = std::ptr::null_mut();
+                SQLITE_IOERR_SHMMAP
+            }
+        }
+    }
+
+    fn shm_lock(&mut self, offset: c_int, n: c_int, flags: c_int) -> c_int {
+        match self.active() {
+            Ok(backend) => backend.shm_lock(offset, n, flags),
+            Err(code) => code,
+        }
+    }
+
+    fn shm_barrier(&mut self) {
+        if let Ok(backend) = self.active() {
+            backend.shm_barrier();
+        }
+    }
+
+    fn shm_unmap(&mut self, delete: bool) -> c_int {
+        match self {
+            MainFile::Store(db) => db.shm_unmap(delete),
+            MainFile::Plain(db) => db.shm_unmap(delete),
+            _ => SQLITE_OK,
+        }
+    }
+
+    fn close(&mut self) -> IoResult<()> {
+        match self {
+            MainFile::Pending(p) => p.file.as_mut().map_or(Ok(()), |f| f.close()),
+            MainFile::Store(db) => db.close(),
+            MainFile::Plain(db) => db.close(),
+            MainFile::Failed(_) => Ok(()),
+        }
+    }
+}
+
+/// A plain SQLite database file opened through the store VFS: the default VFS's file,
+/// unchanged; recorded so that its journals go to disk and its connection is known.
+pub(crate) struct PlainDb {
+    file: PassThrough,
+    api: ApiTable,
+    name: usize,
+    handle: u64,
+    conn: Option<usize>,
+    nolock: bool,
+    _claim: NameClaim,
+}
+
+impl PlainDb {
+    fn new(file: PassThrough, r: &Request) -> Self {
+        let name = if r.name().is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: SQLite's NUL-terminated xOpen filename.
+            unsafe { std::ffi::CStr::from_ptr(r.name()) }.to_bytes().to_vec()
+        };
+        Self {
+            file,
+            api: r.api,
+            name: r.name,
+            handle: next_handle(),
+            conn: None,
+            nolock: r.nolock,
+            _claim: names::claim(&name, Owner::Plain),
+        }
+    }
+}
+
+impl DbBackend for PlainDb {
+    fn read(&mut self, buf: &mut [u8], offset: u64) -> IoResult<()> {
+        self.file.read(buf, offset)
+    }
+
+    fn write(&mut self, buf: &[u8], offset: u64) -> IoResult<()> {
+        self.file.write(buf, offset)
+    }
+
+    fn truncate(&mut self, size: u64) -> IoResult<()> {
+        self.file.truncate(size)
+    }
+
+    fn sync(&mut self, flags: c_int) -> IoResult<()> {
+        self.file.sync(flags)
+    }
+
+    fn size(&mut self) -> IoResult<u64> {
+        self.file.size()
+    }
+
+    fn lock(&mut self, level: LockLevel) -> IoResult<()> {
+        self.file.lock(level)
+    }
+
+    fn unlock(&mut self, level: LockLevel) -> IoResult<()> {
+        self.file.unlock(level)
+    }
+
+    fn check_reserved_lock(&mut self) -> IoResult<bool> {
+        self.file.check_reserved_lock()
+    }
+
+    unsafe fn file_control(&mut self, op: c_int, arg: *mut c_void) -> c_int {
+        if op == SQLITE_FCNTL_PDB && self.conn.is_none() {
+            // SAFETY: for SQLITE_FCNTL_PDB, `arg` is a `sqlite3**`.
+            if let Some(&db) = unsafe { arg.cast::<*mut c_void>().as_ref() } {
+                let is_main = is_main_database(&self.api, db, self.name as *const c_char);
+                join_connection(db as usize, self.handle, is_main, self.nolock);
+                self.conn = Some(db as usize);
+            }
+        }
+        if op == SQLITE_FCNTL_PRAGMA && !arg.is_null() {
+            // An unqualified locking_mode pragma of a connection whose main database is
+            // this file applies to its attached stores too.
+            // SAFETY: for SQLITE_FCNTL_PRAGMA, `arg` is SQLite's char*[3].
+            let call = unsafe { PragmaCall::new(arg.cast()) };
+            if let (Some("locking_mode"), Some(conn)) = (call.name.as_deref(), self.conn) {
+                note_locking_mode(conn, self.handle, call.value.as_deref());
+            }
+        }
+        // SAFETY: `arg` is passed on exactly as SQLite gave it with `op`.
+        unsafe { self.file.file_control(op, arg) }
+    }
+
+    fn sector_size(&mut self) -> c_int {
+        self.file.sector_size()
+    }
+
+    fn device_characteristics(&mut self) -> c_int {
+        self.file.device_characteristics()
+    }
+
+    fn has_shm(&self) -> bool {
+        self.file.has_shm()
+    }
+
+    fn shm_map(&mut self, region: c_int, size: c_int, extend: bool, out: &mut *mut c_void) -> c_int {
+        self.file.shm_map(region, size, extend, out)
+    }
+
+    fn shm_lock(&mut self, offset: c_int, n: c_int, flags: c_int) -> c_int {
+        self.file.shm_lock(offset, n, flags)
+    }
+
+    fn shm_barrier(&mut self) {
+        self.file.shm_barrier()
+    }
+
+    fn shm_unmap(&mut self, delete: bool) -> c_int {
+        self.file.shm_unmap(delete)
+    }
+
+    fn close(&mut self) -> IoResult<()> {
+        if let Some(conn) = self.conn.take() {
+            leave_connection(conn, self.handle);
+        }
+        self.file.close()
+    }
+}

@@ -1,0 +1,224 @@
+//! The super-journal of a transaction that writes several databases, from a connection of
+//! the store VFS.
+//!
+//! SQLite writes the super-journal (each participating database's journal name, one per
+//! `xWrite`) and syncs it before any database's phase one; failing there aborts the COMMIT
+//! with nothing written. What it must be depends on who takes part:
+//! - logical files of one store only: it stays in memory (the store commits them as one
+//!   commit record, no journal is ever hot);
+//! - plain SQLite files only (their journals on disk): a real file, through the default
+//!   VFS, so that their crash recovery finds it, as stock SQLite's does;
+//! - anything else (two stores, or a store and a plain file) cannot commit atomically:
+//!   refused, with the reason in `sqlite3_log` and on stderr.
+//!
+//! The names are known only as they are written, so the bytes are kept in memory and the
+//! file is created on disk at the first `xSync`, when the list is complete.
+
+use std::collections::BTreeSet;
+use std::ffi::{c_char, c_int};
+
+use crate::api::ApiTable;
+use crate::backend::{DbBackend, IoResult, PassThrough};
+use crate::ffi::{sqlite3_vfs, SQLITE_ERROR};
+use crate::memfile::{read_at, write_at};
+use crate::names::{self, Owner, StoreKey};
+
+/// Where a super-journal goes, from the journal names written into it so far.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Logical files of one store: the store commits them together.
+    Memory(StoreKey),
+    /// Plain files only: on disk, as in stock SQLite.
+    Disk,
+    /// No atomic commit is possible; the message says why.
+    Refuse(String),
+}
+
+/// Classifies the complete (NUL-terminated) names in `bytes`.
+pub(crate) fn verdict(bytes: &[u8]) -> Verdict {
+    let mut stores = BTreeSet::<StoreKey>::new();
+    let mut described = Vec::new();
+    let mut plain = 0;
+    let mut rest = bytes;
+    while let Some(end) = rest.iter().position(|&b| b == 0) {
+        let journal = &rest[..end];
+        rest = &rest[end + 1..];
+        if journal.is_empty() {
+            continue;
+        }
+        let database = names::database_of_journal(journal).unwrap_or(journal);
+        let shown = String::from_utf8_lossy(database);
+        match names::owner_of_journal(journal) {
+            Some(Owner::Store(key)) => {
+                stores.insert(key);
+                described.push(format!("{shown} (a onesync store)"));
+            }
+            // Not a store of this process: a plain file (its journal on disk), ours or
+            // another VFS's.
+            _ => {
+                plain += 1;
+                described.push(format!("{shown} (a plain SQLite file)"));
+            }
+        }
+    }
+    match (stores.pop_first(), stores.is_empty(), plain) {
+        (None, _, _) => Verdict::Disk,
+        (Some(key), true, 0) => Verdict::Memory(key),
+        _ => Verdict::Refuse(format!(
+            "onesync: COMMIT refused: this transaction writes databases that cannot commit \
+             atomically together: {}. onesync commits several databases atomically only when \
+             they are logical files of one store (ATTACH 'file:STORE?vfs=onesync&db=NAME'); \
+             write a store and a plain file, or two stores, in separate transactions. Nothing \
+             was written; the transaction was rolled back.",
+            described.join(", ")
+        )),
+    }
+}
+
+/// A new super-journal (SQLite opened it with `SQLITE_OPEN_CREATE`).
+pub(crate) struct SuperJournal {
+    /// The default VFS and SQLite's name for the file, as integers: both outlive the file
+    /// (SQLite frees the name after closing it), and are used only to create it on disk.
+    base: usize,
+    name: usize,
+    flags: c_int,
+    api: ApiTable,
+    bytes: Vec<u8>,
+    disk: Option<PassThrough>,
+    /// Known by name while open, once it is known to stay in memory.
+    in_memory: Option<names::MemorySuperJournal>,
+}
+
+impl SuperJournal {
+    pub(crate) fn new(base: *mut sqlite3_vfs, name: *const c_char, flags: c_int, api: ApiTable) -> Self {
+        Self {
+            base: base as usize,
+            name: name as usize,
+            flags,
+            api,
+            bytes: Vec::new(),
+            disk: None,
+            in_memory: None,
+        }
+    }
+
+    fn refuse(&self, why: &str) -> c_int {
+        self.api.log(SQLITE_ERROR, why);
+        eprintln!("{why}");
+        SQLITE_ERROR
+    }
+
+    /// Creates the file on disk with what was written so far.
+    fn on_disk(&mut self) -> IoResult<&mut PassThrough> {
+        if self.disk.is_none() {
+            // SAFETY: `base` is the registered default VFS and `name` the filename SQLite
+            // passed to this file's xOpen, valid until the file is closed (see the fields).
+            let (mut file, _) = unsafe {
+                PassThrough::open(
+                    self.base as *mut sqlite3_vfs,
+                    self.name as *const c_char,
+                    self.flags,
+                )
+            }?;
+            file.write(&self.bytes, 0)?;
+            self.disk = Some(file);
+        }
+        self.disk.as_mut().ok_or(SQLITE_ERROR)
+    }
+}
+
+impl DbBackend for SuperJournal {
+    fn read(&mut self, buf: &mut [u8], offset: u64) -> IoResult<()> {
+        match &mut self.disk {
+            Some(file) => file.read(buf, offset),
+            None => read_at(&self.bytes, buf, offset),
+        }
+    }
+
+    fn write(&mut self, buf: &[u8], offset: u64) -> IoResult<()> {
+        if let Some(file) = &mut self.disk {
+            return file.write(buf, offset);
+        }
+        write_at(&mut self.bytes, buf, offset)?;
+        // Refuse at the first name that makes an atomic commit impossible.
+        match verdict(&self.bytes) {
+            Verdict::Refuse(why) => Err(self.refuse(&why)),
+            _ => Ok(()),
+        }
+    }
+
+    fn truncate(&mut self, size: u64) -> IoResult<()> {
+        match &mut self.disk {
+            Some(file) => file.truncate(size),
+            None => {
+                self.bytes.truncate(usize::try_from(size).unwrap_or(usize::MAX));
+                Ok(())
+            }
+        }
+    }
+
+    fn sync(&mut self, flags: c_int) -> IoResult<()> {
+        if let Some(file) = &mut self.disk {
+            return file.sync(flags);
+        }
+        match verdict(&self.bytes) {
+            Verdict::Memory(_) => {
+                if self.in_memory.is_none() && self.name != 0 {
+                    // SAFETY: SQLite's NUL-terminated name for this file (see the fields).
+                    let name = unsafe { std::ffi::CStr::from_ptr(self.name as *const c_char) };
+                    self.in_memory = Some(names::hold_memory_super_journal(name.to_bytes()));
+                }
+                Ok(())
+            }
+            Verdict::Disk => self.on_disk()?.sync(flags),
+            Verdict::Refuse(why) => Err(self.refuse(&why)),
+        }
+    }
+
+    fn size(&mut self) -> IoResult<u64> {
+        match &mut self.disk {
+            Some(file) => file.size(),
+            None => Ok(self.bytes.len() as u64),
+        }
+    }
+
+    fn close(&mut self) -> IoResult<()> {
+        self.in_memory = None;
+        match &mut self.disk {
+            Some(file) => file.close(),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts() {
+        let a = StoreKey::Path("/sj-test/a".into());
+        let b = StoreKey::Path("/sj-test/b".into());
+        let _a = names::claim(b"/sj-test/a", Owner::Store(a.clone()));
+        let _b = names::claim(b"/sj-test/b", Owner::Store(b));
+        let _p = names::claim(b"/sj-test/p", Owner::Plain);
+        assert_eq!(
+            verdict(b"/sj-test/a-journal\0/sj-test/a-journal\0"),
+            Verdict::Memory(a.clone())
+        );
+        assert_eq!(
+            verdict(b"/sj-test/p-journal\0/sj-test/q-journal\0"),
+            Verdict::Disk
+        );
+        assert!(matches!(
+            verdict(b"/sj-test/a-journal\0/sj-test/b-journal\0"),
+            Verdict::Refuse(_)
+        ));
+        assert!(matches!(
+            verdict(b"/sj-test/a-journal\0/sj-test/p-journal\0"),
+            Verdict::Refuse(_)
+        ));
+        // An incomplete name is not judged yet.
+        assert_eq!(verdict(b"/sj-test/a-journal\0/sj-test/p-jou"), Verdict::Memory(a));
+    }
+}
