@@ -52,6 +52,33 @@ pub fn transfer_atomically(
     in_transaction(conn, || move_money(conn, id, from, to, amount))
 }
 
+/// One transfer made in each of `schemas` (e.g. `main` and an ATTACHed `aux`, each holding
+/// a bank of its own) as one transaction: all of them or none.
+pub fn transfer_in_schemas(
+    conn: &Connection,
+    schemas: &[&str],
+    id: &str,
+    from: i64,
+    to: i64,
+    amount: i64,
+) -> rusqlite::Result<()> {
+    in_transaction(conn, || {
+        for schema in schemas {
+            for (sql, args) in [(DEBIT, params![amount, from]), (CREDIT, params![amount, to])] {
+                conn.execute(&qualified(sql, schema), args)?;
+            }
+            conn.execute(&qualified(RECORD, schema), params![id, from, to, amount])?;
+        }
+        Ok(())
+    })
+}
+
+/// `sql` with its table names in `schema`.
+fn qualified(sql: &str, schema: &str) -> String {
+    sql.replace("UPDATE account", &format!("UPDATE {schema}.account"))
+        .replace("INSERT INTO ledger", &format!("INSERT INTO {schema}.ledger"))
+}
+
 /// The negative control's transfer: debit, credit and ledger row as three separate autocommit
 /// transactions, so a kill between them loses (or, never, creates) money.
 pub fn transfer_in_three_commits(

@@ -1,9 +1,11 @@
 //! `onesync`: the lab around the onesync store (workloads, meters, reports).
+#![forbid(unsafe_code)]
 
 mod bank;
 mod bench;
 mod concurrency;
 mod convert;
+mod explore;
 mod flash;
 mod kill_torture;
 mod loopfs;
@@ -72,6 +74,14 @@ enum Command {
     /// Run commands in a qemu VM with Debian's kernel on F2FS or ext4 (software emulation; the
     /// guest's disk is an image file, and killing qemu is a real power cut)
     Vm(vm::VmArgs),
+    /// The crash-point explorer: scenarios of 1-3 processes running SQLite transactions
+    /// through the onesync VFS, one process stopped at its k-th write, flush, lock or rename
+    /// call for every k (strace), with and without a power cut then; checks integrity, money,
+    /// every acknowledged commit, and that readers never showed what a power cut removed
+    Explore(explore::ExploreArgs),
+    /// A process of an `explore` scenario (not for direct use)
+    #[command(name = "__explore-worker", hide = true)]
+    ExploreWorker(explore::worker::WorkerArgs),
     /// The child process of `mvbt torture --kills` (not for direct use)
     #[command(name = "__mvbt-child", hide = true)]
     MvbtChild(mvbt::MvbtChildArgs),
@@ -104,6 +114,8 @@ fn main() -> ExitCode {
         Command::Flash(args) => flash::run(args),
         Command::Mvbt(args) => mvbt::run(args),
         Command::Vm(args) => vm::run(args),
+        Command::Explore(args) => explore::run(args),
+        Command::ExploreWorker(args) => explore::worker::run(args).map(|()| ExitCode::SUCCESS),
         Command::MvbtChild(args) => mvbt::run_child(args).map(|()| ExitCode::SUCCESS),
         Command::VmSelftest(args) => vm_guest::selftest(args),
         Command::VmSelftestChild(args) => vm_guest::selftest_child(args).map(|()| ExitCode::SUCCESS),

@@ -1,12 +1,110 @@
 //! The I/O layer under the store: positioned reads and writes and a data flush. The real
 //! implementation is a file; [`crate::sim`] provides one that models power cuts.
+//!
+//! # Test hook: the write log (`ONESYNC_IO_LOG`)
+//! For crash tests against the real kernel (the lab's `onesync explore`). If the environment
+//! variable `ONESYNC_IO_LOG` names a file when a [`FileIo`] is created, that `FileIo` appends
+//! to it (opened `O_APPEND`, so the records of every process sharing the log are in one
+//! global order, each record one `write(2)`):
+//! * after every successful `write_at`: a `W` record with the data (a `Z` record without it
+//!   when the data is all zeros, as preallocation writes are);
+//! * before every `sync_data`: a `B` record (a write logged before it completed before the
+//!   flush began, so the flush covers it), and after a successful one an `S` record.
+//!
+//! A test rebuilds what a power cut at any point of the log would leave: every write before
+//! a completed flush's `B` survives; every later one may be lost, kept or torn. Records
+//! (integers little-endian) are [`LOG_HEADER_LEN`] bytes: kind (1 byte, then 3 zero bytes),
+//! pid (u32), device (u64) and inode (u64) of the file, offset (u64), length (u64); then
+//! `length` bytes of data for `W` and `N`. `N` records are notes a test program writes into
+//! the same order with [`IoLog::note`] (e.g. "this commit was acknowledged"). Failing to log
+//! is an I/O error of the call (after its write or flush was done). Unset, nothing changes.
 
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::OnceLock;
+
+/// The environment variable naming the write log (see the module documentation).
+pub const IO_LOG_ENV: &str = "ONESYNC_IO_LOG";
+/// Bytes of a log record before its data.
+pub const LOG_HEADER_LEN: usize = 40;
+/// Record kinds of the write log.
+pub const LOG_WRITE: u8 = b'W';
+pub const LOG_ZEROS: u8 = b'Z';
+pub const LOG_SYNC_BEGIN: u8 = b'B';
+pub const LOG_SYNCED: u8 = b'S';
+pub const LOG_NOTE: u8 = b'N';
+
+/// The shared write log of this process (a test hook; see the module documentation).
+pub struct IoLog {
+    file: File,
+    pid: u32,
+}
+
+impl IoLog {
+    /// The log `ONESYNC_IO_LOG` names, if set (opened for appending, created if missing).
+    pub fn from_env() -> io::Result<Option<IoLog>> {
+        let Some(path) = std::env::var_os(IO_LOG_ENV).filter(|p| !p.is_empty()) else {
+            return Ok(None);
+        };
+        let file = OpenOptions::new().append(true).create(true).open(path)?;
+        Ok(Some(IoLog {
+            file,
+            pid: std::process::id(),
+        }))
+    }
+
+    /// Appends a note (text of the test's choosing) to the log's one order.
+    pub fn note(&self, text: &str) -> io::Result<()> {
+        self.append(LOG_NOTE, (0, 0), 0, text.len() as u64, text.as_bytes())
+    }
+
+    /// One record, one `write(2)`: a short write would let another process's record in.
+    fn append(&self, kind: u8, (dev, ino): (u64, u64), offset: u64, len: u64, data: &[u8]) -> io::Result<()> {
+        let mut record = Vec::with_capacity(LOG_HEADER_LEN + data.len());
+        record.extend_from_slice(&[kind, 0, 0, 0]);
+        record.extend_from_slice(&self.pid.to_le_bytes());
+        for field in [dev, ino, offset, len] {
+            record.extend_from_slice(&field.to_le_bytes());
+        }
+        record.extend_from_slice(data);
+        let written = (&self.file).write(&record)?;
+        if written != record.len() {
+            return Err(io::Error::other(format!(
+                "{IO_LOG_ENV}: wrote {written} of a {}-byte record",
+                record.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A `FileIo`'s part in the write log: the log and the file's identity.
+struct LoggedFile {
+    log: IoLog,
+    id: (u64, u64),
+}
+
+impl LoggedFile {
+    /// `Ok(None)` when `ONESYNC_IO_LOG` is unset; an error message when it is set but unusable
+    /// (then every write and flush fails: a crash test must not run without its record).
+    fn for_file(file: &File) -> Result<Option<LoggedFile>, String> {
+        let log = IoLog::from_env().map_err(|e| format!("{IO_LOG_ENV}: cannot open the write log: {e}"))?;
+        let Some(log) = log else {
+            return Ok(None);
+        };
+        let meta = file
+            .metadata()
+            .map_err(|e| format!("{IO_LOG_ENV}: cannot identify the file to log: {e}"))?;
+        Ok(Some(LoggedFile {
+            log,
+            id: (meta.dev(), meta.ino()),
+        }))
+    }
+}
 
 /// What the store needs from the medium. Implementations must be safe to call from several
 /// threads at once (writes to disjoint ranges may run concurrently).
@@ -34,6 +132,8 @@ pub struct FileIo {
     /// The same file opened with `O_DIRECT`, for `read_durable_at`; `None` where the
     /// filesystem refuses it (tmpfs), which has no device to differ from.
     direct: OnceLock<Option<File>>,
+    /// The test hook `ONESYNC_IO_LOG`, when set.
+    log: Result<Option<LoggedFile>, String>,
 }
 
 /// `O_DIRECT` wants buffers, offsets and lengths aligned to the logical block size; this
@@ -42,9 +142,11 @@ const DIRECT_ALIGN: usize = 4096;
 
 impl FileIo {
     pub fn new(file: File) -> FileIo {
+        let log = LoggedFile::for_file(&file);
         FileIo {
             file,
             direct: OnceLock::new(),
+            log,
         }
     }
 
@@ -65,6 +167,13 @@ impl FileIo {
     pub fn file(&self) -> &File {
         &self.file
     }
+
+    fn log(&self) -> io::Result<Option<&LoggedFile>> {
+        self.log
+            .as_ref()
+            .map(Option::as_ref)
+            .map_err(|e| io::Error::other(e.clone()))
+    }
 }
 
 impl StorageIo for FileIo {
@@ -73,11 +182,29 @@ impl StorageIo for FileIo {
     }
 
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
-        self.file.write_all_at(data, offset)
+        let log = self.log()?;
+        self.file.write_all_at(data, offset)?;
+        if let Some(l) = log {
+            let len = data.len() as u64;
+            if data.iter().all(|&b| b == 0) {
+                l.log.append(LOG_ZEROS, l.id, offset, len, &[])?;
+            } else {
+                l.log.append(LOG_WRITE, l.id, offset, len, data)?;
+            }
+        }
+        Ok(())
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.file.sync_data()
+        let log = self.log()?;
+        if let Some(l) = log {
+            l.log.append(LOG_SYNC_BEGIN, l.id, 0, 0, &[])?;
+        }
+        self.file.sync_data()?;
+        if let Some(l) = log {
+            l.log.append(LOG_SYNCED, l.id, 0, 0, &[])?;
+        }
+        Ok(())
     }
 
     fn size(&self) -> io::Result<u64> {
@@ -150,5 +277,28 @@ mod tests {
         }
         let mut past = [0u8; 10];
         assert!(io.read_durable_at(&mut past, 19_995).is_err());
+    }
+
+    /// The record layout the module documentation promises, through `IoLog` directly (the
+    /// environment variable is process-wide, so tests do not set it).
+    #[test]
+    fn log_records_have_the_documented_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let log = IoLog {
+            file: OpenOptions::new().append(true).create(true).open(&path).unwrap(),
+            pid: 7,
+        };
+        log.append(LOG_WRITE, (1, 2), 4096, 3, b"abc").unwrap();
+        log.note("hi").unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len(), 2 * LOG_HEADER_LEN + 5);
+        assert_eq!(&bytes[..4], b"W\0\0\0");
+        assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), 7);
+        let field = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+        assert_eq!([field(8), field(16), field(24), field(32)], [1, 2, 4096, 3]);
+        assert_eq!(&bytes[40..43], b"abc");
+        assert_eq!(bytes[43], LOG_NOTE);
+        assert_eq!(&bytes[43 + LOG_HEADER_LEN..], b"hi");
     }
 }

@@ -1,0 +1,150 @@
+//! The contract checked after each crash point, clause by clause.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use rusqlite::{Connection, OpenFlags};
+use serde::Serialize;
+
+use super::scenario::Backend;
+use crate::bank;
+
+/// Which promise was broken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Clause {
+    /// The database does not open after the crash.
+    Open,
+    /// `PRAGMA integrity_check` is not ok.
+    Integrity,
+    /// Money not conserved, or a balance disagreeing with the ledger (half a transfer).
+    Money,
+    /// A transfer acknowledged (COMMIT returned) is missing.
+    Acknowledged,
+    /// A reader printed a row that the power cut then removed.
+    VisibleNotDurable,
+    /// The two databases of one store disagree on which transfers happened.
+    AttachAtomicity,
+    /// A read transaction saw money not conserved.
+    ReadSnapshot,
+    /// A process that was not stopped failed a step (or died by itself).
+    ProcessError,
+    /// A step did not finish in time.
+    Hang,
+}
+
+impl Clause {
+    pub fn name(self) -> &'static str {
+        match self {
+            Clause::Open => "open",
+            Clause::Integrity => "integrity",
+            Clause::Money => "money",
+            Clause::Acknowledged => "acknowledged",
+            Clause::VisibleNotDurable => "visible-not-durable",
+            Clause::AttachAtomicity => "attach-atomicity",
+            Clause::ReadSnapshot => "read-snapshot",
+            Clause::ProcessError => "process-error",
+            Clause::Hang => "hang",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub clause: Clause,
+    pub detail: String,
+}
+
+fn violation(clause: Clause, detail: impl std::fmt::Display) -> Violation {
+    Violation {
+        clause,
+        detail: detail.to_string(),
+    }
+}
+
+/// What must be in the database.
+pub struct Expect<'a> {
+    /// Transfers acknowledged (and, after a power cut, promised durable).
+    pub acks: &'a [String],
+    /// Ledger rows a reader printed before the crash.
+    pub saws: &'a [String],
+    pub attach: bool,
+}
+
+/// Opens the database at `path` as the scenario's processes do and checks the contract.
+pub fn check(path: &Path, backend: Backend, expect: &Expect<'_>) -> Option<Violation> {
+    let main = match open(path, backend, false) {
+        Ok(c) => c,
+        Err(e) => return Some(violation(Clause::Open, format!("{e:#}"))),
+    };
+    let ledger = match check_bank(&main, expect) {
+        Ok(l) => l,
+        Err(v) => return Some(v),
+    };
+    for id in expect.saws {
+        if !ledger.contains(id) {
+            return Some(violation(
+                Clause::VisibleNotDurable,
+                format!("a reader printed transfer {id}, which is not in the ledger after the crash"),
+            ));
+        }
+    }
+    if expect.attach {
+        let aux = match open(path, backend, true) {
+            Ok(c) => c,
+            Err(e) => return Some(violation(Clause::Open, format!("aux: {e:#}"))),
+        };
+        let aux_ledger = match check_bank(&aux, expect) {
+            Ok(l) => l,
+            Err(mut v) => {
+                v.detail = format!("aux: {}", v.detail);
+                return Some(v);
+            }
+        };
+        if let Some(id) = ledger.symmetric_difference(&aux_ledger).next() {
+            let (has, lacks) = if ledger.contains(id) {
+                ("main", "aux")
+            } else {
+                ("aux", "main")
+            };
+            return Some(violation(
+                Clause::AttachAtomicity,
+                format!("transfer {id} is in {has} but not in {lacks}"),
+            ));
+        }
+    }
+    None
+}
+
+fn open(path: &Path, backend: Backend, aux: bool) -> anyhow::Result<Connection> {
+    match backend {
+        Backend::Onesync if aux => {
+            super::register_explore_vfs()?;
+            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI;
+            Ok(Connection::open_with_flags(super::aux_uri(path), flags)?)
+        }
+        Backend::Onesync => super::open_store(path, false),
+        Backend::StockJournalOff => crate::sqlite::open_plain(path, OpenFlags::SQLITE_OPEN_READ_WRITE),
+    }
+}
+
+/// Integrity, money and every acknowledged transfer; the ledger's ids.
+fn check_bank(conn: &Connection, expect: &Expect<'_>) -> Result<BTreeSet<String>, Violation> {
+    crate::sqlite::check_integrity(conn).map_err(|e| violation(Clause::Integrity, format!("{e:#}")))?;
+    bank::audit(conn, true, &[]).map_err(|e| violation(Clause::Money, format!("{e:#}")))?;
+    let ledger =
+        ledger_ids(conn).map_err(|e| violation(Clause::Integrity, format!("reading the ledger: {e}")))?;
+    if let Some(id) = expect.acks.iter().find(|id| !ledger.contains(*id)) {
+        return Err(violation(
+            Clause::Acknowledged,
+            format!("transfer {id} was acknowledged but is not in the ledger"),
+        ));
+    }
+    Ok(ledger)
+}
+
+fn ledger_ids(conn: &Connection) -> rusqlite::Result<BTreeSet<String>> {
+    let mut stmt = conn.prepare("SELECT transfer_id FROM ledger")?;
+    let ids = stmt.query_map([], |r| r.get(0))?.collect();
+    ids
+}

@@ -1,0 +1,441 @@
+//! The scenario matrix: who runs what, in which order, with which SQLite settings.
+//!
+//! Steps run one at a time (the explorer waits for each step's reply before sending the
+//! next), so the chosen process makes the same calls in every run and its k-th call in the
+//! recording is its k-th call in a crash run.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// How a process opens the database.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// The onesync store through the explorer's VFS (small checkpoints and growth steps)
+    Onesync,
+    /// Stock SQLite on its default VFS with journal_mode=OFF (a negative control)
+    StockJournalOff,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Locking {
+    Normal,
+    Exclusive,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sync {
+    Full,
+    Normal,
+    Off,
+}
+
+impl Locking {
+    pub fn pragma(self) -> &'static str {
+        match self {
+            Locking::Normal => "NORMAL",
+            Locking::Exclusive => "EXCLUSIVE",
+        }
+    }
+}
+
+impl Sync {
+    pub fn pragma(self) -> &'static str {
+        match self {
+            Sync::Full => "FULL",
+            Sync::Normal => "NORMAL",
+            Sync::Off => "OFF",
+        }
+    }
+}
+
+/// Which name of the store a process opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Name {
+    Main,
+    /// A second name of the same file, by hard link.
+    HardLink,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Writer,
+    /// Only reads; its reads also run while the chosen process is stopped.
+    Reader,
+}
+
+#[derive(Clone, Debug)]
+pub struct Proc {
+    /// One letter; transfer ids start with it.
+    pub name: char,
+    pub backend: Backend,
+    pub path: Name,
+    pub attach: bool,
+    pub locking: Locking,
+    pub sync: Sync,
+    pub role: Role,
+}
+
+/// One step of a script, as sent to the worker (one line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmd {
+    Open,
+    /// This many transfers, each one transaction, each acknowledged when COMMIT returned.
+    Xfer(u32),
+    /// A read transaction printing every ledger row not printed yet.
+    Read,
+    /// BEGIN and a read: a snapshot held across the next steps ...
+    Hold,
+    /// ... until COMMIT.
+    Release,
+    /// Close and open again (the last process to close checkpoints).
+    Reopen,
+    Close,
+    /// A checkpoint now, by a second handle on the store in this process (as another
+    /// process's checkpoint would come; SQLite has no way to ask for one).
+    Checkpoint,
+}
+
+impl fmt::Display for Cmd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cmd::Open => write!(f, "open"),
+            Cmd::Xfer(n) => write!(f, "xfer {n}"),
+            Cmd::Read => write!(f, "read"),
+            Cmd::Hold => write!(f, "hold"),
+            Cmd::Release => write!(f, "release"),
+            Cmd::Reopen => write!(f, "reopen"),
+            Cmd::Close => write!(f, "close"),
+            Cmd::Checkpoint => write!(f, "checkpoint"),
+        }
+    }
+}
+
+/// What the processes still alive do after the last step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// SIGKILL: their commits must be found by recovery, not by their own close.
+    Kill,
+    /// Close (the last one checkpoints) and exit.
+    Close,
+}
+
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub procs: Vec<Proc>,
+    /// (index into `procs`, step)
+    pub script: Vec<(usize, Cmd)>,
+    /// The processes stopped in turn (indexes into `procs`).
+    pub victims: Vec<usize>,
+    pub end: End,
+    /// `ONESYNC_SABOTAGE` for every worker.
+    pub sabotage: Option<&'static str>,
+    /// Commits between the store's own checkpoints.
+    pub checkpoint_interval: u64,
+}
+
+impl Scenario {
+    pub fn backend(&self) -> Backend {
+        self.procs[0].backend
+    }
+
+    pub fn uses_link(&self) -> bool {
+        self.procs.iter().any(|p| p.path == Name::HardLink)
+    }
+
+    pub fn uses_attach(&self) -> bool {
+        self.procs.iter().any(|p| p.attach)
+    }
+
+    pub fn proc_named(&self, name: char) -> Option<&Proc> {
+        self.procs.iter().find(|p| p.name == name)
+    }
+}
+
+fn writer(name: char) -> Proc {
+    Proc {
+        name,
+        backend: Backend::Onesync,
+        path: Name::Main,
+        attach: false,
+        locking: Locking::Normal,
+        sync: Sync::Full,
+        role: Role::Writer,
+    }
+}
+
+fn reader(name: char) -> Proc {
+    Proc {
+        role: Role::Reader,
+        ..writer(name)
+    }
+}
+
+/// One process: open, transfers with a reopen (a checkpoint at close) in the middle.
+fn single(name: &'static str, about: &'static str, a: Proc) -> Scenario {
+    Scenario {
+        name,
+        about,
+        procs: vec![a],
+        script: vec![
+            (0, Cmd::Open),
+            (0, Cmd::Xfer(4)),
+            (0, Cmd::Reopen),
+            (0, Cmd::Xfer(3)),
+        ],
+        victims: vec![0],
+        end: End::Kill,
+        sabotage: None,
+        checkpoint_interval: super::CHECKPOINT_INTERVAL,
+    }
+}
+
+/// Two writers taking turns, one transfer each, for `rounds` rounds; with checkpoints every
+/// few commits (the explorer's VFS), some fall in each process.
+fn two_writers(rounds: usize) -> Vec<(usize, Cmd)> {
+    let mut script = vec![(0, Cmd::Open), (1, Cmd::Open)];
+    for _ in 0..rounds {
+        script.push((0, Cmd::Xfer(1)));
+        script.push((1, Cmd::Xfer(1)));
+    }
+    script
+}
+
+/// The matrix. Every scenario's store starts as a funded bank (100 accounts).
+pub fn all() -> Vec<Scenario> {
+    vec![
+        single(
+            "single-full",
+            "one process, synchronous=FULL, locking_mode=NORMAL",
+            writer('A'),
+        ),
+        single(
+            "single-normal",
+            "one process, synchronous=NORMAL",
+            Proc {
+                sync: Sync::Normal,
+                ..writer('A')
+            },
+        ),
+        single(
+            "single-off",
+            "one process, synchronous=OFF",
+            Proc {
+                sync: Sync::Off,
+                ..writer('A')
+            },
+        ),
+        single(
+            "exclusive-full",
+            "one process, locking_mode=EXCLUSIVE, synchronous=FULL",
+            Proc {
+                locking: Locking::Exclusive,
+                ..writer('A')
+            },
+        ),
+        single(
+            "exclusive-normal",
+            "one process, locking_mode=EXCLUSIVE, synchronous=NORMAL",
+            Proc {
+                locking: Locking::Exclusive,
+                sync: Sync::Normal,
+                ..writer('A')
+            },
+        ),
+        Scenario {
+            name: "exclusive-off",
+            about: "locking_mode=EXCLUSIVE with synchronous=OFF, then a second process opens and writes",
+            procs: vec![
+                Proc {
+                    locking: Locking::Exclusive,
+                    sync: Sync::Off,
+                    ..writer('A')
+                },
+                writer('B'),
+            ],
+            script: vec![
+                (0, Cmd::Open),
+                (0, Cmd::Xfer(5)),
+                (0, Cmd::Close),
+                (1, Cmd::Open),
+                (1, Cmd::Xfer(1)),
+            ],
+            victims: vec![0],
+            end: End::Close,
+            sabotage: None,
+            checkpoint_interval: super::CHECKPOINT_INTERVAL,
+        },
+        Scenario {
+            end: End::Close,
+            ..single(
+                "attach",
+                "one process, ATTACH of a second database of the same store; every transfer in both",
+                Proc {
+                    attach: true,
+                    ..writer('A')
+                },
+            )
+        },
+        Scenario {
+            name: "two-writers",
+            about: "two processes taking turns, checkpoints falling in either",
+            procs: vec![writer('A'), writer('B')],
+            script: two_writers(5),
+            victims: vec![0, 1],
+            end: End::Kill,
+            sabotage: None,
+            checkpoint_interval: super::CHECKPOINT_INTERVAL,
+        },
+        Scenario {
+            name: "mixed-sync",
+            about: "two processes taking turns, one with synchronous=NORMAL, one with OFF",
+            procs: vec![
+                Proc {
+                    sync: Sync::Normal,
+                    ..writer('A')
+                },
+                Proc {
+                    sync: Sync::Off,
+                    ..writer('B')
+                },
+            ],
+            script: two_writers(4),
+            victims: vec![0, 1],
+            end: End::Kill,
+            sabotage: None,
+            checkpoint_interval: super::CHECKPOINT_INTERVAL,
+        },
+        Scenario {
+            name: "reader",
+            about: "a writer and a reader process (one snapshot held across commits); the \
+                    reader also reads while the writer is stopped",
+            procs: vec![writer('A'), reader('R')],
+            script: {
+                let mut s = vec![(0, Cmd::Open), (1, Cmd::Open), (1, Cmd::Hold)];
+                for round in 0..5 {
+                    s.push((0, Cmd::Xfer(1)));
+                    s.push((1, Cmd::Read));
+                    if round == 2 {
+                        s.push((1, Cmd::Release));
+                    }
+                }
+                s
+            },
+            victims: vec![0, 1],
+            end: End::Kill,
+            sabotage: None,
+            checkpoint_interval: super::CHECKPOINT_INTERVAL,
+        },
+        Scenario {
+            name: "hard-link",
+            about: "two processes on two names (hard links) of one store",
+            procs: vec![
+                writer('A'),
+                Proc {
+                    path: Name::HardLink,
+                    ..writer('B')
+                },
+            ],
+            script: two_writers(4),
+            victims: vec![0, 1],
+            end: End::Kill,
+            sabotage: None,
+            checkpoint_interval: super::CHECKPOINT_INTERVAL,
+        },
+        Scenario {
+            name: "three",
+            about: "two writers with ATTACH and a reader; each stopped in turn",
+            procs: vec![
+                Proc {
+                    attach: true,
+                    ..writer('A')
+                },
+                Proc {
+                    attach: true,
+                    ..writer('B')
+                },
+                reader('R'),
+            ],
+            script: {
+                let mut s = vec![(0, Cmd::Open), (1, Cmd::Open), (2, Cmd::Open)];
+                for _ in 0..3 {
+                    s.push((0, Cmd::Xfer(1)));
+                    s.push((2, Cmd::Read));
+                    s.push((1, Cmd::Xfer(1)));
+                    s.push((2, Cmd::Read));
+                }
+                s.push((1, Cmd::Close));
+                s.push((0, Cmd::Xfer(1)));
+                s
+            },
+            victims: vec![0, 1, 2],
+            end: End::Kill,
+            sabotage: None,
+            checkpoint_interval: super::CHECKPOINT_INTERVAL,
+        },
+        checkpoint_handoff(None),
+    ]
+}
+
+/// Defect 1 of issue 14: A checkpoints right after B's commit (B, fully caught up, has
+/// nothing to learn from the side file), A is stopped anywhere in it, B commits once more,
+/// both die. The store's own checkpoints are rare here: B's next commit must not checkpoint
+/// itself (its new header would hide a stale chain).
+fn checkpoint_handoff(sabotage: Option<&'static str>) -> Scenario {
+    Scenario {
+        name: if sabotage.is_some() {
+            "checkpoint-publication"
+        } else {
+            "checkpoint-handoff"
+        },
+        about: "A checkpoints after B's commit and is stopped in it; B commits again, both die",
+        procs: vec![writer('A'), writer('B')],
+        script: vec![
+            (0, Cmd::Open),
+            (1, Cmd::Open),
+            (0, Cmd::Xfer(1)),
+            (1, Cmd::Xfer(1)),
+            (0, Cmd::Checkpoint),
+            (1, Cmd::Xfer(1)),
+            (0, Cmd::Xfer(1)),
+            (1, Cmd::Xfer(1)),
+        ],
+        victims: vec![0],
+        end: End::Kill,
+        sabotage,
+        checkpoint_interval: 1000,
+    }
+}
+
+/// The negative controls: scenarios that must fail.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NegativeControl {
+    /// Stock SQLite (default VFS) with journal_mode=OFF: a stopped commit is half applied
+    JournalOff,
+    /// The store with ONESYNC_SABOTAGE=checkpoint-publication (a writer trusts the side
+    /// file alone: defect 1 of issue 14)
+    CheckpointPublication,
+}
+
+pub fn negative_control(control: NegativeControl) -> Scenario {
+    match control {
+        NegativeControl::JournalOff => {
+            let a = Proc {
+                backend: Backend::StockJournalOff,
+                ..writer('A')
+            };
+            Scenario {
+                name: "journal-off",
+                about: "stock SQLite, journal_mode=OFF (must fail)",
+                ..single("journal-off", "", a)
+            }
+        }
+        NegativeControl::CheckpointPublication => checkpoint_handoff(Some("checkpoint-publication")),
+    }
+}

@@ -1,0 +1,206 @@
+//! The explorer's worker process (`onesync __explore-worker`): one SQLite connection driven
+//! by one-line commands on stdin (see [`Cmd`](super::scenario::Cmd)), answering each with
+//! `ok` or `err MESSAGE`. On the way it prints `ack ID` after each transfer's COMMIT
+//! returned, `saw ID` for each ledger row a read showed for the first time, and `torn ...`
+//! if a read saw money not conserved. Each `ack`/`saw` is first written as a note into the
+//! shared write log (`ONESYNC_IO_LOG`), so that it has its place among the writes and
+//! flushes there (what a power cut at a given point must keep).
+//!
+//! Single-threaded on purpose: strace counts a call number per thread.
+
+use std::collections::HashSet;
+use std::io::BufRead;
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context, Result};
+use onesync_store::io::IoLog;
+use onesync_store::{Options, Store};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rusqlite::{Connection, OpenFlags};
+
+use super::scenario::{Backend, Locking, Sync};
+use crate::bank;
+use crate::kill_torture::print_line;
+
+#[derive(clap::Args, Debug)]
+pub struct WorkerArgs {
+    /// The store (or plain database) this process opens
+    #[arg(long)]
+    pub db: PathBuf,
+    /// One letter: transfer ids start with it
+    #[arg(long)]
+    pub name: char,
+    #[arg(long, value_enum)]
+    pub backend: Backend,
+    #[arg(long, value_enum)]
+    pub locking: Locking,
+    #[arg(long, value_enum)]
+    pub sync: Sync,
+    /// ATTACH the store's second database `aux`; every transfer is made in both
+    #[arg(long)]
+    pub attach: bool,
+    #[arg(long)]
+    pub seed: u64,
+}
+
+struct Worker<'a> {
+    args: &'a WorkerArgs,
+    conn: Option<Connection>,
+    log: Option<IoLog>,
+    rng: SmallRng,
+    transfers: u64,
+    seen: HashSet<String>,
+}
+
+pub fn run(args: &WorkerArgs) -> Result<()> {
+    let mut worker = Worker {
+        args,
+        conn: None,
+        log: IoLog::from_env().context("opening the write log")?,
+        rng: SmallRng::seed_from_u64(args.seed ^ u64::from(args.name)),
+        transfers: 0,
+        seen: HashSet::new(),
+    };
+    print_line(&format!("pid {}", std::process::id()))?;
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            // The explorer is gone: leave without closing anything.
+            return Ok(());
+        }
+        let command = line.trim();
+        if command == "quit" {
+            drop(worker.conn.take());
+            return Ok(());
+        }
+        match worker.step(command) {
+            Ok(()) => print_line("ok")?,
+            Err(e) => print_line(&format!("err {}", format!("{e:#}").replace('\n', " ")))?,
+        }
+    }
+}
+
+impl Worker<'_> {
+    fn step(&mut self, command: &str) -> Result<()> {
+        let (verb, arg) = command.split_once(' ').unwrap_or((command, ""));
+        match verb {
+            "open" => self.open(),
+            "reopen" => {
+                drop(self.conn.take());
+                self.open()
+            }
+            "close" => {
+                drop(self.conn.take());
+                Ok(())
+            }
+            "xfer" => {
+                let n: u32 = arg.parse().with_context(|| format!("xfer {arg:?}"))?;
+                (0..n).try_for_each(|_| self.transfer())
+            }
+            "read" => self.read(),
+            "hold" => {
+                let conn = self.conn()?;
+                conn.execute_batch("BEGIN")?;
+                conn.query_row("SELECT count(*) FROM ledger", [], |r| r.get::<_, i64>(0))?;
+                Ok(())
+            }
+            "release" => Ok(self.conn()?.execute_batch("COMMIT")?),
+            "checkpoint" => {
+                let base = Options {
+                    sabotage: onesync_store::Sabotage::from_env(),
+                    ..Options::default()
+                };
+                let store = Store::open(&self.args.db, &super::explore_options(&base))?;
+                store.checkpoint()?;
+                Ok(store.close()?)
+            }
+            _ => bail!("unknown command {command:?}"),
+        }
+    }
+
+    fn conn(&self) -> Result<&Connection> {
+        self.conn.as_ref().ok_or_else(|| anyhow!("not open"))
+    }
+
+    fn open(&mut self) -> Result<()> {
+        let args = self.args;
+        let conn = match args.backend {
+            Backend::Onesync => super::open_store(&args.db, false)?,
+            Backend::StockJournalOff => {
+                let conn = crate::sqlite::open_plain(&args.db, OpenFlags::default())?;
+                conn.execute_batch("PRAGMA journal_mode = OFF")?;
+                conn
+            }
+        };
+        conn.busy_timeout(super::WORKER_BUSY_TIMEOUT)?;
+        conn.execute_batch(&format!(
+            "PRAGMA locking_mode = {}; PRAGMA synchronous = {};",
+            args.locking.pragma(),
+            args.sync.pragma()
+        ))?;
+        if args.attach {
+            conn.execute("ATTACH ?1 AS aux", [super::aux_uri(&args.db)])?;
+        }
+        self.conn = Some(conn);
+        Ok(())
+    }
+
+    /// Writes `line` into the write log's order, then to the explorer.
+    fn report(&self, line: &str) -> Result<()> {
+        if let Some(log) = &self.log {
+            log.note(line).context("noting in the write log")?;
+        }
+        print_line(line)
+    }
+
+    fn transfer(&mut self) -> Result<()> {
+        self.transfers += 1;
+        let id = format!("{}{}", self.args.name, self.transfers);
+        let from = self.rng.random_range(1..=bank::ACCOUNTS);
+        let to = (from + self.rng.random_range(1..bank::ACCOUNTS) - 1) % bank::ACCOUNTS + 1;
+        let amount = self.rng.random_range(1..=100);
+        let conn = self.conn()?;
+        if self.args.attach {
+            bank::transfer_in_schemas(conn, &["main", "aux"], &id, from, to, amount)
+        } else {
+            bank::transfer_atomically(conn, &id, from, to, amount)
+        }
+        .with_context(|| format!("transfer {id}"))?;
+        self.report(&format!("ack {id}"))
+    }
+
+    fn read(&mut self) -> Result<()> {
+        let conn = self.conn()?;
+        let in_txn = !conn.is_autocommit();
+        if !in_txn {
+            conn.execute_batch("BEGIN")?;
+        }
+        let read = (|| -> rusqlite::Result<(Option<i64>, Vec<String>)> {
+            let total = conn.query_row("SELECT sum(balance) FROM account", [], |r| r.get(0))?;
+            let mut stmt = conn.prepare("SELECT transfer_id FROM ledger ORDER BY rowid")?;
+            let ids = stmt
+                .query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<Vec<String>>>()?;
+            Ok((total, ids))
+        })();
+        if !in_txn {
+            conn.execute_batch("COMMIT")?;
+        }
+        let (total, ids) = read?;
+        if total != Some(bank::TOTAL_MONEY) {
+            print_line(&format!(
+                "torn a read saw {total:?} in the accounts, not {}",
+                bank::TOTAL_MONEY
+            ))?;
+        }
+        for id in ids {
+            if self.seen.insert(id.clone()) {
+                self.report(&format!("saw {id}"))?;
+            }
+        }
+        Ok(())
+    }
+}

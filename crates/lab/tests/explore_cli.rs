@@ -1,0 +1,170 @@
+//! `onesync explore`, the crash-point explorer, at CI size: every database call of every
+//! stopped process in every scenario (about 1,500 crash points, each with power cuts),
+//! expecting no failure; and each negative control, expecting failures. Needs strace (and
+//! ptrace allowed); without it the tests say so and pass.
+//!
+//! Longer by hand: `onesync explore --budget 0 --power-cuts all --seed S` over several seeds.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+mod common;
+
+use common::{json, onesync, said};
+
+fn strace_missing() -> bool {
+    let works = Command::new("strace")
+        .args(["-f", "-qq", "-o", "/dev/null", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !works {
+        eprintln!("SKIPPED: strace is missing or cannot trace here (apt-get install strace)");
+    }
+    !works
+}
+
+/// The failures of a summary, one line each, for an assertion message.
+fn failures(summary: &Value) -> String {
+    summary["failures"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .take(20)
+                .map(|f| {
+                    format!(
+                        "{} {} k={} ({}) {}: {}: {}",
+                        f["scenario"], f["process"], f["k"], f["call"], f["crash"], f["clause"], f["detail"]
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_crash_point_of_the_scenario_matrix_keeps_the_contract() {
+    if strace_missing() {
+        return;
+    }
+    let out = onesync(&[
+        "explore",
+        "--budget",
+        "0",
+        "--power-cuts",
+        "some",
+        "--seed",
+        "14",
+        "--json",
+        "-",
+    ]);
+    let summary = json(&out);
+    let points = summary["crash_points"].as_u64().unwrap_or(0);
+    assert!(points >= 1000, "only {points} crash points: {}", said(&out));
+    for s in summary["scenarios"].as_array().expect("scenarios") {
+        assert_eq!(
+            s["not_reached"], 0,
+            "a crash point was not reached in {}",
+            s["name"]
+        );
+    }
+    assert!(
+        summary["power_cut_images"].as_u64().unwrap_or(0) >= points,
+        "power cuts were not checked: {}",
+        said(&out)
+    );
+    assert_eq!(
+        summary["failure_count"],
+        0,
+        "the explorer found failures:\n{}",
+        failures(&summary)
+    );
+    assert!(out.status.success(), "{}", said(&out));
+}
+
+/// Runs a negative control; it must report failures (and then exit 0).
+fn control(name: &str) -> Value {
+    let out = onesync(&[
+        "explore",
+        "--negative-control",
+        name,
+        "--budget",
+        "0",
+        "--seed",
+        "14",
+        "--json",
+        "-",
+    ]);
+    let summary = json(&out);
+    assert!(
+        summary["failure_count"].as_u64().unwrap_or(0) > 0,
+        "the negative control {name} did not fail: {}",
+        said(&out)
+    );
+    assert!(out.status.success(), "{}", said(&out));
+    summary
+}
+
+#[test]
+fn negative_control_stock_sqlite_without_a_journal_fails() {
+    if strace_missing() {
+        return;
+    }
+    let summary = control("journal-off");
+    let clauses: Vec<&str> = summary["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .filter_map(|f| f["clause"].as_str())
+        .collect();
+    assert!(
+        clauses.iter().all(|c| *c == "money" || *c == "integrity"),
+        "a half-applied transfer shows as money or integrity: {clauses:?}"
+    );
+}
+
+#[test]
+fn negative_control_checkpoint_publication_order_fails() {
+    if strace_missing() {
+        return;
+    }
+    let summary = control("checkpoint-publication");
+    let first = &summary["failures"][0];
+    assert_eq!(first["clause"], "acknowledged", "{}", failures(&summary));
+    assert_eq!(first["process"], "A");
+}
+
+#[test]
+fn list_a_short_run_and_an_unknown_scenario() {
+    if strace_missing() {
+        return;
+    }
+    let out = onesync(&["explore", "--list"]);
+    let text = said(&out);
+    for name in [
+        "single-full",
+        "exclusive-off",
+        "attach",
+        "reader",
+        "hard-link",
+        "three",
+    ] {
+        assert!(text.contains(name), "{name} missing from --list: {text}");
+    }
+    let out = onesync(&[
+        "explore",
+        "--scenario",
+        "single-full",
+        "--budget",
+        "3",
+        "--seed",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", said(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("total: 1 scenario(s), 3 crash points"), "{text}");
+    let out = onesync(&["explore", "--scenario", "no-such"]);
+    assert!(!out.status.success());
+    assert!(said(&out).contains("no scenario \"no-such\""), "{}", said(&out));
+}
