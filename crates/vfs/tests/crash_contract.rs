@@ -402,11 +402,7 @@ fn attach_and_vacuum_into_make_plain_sqlite_files() {
         );
         assert_eq!(out, format!("ok\n{rows}\n"), "{}: {err}", file.display());
     }
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains("journal") || n.contains("-mj"))
-        .collect();
+    let leftovers = journals_left(dir.path());
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
@@ -620,11 +616,7 @@ fn plain_recovery_through_onesync_finds_the_super_journal() {
         p1.display(),
     ));
     assert_eq!(out, "20000\nok\n20000\nok\n");
-    let names: Vec<String> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains("journal") || n.contains("-mj"))
-        .collect();
+    let names = journals_left(dir.path());
     assert!(names.is_empty(), "recovery left {names:?}");
 }
 
@@ -1002,4 +994,13 @@ fn hard_links_of_one_store_share_it() {
     let conn = open(&b);
     assert_eq!(count(&conn, "SELECT count(*) FROM t"), 4);
     integrity(&conn, "main");
+}
+
+/// Journal and super-journal files left in `dir`.
+fn journals_left(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("journal") || n.contains("-mj"))
+        .collect()
 }
