@@ -143,6 +143,9 @@ const DIRECT_ALIGN: usize = 4096;
 impl FileIo {
     pub fn new(file: File) -> FileIo {
         let log = LoggedFile::for_file(&file);
+        // The store reads single slots scattered over the file (a record at the chain's
+        // head, a page): readahead only adds work. Advice only; failure changes nothing.
+        let _ = nix::fcntl::posix_fadvise(&file, 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM);
         FileIo {
             file,
             direct: OnceLock::new(),
