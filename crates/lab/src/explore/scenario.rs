@@ -379,6 +379,24 @@ pub fn all() -> Vec<Scenario> {
             checkpoint_interval: super::CHECKPOINT_INTERVAL,
         },
         checkpoint_handoff(None),
+        Scenario {
+            name: "last-closer-joined",
+            about: "A opens first, B joins; A closes, so B's close is the last: it takes every \
+                    free slot as recovery would, then checkpoints (issue 14, defect 6)",
+            procs: vec![writer('A'), writer('B')],
+            script: vec![
+                (0, Cmd::Open),
+                (1, Cmd::Open),
+                (0, Cmd::Xfer(1)),
+                (1, Cmd::Xfer(1)),
+                (0, Cmd::Close),
+                (1, Cmd::Xfer(1)),
+            ],
+            victims: vec![0, 1],
+            end: End::Close,
+            sabotage: None,
+            checkpoint_interval: 1000,
+        },
     ]
 }
 
