@@ -57,6 +57,16 @@ fn commit_state(conn: &Connection, schema: &str) -> (u64, u64) {
     (v["seq"].as_u64().unwrap_or(0), v["durable_seq"].as_u64().unwrap())
 }
 
+/// The connection's last COMMIT on `schema` was durable when it returned.
+#[track_caller]
+fn assert_durable(conn: &Connection, schema: &str, what: &str) {
+    let (seq, durable) = commit_state(conn, schema);
+    assert!(
+        seq <= durable,
+        "{what}: COMMIT returned before it was durable: seq {seq}, durable_seq {durable}"
+    );
+}
+
 fn starts_with_magic(path: &Path) -> bool {
     std::fs::read(path).is_ok_and(|b| b.starts_with(STORE_MAGIC))
 }
@@ -181,22 +191,14 @@ fn exclusive_mode_commit_is_durable_when_it_returns() {
         .unwrap();
     for i in 0..5 {
         conn.execute("INSERT INTO t VALUES (?1)", [i]).unwrap();
-        let (seq, durable) = commit_state(&conn, "main");
-        assert!(
-            seq <= durable,
-            "COMMIT returned before it was durable: seq {seq}, durable_seq {durable} (insert {i})"
-        );
+        assert_durable(&conn, "main", &format!("insert {i}"));
     }
     // An explicit transaction and synchronous=OFF (no xSync at all): the same.
     conn.execute_batch(
         "PRAGMA synchronous=OFF; BEGIN; INSERT INTO t VALUES (10); INSERT INTO t VALUES (11); COMMIT;",
     )
     .unwrap();
-    let (seq, durable) = commit_state(&conn, "main");
-    assert!(
-        seq <= durable,
-        "synchronous=OFF: seq {seq}, durable_seq {durable}"
-    );
+    assert_durable(&conn, "main", "synchronous=OFF");
     assert_eq!(count(&conn, "SELECT count(*) FROM t"), 7);
 }
 
@@ -275,31 +277,10 @@ fn exclusive_mode_rollback_savepoints_and_back_to_normal() {
          INSERT INTO t VALUES (1, 'x'), (2, 'y');",
     )
     .unwrap();
-    conn.execute_batch("BEGIN; INSERT INTO t VALUES (3, 'z'); ROLLBACK;")
-        .unwrap();
-    assert_eq!(count(&conn, "SELECT count(*) FROM t"), 2);
-    conn.execute_batch(
-        "SAVEPOINT a; INSERT INTO t VALUES (10, 'a'); SAVEPOINT b; INSERT INTO t VALUES (11, 'b');
-         ROLLBACK TO b; RELEASE a;",
-    )
-    .unwrap();
-    assert_eq!(count(&conn, "SELECT sum(a) FROM t WHERE a >= 10"), 10);
-    let err = conn
-        .execute_batch("INSERT INTO t VALUES (20, 'p'), (1, 'dup')")
-        .unwrap_err();
-    assert!(err.to_string().contains("UNIQUE"), "{err}");
-    assert_eq!(count(&conn, "SELECT count(*) FROM t WHERE a >= 20"), 0);
-    conn.execute_batch(
-        "PRAGMA cache_size = 10; BEGIN;
-         WITH RECURSIVE n(i) AS (SELECT 100 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)
-         INSERT INTO t SELECT i, randomblob(500) FROM n; ROLLBACK;",
-    )
-    .unwrap();
-    assert_eq!(count(&conn, "SELECT count(*) FROM t"), 3);
+    common::exercise_rollbacks(&conn);
     // A commit after the spilled rollback carries exactly its own change.
     conn.execute("INSERT INTO t VALUES (30, 'after')", []).unwrap();
-    let (seq, durable) = commit_state(&conn, "main");
-    assert!(seq <= durable);
+    assert_durable(&conn, "main", "after the savepoints");
     integrity(&conn, "main");
 
     // Another connection cannot write while this one is exclusive...
@@ -335,14 +316,12 @@ fn exclusive_mode_of_attached_databases() {
         .unwrap();
     for i in 0..3 {
         conn.execute("INSERT INTO aux.a VALUES (?1)", [i]).unwrap();
-        let (seq, durable) = commit_state(&conn, "aux");
-        assert!(seq <= durable, "aux only: seq {seq}, durable {durable}");
+        assert_durable(&conn, "aux", "aux only");
         conn.execute_batch(&format!(
             "BEGIN; INSERT INTO main.m VALUES ({i}); INSERT INTO aux.a VALUES ({i}); COMMIT;"
         ))
         .unwrap();
-        let (seq, durable) = commit_state(&conn, "main");
-        assert!(seq <= durable, "main + aux: seq {seq}, durable {durable}");
+        assert_durable(&conn, "main", "main + aux");
     }
     drop(conn);
 
@@ -350,11 +329,7 @@ fn exclusive_mode_of_attached_databases() {
     conn.execute_batch("PRAGMA locking_mode=EXCLUSIVE").unwrap();
     conn.execute("ATTACH ?1 AS aux", [uri(&path, "&db=aux")]).unwrap();
     conn.execute("INSERT INTO aux.a VALUES (100)", []).unwrap();
-    let (seq, durable) = commit_state(&conn, "aux");
-    assert!(
-        seq <= durable,
-        "inherited exclusive: seq {seq}, durable {durable}"
-    );
+    assert_durable(&conn, "aux", "inherited exclusive");
     assert_eq!(count(&conn, "SELECT count(*) FROM aux.a"), 7);
     assert_eq!(count(&conn, "SELECT count(*) FROM main.m"), 3);
 }
@@ -737,8 +712,7 @@ fn refused_commit_rolls_back_and_one_store_still_commits_together() {
     assert_eq!(count(&conn, "SELECT count(*) FROM b.t"), 0);
     conn.execute_batch("BEGIN; INSERT INTO main.t VALUES (2); INSERT INTO aux.t VALUES (2); COMMIT;")
         .unwrap();
-    let (seq, durable) = commit_state(&conn, "main");
-    assert!(seq <= durable);
+    assert_durable(&conn, "main", "one store, two databases");
     drop(conn);
     let conn = open(&a);
     conn.execute("ATTACH ?1 AS aux", [uri(&a, "&db=aux")]).unwrap();

@@ -7,6 +7,8 @@ use std::path::Path;
 use onesync::{api_table_from_sys, register_static, VFS_NAME};
 use rusqlite::{Connection, OpenFlags};
 
+mod common;
+
 fn open(path: &Path) -> Connection {
     register_static(&api_table_from_sys!(rusqlite::ffi)).expect("register onesync");
     let conn =
@@ -34,32 +36,7 @@ fn rollback_savepoints_statement_rollback_and_reopen() {
         let conn = open(&path);
         conn.execute_batch("CREATE TABLE t(a INTEGER UNIQUE, b); INSERT INTO t VALUES (1, 'x'), (2, 'y');")
             .unwrap();
-        conn.execute_batch("BEGIN; INSERT INTO t VALUES (3, 'z'); ROLLBACK;")
-            .unwrap();
-        assert_eq!(count(&conn, "SELECT count(*) FROM t"), 2);
-        conn.execute_batch(
-            "SAVEPOINT a; INSERT INTO t VALUES (10, 'a'); SAVEPOINT b; INSERT INTO t VALUES (11, 'b');
-             ROLLBACK TO b; RELEASE a;",
-        )
-        .unwrap();
-        assert_eq!(count(&conn, "SELECT sum(a) FROM t WHERE a >= 10"), 10);
-        let err = conn
-            .execute_batch("INSERT INTO t VALUES (20, 'p'), (21, 'q'), (1, 'dup'), (22, 'r')")
-            .unwrap_err();
-        assert!(err.to_string().contains("UNIQUE"), "{err}");
-        assert_eq!(
-            count(&conn, "SELECT count(*) FROM t WHERE a >= 20"),
-            0,
-            "statement rolled back"
-        );
-        // Spill many pages inside a transaction, then roll it back.
-        conn.execute_batch(
-            "PRAGMA cache_size = 10; BEGIN;
-             WITH RECURSIVE n(i) AS (SELECT 100 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)
-             INSERT INTO t SELECT i, randomblob(500) FROM n; ROLLBACK;",
-        )
-        .unwrap();
-        assert_eq!(count(&conn, "SELECT count(*) FROM t"), 3);
+        common::exercise_rollbacks(&conn);
         integrity(&conn);
     }
     let mut header = [0u8; 8];

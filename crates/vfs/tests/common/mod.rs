@@ -216,3 +216,39 @@ pub fn report(label: &str, n: u64, seconds: f64, s: &Syscalls) -> String {
     }
     out
 }
+
+fn count(conn: &rusqlite::Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// On a table `t(a INTEGER UNIQUE, b)` holding rows 1 and 2: a ROLLBACK, nested savepoints
+/// rolled back in part, a statement rolled back by a constraint, and a transaction that
+/// spills pages to the database file before its ROLLBACK. Leaves rows 1, 2 and 10.
+pub fn exercise_rollbacks(conn: &rusqlite::Connection) {
+    conn.execute_batch("BEGIN; INSERT INTO t VALUES (3, 'z'); ROLLBACK;")
+        .unwrap();
+    assert_eq!(count(conn, "SELECT count(*) FROM t"), 2);
+    conn.execute_batch(
+        "SAVEPOINT a; INSERT INTO t VALUES (10, 'a'); SAVEPOINT b; INSERT INTO t VALUES (11, 'b');
+         ROLLBACK TO b; RELEASE a;",
+    )
+    .unwrap();
+    assert_eq!(count(conn, "SELECT sum(a) FROM t WHERE a >= 10"), 10);
+    let err = conn
+        .execute_batch("INSERT INTO t VALUES (20, 'p'), (21, 'q'), (1, 'dup'), (22, 'r')")
+        .unwrap_err();
+    assert!(err.to_string().contains("UNIQUE"), "{err}");
+    assert_eq!(
+        count(conn, "SELECT count(*) FROM t WHERE a >= 20"),
+        0,
+        "statement rolled back"
+    );
+    // Spill many pages inside a transaction, then roll it back.
+    conn.execute_batch(
+        "PRAGMA cache_size = 10; BEGIN;
+         WITH RECURSIVE n(i) AS (SELECT 100 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)
+         INSERT INTO t SELECT i, randomblob(500) FROM n; ROLLBACK;",
+    )
+    .unwrap();
+    assert_eq!(count(conn, "SELECT count(*) FROM t"), 3);
+}
