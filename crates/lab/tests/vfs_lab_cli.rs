@@ -93,6 +93,31 @@ fn import_then_export_is_byte_identical_for_several_page_sizes() {
     }
 }
 
+/// `onesync salvage` copies every logical file of a readable store into a new store: the
+/// database exported from the copy is the original's bytes; an existing target is refused.
+/// (A store whose chain has a read error is salvaged up to it: the store's own test,
+/// `a_read_error_in_the_chain_fails_safe_and_can_be_salvaged`, covers the cut-off.)
+#[test]
+fn salvage_copies_a_readable_store_and_never_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.db");
+    let store = dir.path().join("store.onesync");
+    let copy = dir.path().join("copy.onesync");
+    let back = dir.path().join("back.db");
+    make_plain_db(&plain, 4096, false);
+    succeeds(&onesync(&["import", s(&plain), s(&store)]));
+    let said = succeeds(&onesync(&["salvage", s(&store), s(&copy)]));
+    assert!(said.contains("salvaged 1 logical file(s)"), "{said}");
+    assert!(said.contains("nothing was lost"), "{said}");
+    succeeds(&onesync(&["export", s(&copy), s(&back)]));
+    assert!(
+        fs::read(&plain).unwrap() == fs::read(&back).unwrap(),
+        "the salvaged copy holds other bytes"
+    );
+    fails_saying(&onesync(&["salvage", s(&store), s(&copy)]), "already exists");
+    fails_saying(&onesync(&["salvage", s(&plain), s(&sibling(&copy, "2"))]), "plain SQLite");
+}
+
 #[test]
 fn a_wal_mode_file_is_imported_in_rollback_mode_and_otherwise_unchanged() {
     let dir = tempfile::tempdir().unwrap();
