@@ -115,7 +115,10 @@ fn salvage_copies_a_readable_store_and_never_overwrites() {
         "the salvaged copy holds other bytes"
     );
     fails_saying(&onesync(&["salvage", s(&store), s(&copy)]), "already exists");
-    fails_saying(&onesync(&["salvage", s(&plain), s(&sibling(&copy, "2"))]), "plain SQLite");
+    fails_saying(
+        &onesync(&["salvage", s(&plain), s(&sibling(&copy, "2"))]),
+        "plain SQLite",
+    );
 }
 
 #[test]
