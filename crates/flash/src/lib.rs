@@ -74,6 +74,7 @@
 //!   X-FTL paper (8 KiB pages, 436-byte spare area, 128 pages per block); timing from the
 //!   Samsung K9GAG08U0M datasheet (tR 60 µs max, tPROG 800 µs typ, tBERS 1.5 ms typ, 25 ns bus
 //!   cycle = 40 MB/s) and a SATA2 host link (300 MB/s).
+#![forbid(unsafe_code)]
 
 pub mod config;
 pub mod counters;

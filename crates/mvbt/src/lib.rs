@@ -4,6 +4,7 @@
 //! every cell a life span [sv, ev), and a commit writes each node it dirtied once and
 //! flushes once. There is no journal: recovery reverts an interrupted version with the
 //! paper's Algorithm 2. See README.md for the format and the protocol.
+#![forbid(unsafe_code)]
 
 mod check;
 mod format;

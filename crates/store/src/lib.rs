@@ -44,6 +44,7 @@
 //! back what a reader saw; transactions begin on the latest *written* one, which may still
 //! be waiting for its flush (their own commit is later in the chain and becomes durable
 //! only with it). See the README's "The crash contract".
+#![forbid(unsafe_code)]
 
 mod alloc;
 mod error;
