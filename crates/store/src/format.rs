@@ -1,33 +1,199 @@
-//! The on-disk format, version 1. All integers are little-endian.
+//! The on-disk format, version 1.
+//!
+//! Every structure is a packed byte stream: integers are little-endian, fields follow each
+//! other with no padding or alignment, and variable-length parts are a length field followed
+//! by that many bytes. Every CRC is CRC-32C (Castagnoli). Offsets in the tables below are
+//! in bytes from the start of the structure the table describes.
+//!
+//! # File layout
 //!
 //! ```text
-//! offset 0      header copy 0 (4 KiB block, HEADER_LEN = 1024 bytes used)
-//! offset 4096   header copy 1
-//! offset 8192   slot 0, slot 1, ... each `page_size` bytes
+//! offset 0                     header copy 0  (HEADER_BLOCK = 4096 bytes, HEADER_LEN = 1024 used)
+//! offset 4096                  header copy 1
+//! offset 8192 + n * page_size  slot n, page_size bytes  (SLOT_BASE = 2 * HEADER_BLOCK = 8192)
 //! ```
-//! Every slot holds a data page, a piece of a mapping checkpoint, a commit record, or is
-//! free or reserved for the records to come; the header says where the checkpoint is and
-//! where the chain of records after it starts.
 //!
-//! * **Header** (two copies; a checkpoint writes the copy its generation selects and
-//!   flushes, then duplicates it into the other copy and flushes again; the valid copy with
-//!   the higher generation wins): magic, format version, page size, store id, generation,
-//!   the checkpoint (length, CRC-32C, the commit sequence number it includes, and the runs
-//!   of slots it occupies, at most `MAX_CHECKPOINT_EXTENTS`), where the chain starts (first
-//!   slot, end of the reserved window) and its seed, then a CRC-32C of the header.
-//! * **Checkpoint**: the whole mapping (files, sizes, page -> slot + CRC-32C + small
-//!   overlays) as of one sequence number. It holds mapping metadata only: no data page is
-//!   ever copied.
-//! * **Commit record** (512-byte aligned, at the start of a slot): magic, kind, length,
-//!   sequence number, session nonce, epoch (the header generation it follows), the previous
-//!   record's CRC, where the next record goes (`next_slot`, and `window_end`, the end of the
-//!   run reserved for it), the operations, then a CRC-32C of the record. A commit writes its
-//!   record and its pages as one contiguous run `[record | pages]` with one `pwrite`, so a
-//!   commit is one write request plus one flush. Records form a chain through the slots:
-//!   the header names the first, each names the next. The CRC chain, session nonce and epoch
+//! Every slot holds a data page, a piece of the mapping checkpoint, (part of) a commit
+//! record, or is free or reserved for the records to come. The header says where the
+//! checkpoint is and where the chain of records after it starts. Since `page_size` is a
+//! power of two of at least 512, every slot starts at a multiple of `RECORD_ALIGN`.
+//!
+//! * **Header**, two copies. A checkpoint writes the copy at `Header::copy_offset`
+//!   (`generation % 2`) and flushes, then duplicates it into the other copy and flushes
+//!   again; of the valid copies the one with the higher generation wins.
+//! * **Checkpoint**: the whole mapping (files, sizes, page -> slot + CRC + small overlays)
+//!   as of one sequence number. Mapping metadata only: no data page is ever copied.
+//! * **Commit record**: starts at a slot. A commit writes its record and its pages as one
+//!   contiguous run `[record | pages]` with one `pwrite`, so a commit is one write request
+//!   plus one flush. Records form a chain through the slots: the header names the first,
+//!   each names the next. The CRC chain (`prev_crc`), the session nonce and the epoch
 //!   reject stale records of an earlier session or checkpoint. A `Page` operation carries
-//!   the CRC-32C of the page it maps, so recovery rejects a record whose pages did not all
+//!   the CRC of the page it maps, so recovery rejects a record whose pages did not all
 //!   reach the disk.
+//!
+//! # Header copy
+//!
+//! `HEADER_LEN` (1024) bytes at the start of its `HEADER_BLOCK`; the other 3072 bytes of the
+//! block are zeroed at creation and ignored after that.
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 16 | magic | `MAGIC`, `b"onesync store\0\r\n"` |
+//! | 16 | 4 | version | u32, `FORMAT_VERSION` (1); 0 is invalid |
+//! | 20 | 4 | header length | u32, `HEADER_LEN` (1024) |
+//! | 24 | 4 | page size | u32, a power of two in `MIN_PAGE_SIZE..=MAX_PAGE_SIZE` |
+//! | 28 | 4 | flags | u32, written 0, ignored on read (none defined) |
+//! | 32 | 8 | store id | u64, random at creation; both valid copies must agree |
+//! | 40 | 8 | generation | u64, 1 at creation, +1 per checkpoint |
+//! | 48 | 8 | checkpoint first slot | u64, equal to the first slot of extent 0 |
+//! | 56 | 8 | checkpoint length | u64, bytes of the checkpoint |
+//! | 64 | 8 | checkpoint seq | u64, the last commit it includes; equals its own `seq` |
+//! | 72 | 4 | checkpoint CRC | u32, CRC-32C of the checkpoint's `length` bytes |
+//! | 76 | 8 | log first slot | u64, where the first record after the checkpoint goes |
+//! | 84 | 8 | log window end | u64, end (exclusive) of the run reserved for it; > first slot |
+//! | 92 | 4 | log seed | u32, the `prev_crc` that first record carries |
+//! | 96 | 4 | extent count | u32, `1..=MAX_CHECKPOINT_EXTENTS` (56) |
+//! | 100 | 16 × count | extents | then, per extent: the 16-byte entry below |
+//! | 100 + 16 × count | 920 − 16 × count | padding | zeros (56 extents, the most, end at 996) |
+//! | 1020 | 4 | CRC | u32, CRC-32C of bytes `0..1020`, padding included |
+//!
+//! Checkpoint extent, one run of slots; the checkpoint is the concatenation of its runs in
+//! order, cut at `length` (the rest of the last slot is not written and not covered):
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 8 | first slot | u64 |
+//! | 8 | 8 | slot count | u64, > 0; all counts × page size must hold `length` |
+//!
+//! `Header::decode` checks the magic (else `NotAStore`), then the version (else
+//! `UnsupportedVersion`: before the CRC, because a newer format may place it elsewhere),
+//! then the CRC, then the fields.
+//!
+//! # Mapping checkpoint
+//!
+//! `length` bytes, no CRC of its own (the header holds it, covering all `length` bytes),
+//! decoded to the last byte: trailing bytes are corruption.
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 4 | magic | u32 `0x4b43_534f`, the bytes `"OSCK"` |
+//! | 4 | 4 | version | u32, `FORMAT_VERSION`, exactly |
+//! | 8 | 8 | seq | u64, the last commit included (equals the header's checkpoint seq) |
+//! | 16 | 4 | next file id | u32, lower bound for the next file id |
+//! | 20 | 4 | file count | u32 |
+//! | 24 | var | files | then, per file: a file entry |
+//!
+//! File entry (`n` = name length); files are written in ascending id order:
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 4 | id | u32, file id, unique |
+//! | 4 | 2 | name length | u16, `n` (names are at most `MAX_NAME_LEN` bytes) |
+//! | 6 | n | name | UTF-8, no terminator |
+//! | 6 + n | 8 | size | u64, logical size in bytes |
+//! | 14 + n | 8 | page count | u64, number of page entries that follow |
+//! | 22 + n | var | pages | then, per page: a page entry |
+//!
+//! Page entry, at least 22 bytes; pages are written in ascending order, and a page that
+//! reads as zeros without an overlay is left out:
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 8 | page | u64, page number, below `ceil(size / page_size)`, unique in its file |
+//! | 8 | 8 | slot | u64, the slot holding the page, or `NO_SLOT` (zeros) |
+//! | 16 | 4 | CRC | u32, CRC-32C of the slot's `page_size` bytes; unused for `NO_SLOT` |
+//! | 20 | 2 | overlay count | u16 |
+//! | 22 | var | overlays | then, per overlay: an overlay range |
+//!
+//! Overlay range (`m` = length), applied in order over the slot's content on read:
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 4 | offset | u32, byte offset in the page; offset + `m` ≤ page size |
+//! | 4 | 2 | length | u16, `m` |
+//! | 6 | m | bytes | replace the page's bytes at `offset` |
+//!
+//! # Commit record
+//!
+//! Starts at a slot (so it is `RECORD_ALIGN`-aligned) and occupies
+//! `ceil(total length / page_size)` slots. The fixed part is `RECORD_FIXED_LEN` (64) bytes:
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 4 | magic | u32 `0x5243_534f`, the bytes `"OSCR"` |
+//! | 4 | 2 | kind | u16, a record kind (below) |
+//! | 6 | 2 | reserved | u16, written 0; covered by the CRC, not checked |
+//! | 8 | 4 | total length | u32, whole record with CRC and padding; a nonzero multiple of 512 |
+//! | 12 | 4 | payload length | u32, `p` = 64 + bytes of operations = offset of the CRC |
+//! | 16 | 8 | seq | u64, the commit's sequence number (jump: of the commit it leads to) |
+//! | 24 | 8 | session | u64, random per open |
+//! | 32 | 8 | epoch | u64, generation of the header the record follows |
+//! | 40 | 4 | prev CRC | u32, CRC of the previous record, or the header's log seed |
+//! | 44 | 8 | next slot | u64, where the next record goes |
+//! | 52 | 8 | window end | u64, end (exclusive) of the run reserved for it |
+//! | 60 | 4 | op count | u32 |
+//! | 64 | var | operations | then, per operation: one of the operations below |
+//! | p | 4 | CRC | u32, CRC-32C of bytes `0..p`; the chain value the next `prev CRC` holds |
+//! | p + 4 | var | padding | zeros up to the total length, not covered by the CRC |
+//!
+//! Total length = `ceil((p + 4) / RECORD_ALIGN) * RECORD_ALIGN`. Recovery reads the first 512
+//! bytes, takes magic and total length from them, reads the rest, then requires
+//! `64 <= p`, `p + 4 <= total length`, the CRC, a known kind, and that the operations end
+//! exactly at `p`.
+//!
+//! Record kinds (`RecordKind`):
+//!
+//! | value | kind | meaning |
+//! |---:|---|---|
+//! | 1 | commit | its operations take effect |
+//! | 2 | jump | no operations; says where the chain continues (the commit did not fit) |
+//!
+//! Operations, each starting with a one-byte tag; `file` is a u32 file id throughout.
+//!
+//! Create, tag 1, `7 + n` bytes:
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 1 | tag | 1 |
+//! | 1 | 4 | file | id of the new file |
+//! | 5 | 2 | name length | u16, `n` |
+//! | 7 | n | name | UTF-8, no terminator |
+//!
+//! Delete, tag 2, 5 bytes:
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 1 | tag | 2 |
+//! | 1 | 4 | file | |
+//!
+//! Size, tag 3, 13 bytes:
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 1 | tag | 3 |
+//! | 1 | 4 | file | |
+//! | 5 | 8 | bytes | u64, the new logical size |
+//!
+//! Page, tag 4, 25 bytes:
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 1 | tag | 4 |
+//! | 1 | 4 | file | |
+//! | 5 | 8 | page | u64, page number |
+//! | 13 | 8 | slot | u64, the slot now holding it, or `NO_SLOT` (zeros) |
+//! | 21 | 4 | CRC | u32, CRC-32C of the slot's `page_size` bytes; unused for `NO_SLOT` |
+//!
+//! Patch, tag 5, `19 + m` bytes:
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 1 | tag | 5 |
+//! | 1 | 4 | file | |
+//! | 5 | 8 | page | u64, page number |
+//! | 13 | 4 | offset | u32, byte offset in the page |
+//! | 17 | 2 | length | u16, `m` |
+//! | 19 | m | bytes | overlaid at `offset` |
 
 use crate::error::{Error, Result};
 
@@ -783,5 +949,236 @@ mod tests {
             Err(Error::UnsupportedVersion { found: 2, .. })
         ));
         assert!(matches!(Header::decode(&[0u8; 128]), Err(Error::NotAStore(_))));
+    }
+
+    fn u16_at(buf: &[u8], at: usize) -> u16 {
+        u16::from_le_bytes(buf[at..at + 2].try_into().unwrap())
+    }
+    fn u32_at(buf: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(buf[at..at + 4].try_into().unwrap())
+    }
+    fn u64_at(buf: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(buf[at..at + 8].try_into().unwrap())
+    }
+
+    // The offsets below are the module documentation's tables, written out by hand: if the
+    // code moves a field, these tests fail until the tables are corrected too.
+
+    #[test]
+    fn header_fields_sit_at_the_documented_offsets() {
+        let extents = [(0x0a0b_0c0d_0e0f_1011, 3), (0x2122_2324_2526_2728, 0x31)];
+        let h = Header {
+            page_size: 8192,
+            store_id: 0x0102_0304_0506_0708,
+            generation: 0x1112_1314_1516_1718,
+            checkpoint: CheckpointRef::new(&extents, 0x0004_1424, 0x5152_5354, 0x6162_6364_6566_6768),
+            log: LogRef {
+                first_slot: 0x7172_7374_7576_7778,
+                window_end: 0x7172_7374_7576_7788,
+                seed: 0x8182_8384,
+            },
+        };
+        let buf = h.encode();
+        assert_eq!(buf.len(), HEADER_LEN);
+        assert_eq!(buf[0..16], MAGIC);
+        assert_eq!(u32_at(&buf, 16), FORMAT_VERSION);
+        assert_eq!(u32_at(&buf, 20), 1024);
+        assert_eq!(u32_at(&buf, 24), 8192);
+        assert_eq!(u32_at(&buf, 28), 0, "flags");
+        assert_eq!(u64_at(&buf, 32), 0x0102_0304_0506_0708);
+        assert_eq!(u64_at(&buf, 40), 0x1112_1314_1516_1718);
+        assert_eq!(u64_at(&buf, 48), 0x0a0b_0c0d_0e0f_1011, "checkpoint first slot");
+        assert_eq!(u64_at(&buf, 56), 0x0004_1424, "checkpoint length");
+        assert_eq!(u64_at(&buf, 64), 0x6162_6364_6566_6768, "checkpoint seq");
+        assert_eq!(u32_at(&buf, 72), 0x5152_5354, "checkpoint CRC");
+        assert_eq!(u64_at(&buf, 76), 0x7172_7374_7576_7778, "log first slot");
+        assert_eq!(u64_at(&buf, 84), 0x7172_7374_7576_7788, "log window end");
+        assert_eq!(u32_at(&buf, 92), 0x8182_8384, "log seed");
+        assert_eq!(u32_at(&buf, 96), 2, "extent count");
+        for (i, &(first, n)) in extents.iter().enumerate() {
+            assert_eq!(u64_at(&buf, 100 + 16 * i), first);
+            assert_eq!(u64_at(&buf, 100 + 16 * i + 8), n);
+        }
+        assert!(buf[100 + 16 * 2..1020].iter().all(|&b| b == 0), "padding");
+        assert_eq!(u32_at(&buf, 1020), crc32c::crc32c(&buf[..1020]));
+        assert_eq!(Header::decode(&buf).unwrap(), h);
+
+        // The most extents a header holds end at 996, before the CRC.
+        let most: Vec<(u64, u64)> = (0..MAX_CHECKPOINT_EXTENTS as u64).map(|i| (2 * i, 1)).collect();
+        let full = Header {
+            checkpoint: CheckpointRef::new(&most, 1, 0, 0),
+            ..h
+        };
+        let buf = full.encode();
+        assert_eq!(100 + 16 * MAX_CHECKPOINT_EXTENTS, 996);
+        assert_eq!(u64_at(&buf, 980), 2 * (MAX_CHECKPOINT_EXTENTS as u64 - 1));
+        assert_eq!(u64_at(&buf, 988), 1);
+        assert!(buf[996..1020].iter().all(|&b| b == 0));
+        assert_eq!(Header::decode(&buf).unwrap(), full);
+    }
+
+    #[test]
+    fn commit_record_fixed_fields_sit_at_the_documented_offsets() {
+        let record = Record {
+            kind: RecordKind::Commit,
+            seq: 0x0102_0304_0506_0708,
+            session: 0x1112_1314_1516_1718,
+            epoch: 0x2122_2324_2526_2728,
+            prev_crc: 0x3132_3334,
+            next_slot: 0x4142_4344_4546_4748,
+            window_end: 0x5152_5354_5556_5758,
+            ops: vec![Op::Delete { file: 9 }],
+        };
+        let (buf, crc) = record.encode();
+        assert_eq!(RECORD_FIXED_LEN, 64);
+        let p = 64 + 5;
+        assert_eq!(buf.len(), 512);
+        assert_eq!(u32_at(&buf, 0), 0x5243_534f);
+        assert_eq!(&buf[0..4], b"OSCR");
+        assert_eq!(u16_at(&buf, 4), 1, "kind");
+        assert_eq!(u16_at(&buf, 6), 0, "reserved");
+        assert_eq!(u32_at(&buf, 8), 512, "total length");
+        assert_eq!(u32_at(&buf, 12), p as u32, "payload length");
+        assert_eq!(u64_at(&buf, 16), 0x0102_0304_0506_0708, "seq");
+        assert_eq!(u64_at(&buf, 24), 0x1112_1314_1516_1718, "session");
+        assert_eq!(u64_at(&buf, 32), 0x2122_2324_2526_2728, "epoch");
+        assert_eq!(u32_at(&buf, 40), 0x3132_3334, "prev CRC");
+        assert_eq!(u64_at(&buf, 44), 0x4142_4344_4546_4748, "next slot");
+        assert_eq!(u64_at(&buf, 52), 0x5152_5354_5556_5758, "window end");
+        assert_eq!(u32_at(&buf, 60), 1, "op count");
+        assert_eq!(buf[64], 2, "the first operation starts at 64");
+        assert_eq!(u32_at(&buf, p), crc32c::crc32c(&buf[..p]));
+        assert_eq!(u32_at(&buf, p), crc, "the CRC at p is the chain value");
+        assert!(buf[p + 4..].iter().all(|&b| b == 0), "padding");
+
+        // A jump is kind 2; a payload of 64 + 444 bytes plus the CRC needs a second 512 bytes.
+        let jump = Record {
+            kind: RecordKind::Jump,
+            ops: Vec::new(),
+            ..record.clone()
+        };
+        assert_eq!(u16_at(&jump.encode().0, 4), 2);
+        let long = Record {
+            ops: vec![Op::Patch {
+                file: 1,
+                page: 0,
+                offset: 0,
+                bytes: vec![7; 444 - 19 + 1],
+            }],
+            ..record
+        };
+        let buf = long.encode().0;
+        assert_eq!(
+            (buf.len(), u32_at(&buf, 8), u32_at(&buf, 12)),
+            (1024, 1024, 64 + 445)
+        );
+    }
+
+    #[test]
+    fn operations_sit_at_the_documented_offsets() {
+        let ops = vec![
+            Op::Create {
+                file: 0x0102_0304,
+                name: "abc".into(),
+            },
+            Op::Delete { file: 0x1112_1314 },
+            Op::Size {
+                file: 0x2122_2324,
+                bytes: 0x2526_2728_292a_2b2c,
+            },
+            Op::Page {
+                file: 0x3132_3334,
+                page: 0x3536_3738_393a_3b3c,
+                slot: 0x4142_4344_4546_4748,
+                crc: 0x4950_5152,
+            },
+            Op::Patch {
+                file: 0x6162_6364,
+                page: 0x6566_6768_696a_6b6c,
+                offset: 0x7172_7374,
+                bytes: vec![0xee, 0xff],
+            },
+        ];
+        let record = Record {
+            kind: RecordKind::Commit,
+            seq: 1,
+            session: 1,
+            epoch: 1,
+            prev_crc: 0,
+            next_slot: 1,
+            window_end: 2,
+            ops,
+        };
+        let (buf, _) = record.encode();
+        let mut at = 64;
+        assert_eq!(
+            (buf[at], u32_at(&buf, at + 1), u16_at(&buf, at + 5)),
+            (1, 0x0102_0304, 3)
+        );
+        assert_eq!(&buf[at + 7..at + 10], b"abc");
+        at += 7 + 3;
+        assert_eq!((buf[at], u32_at(&buf, at + 1)), (2, 0x1112_1314));
+        at += 5;
+        assert_eq!((buf[at], u32_at(&buf, at + 1)), (3, 0x2122_2324));
+        assert_eq!(u64_at(&buf, at + 5), 0x2526_2728_292a_2b2c);
+        at += 13;
+        assert_eq!((buf[at], u32_at(&buf, at + 1)), (4, 0x3132_3334));
+        assert_eq!(u64_at(&buf, at + 5), 0x3536_3738_393a_3b3c);
+        assert_eq!(u64_at(&buf, at + 13), 0x4142_4344_4546_4748);
+        assert_eq!(u32_at(&buf, at + 21), 0x4950_5152);
+        at += 25;
+        assert_eq!((buf[at], u32_at(&buf, at + 1)), (5, 0x6162_6364));
+        assert_eq!(u64_at(&buf, at + 5), 0x6566_6768_696a_6b6c);
+        assert_eq!((u32_at(&buf, at + 13), u16_at(&buf, at + 17)), (0x7172_7374, 2));
+        assert_eq!(&buf[at + 19..at + 21], &[0xee, 0xff]);
+        at += 19 + 2;
+        assert_eq!(
+            u32_at(&buf, 12) as usize,
+            at,
+            "the CRC follows the last operation"
+        );
+    }
+
+    #[test]
+    fn checkpoint_fields_sit_at_the_documented_offsets() {
+        let mut enc = CheckpointEncoder::new(0x0102_0304_0506_0708, 0x1112_1314, 1);
+        enc.file(0x2122_2324, "ab", 0x8000, 1);
+        enc.page(
+            3,
+            0x3132_3334_3536_3738,
+            0x4142_4344,
+            &[(0x10, vec![0xaa, 0xbb, 0xcc])],
+        );
+        let (buf, crc) = enc.finish();
+        assert_eq!(&buf[0..4], b"OSCK");
+        assert_eq!(u32_at(&buf, 4), FORMAT_VERSION);
+        assert_eq!(u64_at(&buf, 8), 0x0102_0304_0506_0708, "seq");
+        assert_eq!(u32_at(&buf, 16), 0x1112_1314, "next file id");
+        assert_eq!(u32_at(&buf, 20), 1, "file count");
+        // File entry at 24, name length n = 2.
+        assert_eq!((u32_at(&buf, 24), u16_at(&buf, 28)), (0x2122_2324, 2));
+        assert_eq!(&buf[30..32], b"ab");
+        assert_eq!(
+            (u64_at(&buf, 32), u64_at(&buf, 40)),
+            (0x8000, 1),
+            "size, page count"
+        );
+        // Page entry at 24 + 22 + n = 48.
+        assert_eq!((u64_at(&buf, 48), u64_at(&buf, 56)), (3, 0x3132_3334_3536_3738));
+        assert_eq!(
+            (u32_at(&buf, 64), u16_at(&buf, 68)),
+            (0x4142_4344, 1),
+            "CRC, overlay count"
+        );
+        // Overlay range at 48 + 22 = 70.
+        assert_eq!((u32_at(&buf, 70), u16_at(&buf, 74)), (0x10, 3));
+        assert_eq!(&buf[76..79], &[0xaa, 0xbb, 0xcc]);
+        assert_eq!(buf.len(), 79, "nothing follows the last entry");
+        assert_eq!(crc, crc32c::crc32c(&buf), "the header's CRC covers every byte");
+        let decoded = Checkpoint::decode(&buf).unwrap();
+        assert_eq!(
+            decoded.files[0].pages[0].overlay,
+            vec![(0x10, vec![0xaa, 0xbb, 0xcc])]
+        );
     }
 }
