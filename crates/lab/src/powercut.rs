@@ -2,8 +2,9 @@
 //! conserved) under simulated power cuts, and real SIGKILLs.
 //!
 //! A power cut stops the disk after a random number of I/O calls; every write since the
-//! last flush is then lost, kept, or torn at 512-byte granularity, each independently
-//! (`onesync_store::sim::SimDisk` semantics). The database is reopened from what survived
+//! last flush is then lost, kept, or torn at 512-byte sector boundaries, each independently
+//! and in a random order (`onesync_store::sim::SimDisk`'s model, one function for both:
+//! `sim::apply_unflushed_write`). The database is reopened from what survived
 //! and checked: `integrity_check` ok, money conserved, every balance agreeing with the
 //! ledger, and every transfer whose COMMIT returned present.
 //!
@@ -23,9 +24,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use anyhow::{anyhow, Context, Result};
 use onesync::ffi::{SQLITE_IOERR, SQLITE_IOERR_DELETE_NOENT, SQLITE_IOERR_SHORT_READ, SQLITE_OPEN_CREATE};
 use onesync::{DbBackend, FileSystem, IoResult};
-use onesync_store::sim::SimDisk;
+use onesync_store::sim::{apply_unflushed_write, SimDisk};
 use onesync_store::{Options, Store};
 use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
@@ -349,30 +351,22 @@ impl SimFs {
         s.cut_at = Some(s.calls + calls);
     }
 
-    /// Power off and back on: each pending change is lost, kept or (a write) torn per
-    /// 512-byte sector.
+    /// Power off and back on: each pending write is lost, kept or torn at sector boundaries
+    /// exactly as the store's `SimDisk` does it ([`apply_unflushed_write`]), the writes
+    /// since a file's last flush reaching it in a random order; each pending truncation is
+    /// lost or kept, in its place among them.
     fn power_cut(&self, rng: &mut SmallRng) {
         let mut s = lock(&self.state);
         for file in s.files.values_mut() {
             let mut image = file.durable.clone();
-            for change in &file.pending {
+            for change in writes_shuffled(&file.pending, rng) {
                 match change {
                     Pending::Truncate { len } => {
                         if rng.random_bool(0.5) {
                             image.resize(*len as usize, 0);
                         }
                     }
-                    Pending::Write { offset, data } => match rng.random_range(0..3u8) {
-                        0 => {}
-                        1 => write_into(&mut image, *offset, data),
-                        _ => {
-                            for (i, sector) in data.chunks(512).enumerate() {
-                                if rng.random_bool(0.5) {
-                                    write_into(&mut image, offset + (i * 512) as u64, sector);
-                                }
-                            }
-                        }
-                    },
+                    Pending::Write { offset, data } => apply_unflushed_write(&mut image, *offset, data, rng),
                 }
             }
             file.current = image.clone();
@@ -382,6 +376,21 @@ impl SimFs {
         s.cut_at = None;
         s.off = false;
     }
+}
+
+/// `pending` with its writes in a random order among the places writes held (a truncation
+/// stays where it was: the file's size is metadata, not a data block in flight).
+fn writes_shuffled<'a>(pending: &'a [Pending], rng: &mut SmallRng) -> Vec<&'a Pending> {
+    let mut order: Vec<&Pending> = pending.iter().collect();
+    let places: Vec<usize> = (0..order.len())
+        .filter(|&i| matches!(order[i], Pending::Write { .. }))
+        .collect();
+    let mut writes: Vec<&Pending> = places.iter().map(|&i| order[i]).collect();
+    writes.shuffle(rng);
+    for (&place, write) in places.iter().zip(writes) {
+        order[place] = write;
+    }
+    order
 }
 
 fn write_into(image: &mut Vec<u8>, offset: u64, data: &[u8]) {

@@ -141,12 +141,7 @@ impl SimDisk {
         let mut pending = std::mem::take(&mut s.pending);
         pending.shuffle(rng);
         for (offset, data) in pending {
-            let fate = match rng.random_range(0..3) {
-                0 => WriteFate::Lost,
-                1 => WriteFate::Kept,
-                _ => WriteFate::Torn,
-            };
-            apply_with_fate(&mut image, offset, &data, fate, rng);
+            apply_unflushed_write(&mut image, offset, &data, rng);
         }
         SimDisk::from_image(image)
     }
@@ -163,6 +158,19 @@ impl SimDisk {
         s.calls += 1;
         Ok(())
     }
+}
+
+/// What a power cut leaves of one write that no flush covered: lost, kept or torn at
+/// [`SECTOR`] boundaries, at random with equal odds. [`SimDisk::power_cut`] applies it to
+/// each pending write in a random order; the lab's simulated files use it too, so that one
+/// power-cut model serves every crash test.
+pub fn apply_unflushed_write(image: &mut Vec<u8>, offset: u64, data: &[u8], rng: &mut impl Rng) {
+    let fate = match rng.random_range(0..3) {
+        0 => WriteFate::Lost,
+        1 => WriteFate::Kept,
+        _ => WriteFate::Torn,
+    };
+    apply_with_fate(image, offset, data, fate, rng);
 }
 
 /// Apply one unflushed write to a crash image according to its fate.
