@@ -131,7 +131,8 @@ fn in_ledger(lookup: &mut rusqlite::Statement<'_>, id: &str) -> rusqlite::Result
         .is_some())
 }
 
-fn move_money(conn: &Connection, id: &str, from: i64, to: i64, amount: i64) -> rusqlite::Result<()> {
+/// Debit, credit and ledger row: the statements of one transfer, in the caller's transaction.
+pub fn move_money(conn: &Connection, id: &str, from: i64, to: i64, amount: i64) -> rusqlite::Result<()> {
     conn.execute(DEBIT, params![amount, from])?;
     conn.execute(CREDIT, params![amount, to])?;
     conn.execute(RECORD, params![id, from, to, amount])?;

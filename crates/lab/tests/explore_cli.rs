@@ -152,6 +152,7 @@ fn list_a_short_run_and_an_unknown_scenario() {
         "reader",
         "hard-link",
         "three",
+        "spill",
     ] {
         assert!(text.contains(name), "{name} missing from --list: {text}");
     }

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde::Serialize;
 
 use super::scenario::Backend;
@@ -21,6 +21,8 @@ pub enum Clause {
     Money,
     /// A transfer acknowledged (COMMIT returned) is missing.
     Acknowledged,
+    /// A transaction that ended in ROLLBACK left a trace.
+    RolledBack,
     /// A reader printed a row that the power cut then removed.
     VisibleNotDurable,
     /// The two databases of one store disagree on which transfers happened.
@@ -40,6 +42,7 @@ impl Clause {
             Clause::Integrity => "integrity",
             Clause::Money => "money",
             Clause::Acknowledged => "acknowledged",
+            Clause::RolledBack => "rolled-back",
             Clause::VisibleNotDurable => "visible-not-durable",
             Clause::AttachAtomicity => "attach-atomicity",
             Clause::ReadSnapshot => "read-snapshot",
@@ -140,7 +143,80 @@ fn check_bank(conn: &Connection, expect: &Expect<'_>) -> Result<BTreeSet<String>
             format!("transfer {id} was acknowledged but is not in the ledger"),
         ));
     }
+    if let Some(id) = ledger.iter().find(|id| id.contains(super::ROLLED_BACK_MARK)) {
+        return Err(violation(
+            Clause::RolledBack,
+            format!("transfer {id} was rolled back but is in the ledger"),
+        ));
+    }
+    check_filler(conn)?;
     Ok(ledger)
+}
+
+/// Every spilling transaction's filler is wholly there (with its transfer) or wholly absent.
+fn check_filler(conn: &Connection) -> Result<(), Violation> {
+    let torn = |e: rusqlite::Error| violation(Clause::Integrity, format!("reading the filler: {e}"));
+    let exists: bool = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'filler'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map_err(torn)?
+        > 0;
+    if !exists {
+        return match ledger_has_spill(conn, "1").map_err(torn)? {
+            Some(id) => Err(half_there(&id, 0, 1)),
+            None => Ok(()),
+        };
+    }
+    if let Some(id) =
+        ledger_has_spill(conn, "transfer_id NOT IN (SELECT transfer_id FROM filler)").map_err(torn)?
+    {
+        return Err(half_there(&id, 0, 1));
+    }
+    let mut stmt = conn
+        .prepare(
+            "SELECT f.transfer_id, count(*), (SELECT count(*) FROM ledger l WHERE l.transfer_id = f.transfer_id)
+             FROM filler f GROUP BY f.transfer_id",
+        )
+        .map_err(torn)?;
+    let groups = stmt
+        .query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        })
+        .map_err(torn)?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(torn)?;
+    for (id, rows, in_ledger) in groups {
+        if rows != super::SPILL_ROWS || in_ledger != 1 {
+            return Err(half_there(&id, rows, in_ledger));
+        }
+    }
+    Ok(())
+}
+
+/// A spilling transaction's transfer in the ledger for which `condition` holds.
+fn ledger_has_spill(conn: &Connection, condition: &str) -> rusqlite::Result<Option<String>> {
+    conn.query_row(
+        &format!(
+            "SELECT transfer_id FROM ledger WHERE instr(transfer_id, '{}') > 0 AND {condition} LIMIT 1",
+            super::SPILL_MARK
+        ),
+        [],
+        |r| r.get(0),
+    )
+    .optional()
+}
+
+fn half_there(id: &str, rows: i64, in_ledger: i64) -> Violation {
+    violation(
+        Clause::Money,
+        format!(
+            "spilled transaction {id} is half there: {rows} of {} filler rows, {in_ledger} ledger row(s)",
+            super::SPILL_ROWS
+        ),
+    )
 }
 
 fn ledger_ids(conn: &Connection) -> rusqlite::Result<BTreeSet<String>> {

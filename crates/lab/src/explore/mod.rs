@@ -46,6 +46,13 @@ pub const CHECKPOINT_INTERVAL: u64 = 3;
 /// How long a worker's SQLite waits for a lock: steps run one at a time, so only a
 /// process stopped at a crash point can hold one.
 pub const WORKER_BUSY_TIMEOUT: Duration = Duration::from_millis(500);
+/// Filler rows of a [`Cmd::Spill`](scenario::Cmd::Spill) transaction (about 120 KiB, far
+/// more than its two cached pages).
+pub const SPILL_ROWS: i64 = 300;
+/// Marks the transfer id of a spilling transaction that is committed ...
+pub const SPILL_MARK: &str = "-spill-";
+/// ... and of one that is rolled back.
+pub const ROLLED_BACK_MARK: &str = "-rolled-back-";
 /// Failing runs whose directories are kept for inspection.
 const KEEP_FAILED_RUNS: usize = 10;
 

@@ -97,6 +97,14 @@ pub enum Cmd {
     /// A checkpoint now, by a second handle on the store in this process (as another
     /// process's checkpoint would come; SQLite has no way to ask for one).
     Checkpoint,
+    /// One transaction larger than SQLite's page cache (`cache_size` 2), so that SQLite
+    /// spills pages to the database file before it ends: a transfer and
+    /// [`SPILL_ROWS`](super::SPILL_ROWS) filler rows, then COMMIT (acknowledged as a
+    /// transfer) or ROLLBACK (its transfer id marks it as rolled back: it must never be
+    /// found).
+    Spill {
+        commit: bool,
+    },
 }
 
 impl fmt::Display for Cmd {
@@ -110,6 +118,8 @@ impl fmt::Display for Cmd {
             Cmd::Reopen => write!(f, "reopen"),
             Cmd::Close => write!(f, "close"),
             Cmd::Checkpoint => write!(f, "checkpoint"),
+            Cmd::Spill { commit: true } => write!(f, "spill commit"),
+            Cmd::Spill { commit: false } => write!(f, "spill rollback"),
         }
     }
 }
@@ -379,6 +389,25 @@ pub fn all() -> Vec<Scenario> {
             checkpoint_interval: super::CHECKPOINT_INTERVAL,
         },
         checkpoint_handoff(None),
+        Scenario {
+            name: "spill",
+            about: "transactions larger than the page cache (cache_size 2: SQLite writes pages \
+                    before COMMIT), committed and rolled back, beside ordinary transfers",
+            procs: vec![writer('A')],
+            script: vec![
+                (0, Cmd::Open),
+                (0, Cmd::Xfer(1)),
+                (0, Cmd::Spill { commit: true }),
+                (0, Cmd::Spill { commit: false }),
+                (0, Cmd::Xfer(1)),
+                (0, Cmd::Spill { commit: false }),
+                (0, Cmd::Spill { commit: true }),
+            ],
+            victims: vec![0],
+            end: End::Kill,
+            sabotage: None,
+            checkpoint_interval: super::CHECKPOINT_INTERVAL,
+        },
         Scenario {
             name: "last-closer-joined",
             about: "A opens first, B joins; A closes, so B's close is the last: it takes every \

@@ -101,6 +101,11 @@ impl Worker<'_> {
                 (0..n).try_for_each(|_| self.transfer())
             }
             "read" => self.read(),
+            "spill" => self.spill(match arg {
+                "commit" => true,
+                "rollback" => false,
+                _ => bail!("spill {arg:?}"),
+            }),
             "hold" => {
                 let conn = self.conn()?;
                 conn.execute_batch("BEGIN")?;
@@ -170,6 +175,46 @@ impl Worker<'_> {
         }
         .with_context(|| format!("transfer {id}"))?;
         self.report(&format!("ack {id}"))
+    }
+
+    /// A transfer and [`SPILL_ROWS`](super::SPILL_ROWS) filler rows in one transaction with
+    /// a two-page cache (SQLite writes pages to the database before it ends), then COMMIT
+    /// (acknowledged; the transfer id carries [`SPILL_MARK`](super::SPILL_MARK)) or ROLLBACK
+    /// (it carries [`ROLLED_BACK_MARK`](super::ROLLED_BACK_MARK)).
+    fn spill(&mut self, commit: bool) -> Result<()> {
+        self.transfers += 1;
+        let mark = if commit {
+            super::SPILL_MARK
+        } else {
+            super::ROLLED_BACK_MARK
+        };
+        let id = format!("{}{mark}{}", self.args.name, self.transfers);
+        let from = self.rng.random_range(1..=bank::ACCOUNTS);
+        let to = from % bank::ACCOUNTS + 1;
+        let conn = self.conn()?;
+        conn.execute_batch("PRAGMA cache_size = 2; BEGIN")?;
+        let work = (|| -> rusqlite::Result<()> {
+            bank::move_money(conn, &id, from, to, 1)?;
+            conn.execute_batch(&format!(
+                "CREATE TABLE IF NOT EXISTS filler(transfer_id TEXT NOT NULL, pad BLOB NOT NULL);
+                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {rows})
+                 INSERT INTO filler SELECT '{id}', randomblob(400) FROM n;",
+                rows = super::SPILL_ROWS
+            ))
+        })();
+        let end = if commit && work.is_ok() {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        let ended = conn.execute_batch(end);
+        conn.execute_batch("PRAGMA cache_size = -2000")?;
+        work.and(ended)
+            .with_context(|| format!("spilling transfer {id}"))?;
+        if commit {
+            self.report(&format!("ack {id}"))?;
+        }
+        Ok(())
     }
 
     fn read(&mut self) -> Result<()> {
