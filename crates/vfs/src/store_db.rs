@@ -29,7 +29,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use onesync_store::{Error as StoreError, FileId, Options, PendingCommit, Snapshot, Store, Transaction};
+use onesync_store::{
+    CommitError, Error as StoreError, FileId, Options, PendingCommit, Snapshot, Store, Transaction,
+};
 
 use crate::api::ApiTable;
 use crate::backend::{
@@ -809,11 +811,23 @@ impl StoreOpen<'_> {
     }
 }
 
-fn store_err(code: c_int) -> impl Fn(StoreError) -> c_int {
-    move |e| match e {
-        StoreError::NoSpace => crate::ffi::SQLITE_FULL,
-        _ => code,
+/// Maps a store error to SQLite's `code` (`SQLITE_FULL` for a full disk) and tells
+/// SQLite's error log (`sqlite3_log`) what failed and why, with the OS error where there is
+/// one: SQLite's own message for an I/O error is only "disk I/O error".
+fn store_err<'a>(api: &'a ApiTable, code: c_int, what: &'a str) -> impl Fn(StoreError) -> c_int + 'a {
+    move |e| {
+        let code = match e {
+            StoreError::NoSpace => crate::ffi::SQLITE_FULL,
+            _ => code,
+        };
+        api.log(code, &format!("onesync: {what}: {e}"));
+        code
     }
+}
+
+/// As [`store_err`], for a commit that failed or whose flush failed.
+fn commit_err<'a>(api: &'a ApiTable, what: &'a str) -> impl Fn(CommitError) -> c_int + 'a {
+    move |e| store_err(api, SQLITE_IOERR_FSYNC, what)(e.error)
 }
 
 /// Reads `buf.len()` bytes at `offset` of a file of `size` bytes with
@@ -967,8 +981,11 @@ impl StoreDb {
         if let Some(id) = txn.file(&self.logical) {
             if txn.file_size(id).unwrap_or(0) >= CHANGE_COUNTER.end as u64 {
                 let mut page = vec![0u8; self.store.page_size as usize];
-                txn.read_page(id, 0, &mut page)
-                    .map_err(store_err(SQLITE_IOERR_READ))?;
+                txn.read_page(id, 0, &mut page).map_err(store_err(
+                    &self.api,
+                    SQLITE_IOERR_READ,
+                    "reading page 1",
+                ))?;
                 base_counter.copy_from_slice(&page[CHANGE_COUNTER]);
             }
         }
@@ -1015,7 +1032,7 @@ impl StoreDb {
 
     /// Sequences the connection's transaction: visible to new snapshots,
     /// durable once the pending commit's wait returns.
-    fn sequence_locked(coord: &mut Coordination, conn: usize) -> IoResult<()> {
+    fn sequence_locked(api: &ApiTable, coord: &mut Coordination, conn: usize) -> IoResult<()> {
         let Some(ct) = coord.conns.get_mut(&conn) else {
             return Ok(());
         };
@@ -1033,7 +1050,9 @@ impl StoreDb {
             m.wrote = false;
         }
         ct.super_journal = None;
-        let pending = txn.commit_without_waiting().map_err(|_| SQLITE_IOERR_FSYNC)?;
+        let pending = txn
+            .commit_without_waiting()
+            .map_err(commit_err(api, "committing"))?;
         let seq = pending.seq();
         // Chain: an earlier pending commit of this connection is covered by
         // this one's flush (commits become durable in order).
@@ -1081,7 +1100,7 @@ impl StoreDb {
                 });
                 let any_write = ct.members.values().any(|m| m.wrote);
                 if completed && any_write {
-                    result = Self::sequence_locked(&mut coord, self.conn);
+                    result = Self::sequence_locked(&self.api, &mut coord, self.conn);
                 }
             }
             if let Some(ct) = coord.conns.get_mut(&self.conn) {
@@ -1109,7 +1128,10 @@ impl StoreDb {
             });
         }
         match self.file_in_snapshot() {
-            Some((snap, Some(id))) => snap.file_size(id).map_err(store_err(SQLITE_IOERR)),
+            Some((snap, Some(id))) => {
+                snap.file_size(id)
+                    .map_err(store_err(&self.api, SQLITE_IOERR, "reading the file size"))
+            }
             Some((_, None)) => Ok(0),
             // No lock held: SQLite asks for the size only under a lock, but
             // answer from the latest state rather than fail.
@@ -1200,9 +1222,10 @@ impl DbBackend for StoreDb {
                     buf.fill(0);
                     return Err(SQLITE_IOERR_SHORT_READ);
                 };
-                let size = txn.file_size(id).map_err(store_err(SQLITE_IOERR_READ))?;
+                let err = store_err(&self.api, SQLITE_IOERR_READ, "reading");
+                let size = txn.file_size(id).map_err(&err)?;
                 read_bytes(size, page_size, buf, offset, |p, page| {
-                    txn.read_page(id, p, page).map_err(store_err(SQLITE_IOERR_READ))
+                    txn.read_page(id, p, page).map_err(&err)
                 })
             });
         }
@@ -1219,9 +1242,10 @@ impl DbBackend for StoreDb {
             buf.fill(0);
             return Err(SQLITE_IOERR_SHORT_READ);
         };
-        let size = snap.file_size(id).map_err(store_err(SQLITE_IOERR_READ))?;
+        let err = store_err(&self.api, SQLITE_IOERR_READ, "reading");
+        let size = snap.file_size(id).map_err(&err)?;
         read_bytes(size, page_size, buf, offset, |p, page| {
-            snap.read_page(id, p, page).map_err(store_err(SQLITE_IOERR_READ))
+            snap.read_page(id, p, page).map_err(&err)
         })
     }
 
@@ -1233,7 +1257,7 @@ impl DbBackend for StoreDb {
         let page_size = self.store.page_size;
         let logical = self.logical.clone();
         self.with_txn(|txn, member| {
-            let err = store_err(SQLITE_IOERR_WRITE);
+            let err = store_err(&self.api, SQLITE_IOERR_WRITE, "writing");
             let id = match txn.file(&logical) {
                 Some(id) => id,
                 None => txn.create_file(&logical).map_err(&err)?,
@@ -1275,7 +1299,7 @@ impl DbBackend for StoreDb {
         }
         let logical = self.logical.clone();
         self.with_txn(|txn, member| {
-            let err = store_err(SQLITE_IOERR_TRUNCATE);
+            let err = store_err(&self.api, SQLITE_IOERR_TRUNCATE, "truncating");
             let id = match txn.file(&logical) {
                 Some(id) => id,
                 None => txn.create_file(&logical).map_err(&err)?,
@@ -1306,7 +1330,7 @@ impl DbBackend for StoreDb {
             && ct.super_journal.is_none()
             && ct.members.values().any(|m| m.wrote)
         {
-            Self::sequence_locked(&mut coord, self.conn)?;
+            Self::sequence_locked(&self.api, &mut coord, self.conn)?;
         }
         Ok(())
     }
@@ -1413,7 +1437,7 @@ impl DbBackend for StoreDb {
             SQLITE_FCNTL_COMMIT_ATOMIC_WRITE => {
                 self.batch = false;
                 let mut coord = lock(&self.store.coord);
-                match Self::sequence_locked(&mut coord, self.conn) {
+                match Self::sequence_locked(&self.api, &mut coord, self.conn) {
                     Ok(()) => SQLITE_OK,
                     Err(code) => code,
                 }
@@ -1558,7 +1582,7 @@ impl StoreDb {
             return Ok(());
         };
         if ct.members.values().any(|m| m.wrote) {
-            Self::sequence_locked(&mut coord, self.conn)?;
+            Self::sequence_locked(&self.api, &mut coord, self.conn)?;
         } else {
             // Nothing written since the last commit (a read in exclusive mode began it).
             ct.abort();
@@ -1578,7 +1602,9 @@ impl StoreDb {
             return Ok(());
         }
         drop(coord);
-        pending.wait().map_err(|_| SQLITE_IOERR_FSYNC)?;
+        pending
+            .wait()
+            .map_err(commit_err(&self.api, "making a commit durable"))?;
         Ok(())
     }
 
@@ -1607,8 +1633,8 @@ impl StoreDb {
         // The lock is released before the flush: the next writer proceeds
         // while this commit's flush is in flight, and group commit covers both.
         if let Some(pending) = to_wait {
-            if pending.wait().is_err() {
-                result = Err(SQLITE_IOERR_FSYNC);
+            if let Err(e) = pending.wait() {
+                result = Err(commit_err(&self.api, "making a commit durable")(e));
             }
         }
         // Still reading (SHARED): read what was just committed from now on (readers see
