@@ -1,9 +1,9 @@
 //! The contract checked after each crash point, clause by clause.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
 use super::scenario::Backend;
@@ -149,74 +149,55 @@ fn check_bank(conn: &Connection, expect: &Expect<'_>) -> Result<BTreeSet<String>
             format!("transfer {id} was rolled back but is in the ledger"),
         ));
     }
-    check_filler(conn)?;
+    check_filler(conn, &ledger)?;
     Ok(ledger)
 }
 
-/// Every spilling transaction's filler is wholly there (with its transfer) or wholly absent.
-fn check_filler(conn: &Connection) -> Result<(), Violation> {
-    let torn = |e: rusqlite::Error| violation(Clause::Integrity, format!("reading the filler: {e}"));
-    let exists: bool = conn
+/// Every spilling transaction is wholly there (its ledger row and all its filler rows) or
+/// wholly absent.
+fn check_filler(conn: &Connection, ledger: &BTreeSet<String>) -> Result<(), Violation> {
+    let unreadable = |e: rusqlite::Error| violation(Clause::Integrity, format!("reading the filler: {e}"));
+    let exists = conn
         .query_row(
             "SELECT count(*) FROM sqlite_schema WHERE name = 'filler'",
             [],
             |r| r.get::<_, i64>(0),
         )
-        .map_err(torn)?
+        .map_err(unreadable)?
         > 0;
-    if !exists {
-        return match ledger_has_spill(conn, "1").map_err(torn)? {
-            Some(id) => Err(half_there(&id, 0, 1)),
-            None => Ok(()),
-        };
-    }
-    if let Some(id) =
-        ledger_has_spill(conn, "transfer_id NOT IN (SELECT transfer_id FROM filler)").map_err(torn)?
-    {
-        return Err(half_there(&id, 0, 1));
-    }
-    let mut stmt = conn
-        .prepare(
-            "SELECT f.transfer_id, count(*), (SELECT count(*) FROM ledger l WHERE l.transfer_id = f.transfer_id)
-             FROM filler f GROUP BY f.transfer_id",
-        )
-        .map_err(torn)?;
-    let groups = stmt
-        .query_map([], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-        })
-        .map_err(torn)?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(torn)?;
-    for (id, rows, in_ledger) in groups {
-        if rows != super::SPILL_ROWS || in_ledger != 1 {
-            return Err(half_there(&id, rows, in_ledger));
+    let mut filler: BTreeMap<String, i64> = BTreeMap::new();
+    if exists {
+        let mut stmt = conn
+            .prepare("SELECT transfer_id, count(*) FROM filler GROUP BY transfer_id")
+            .map_err(unreadable)?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(unreadable)?;
+        for row in rows {
+            let (id, n) = row.map_err(unreadable)?;
+            filler.insert(id, n);
         }
     }
-    Ok(())
-}
-
-/// A spilling transaction's transfer in the ledger for which `condition` holds.
-fn ledger_has_spill(conn: &Connection, condition: &str) -> rusqlite::Result<Option<String>> {
-    conn.query_row(
-        &format!(
-            "SELECT transfer_id FROM ledger WHERE instr(transfer_id, '{}') > 0 AND {condition} LIMIT 1",
-            super::SPILL_MARK
-        ),
-        [],
-        |r| r.get(0),
-    )
-    .optional()
-}
-
-fn half_there(id: &str, rows: i64, in_ledger: i64) -> Violation {
-    violation(
-        Clause::Money,
-        format!(
-            "spilled transaction {id} is half there: {rows} of {} filler rows, {in_ledger} ledger row(s)",
-            super::SPILL_ROWS
-        ),
-    )
+    let half_there = |id: &str, rows: i64, in_ledger: bool| {
+        violation(
+            Clause::Money,
+            format!(
+                "spilled transaction {id} is half there: {rows} of {} filler rows, {} ledger row",
+                super::SPILL_ROWS,
+                if in_ledger { "its" } else { "no" }
+            ),
+        )
+    };
+    for id in ledger.iter().filter(|id| id.contains(super::SPILL_MARK)) {
+        let rows = filler.get(id).copied().unwrap_or(0);
+        if rows != super::SPILL_ROWS {
+            return Err(half_there(id, rows, true));
+        }
+    }
+    match filler.into_iter().find(|(id, _)| !ledger.contains(id)) {
+        Some((id, rows)) => Err(half_there(&id, rows, false)),
+        None => Ok(()),
+    }
 }
 
 fn ledger_ids(conn: &Connection) -> rusqlite::Result<BTreeSet<String>> {
