@@ -1,6 +1,6 @@
 //! `onesync explore`, the crash-point explorer, at CI size: every database call of every
 //! stopped process in every scenario, in two rounds of other transfers and other power-cut
-//! draws (about 3,400 crash points, each with power cuts),
+//! draws (about 3,600 crash points, each with power cuts),
 //! expecting no failure; and each negative control, expecting failures. Needs strace (and
 //! ptrace allowed); without it the tests say so and pass.
 //!

@@ -825,9 +825,13 @@ fn store_err<'a>(api: &'a ApiTable, code: c_int, what: &'a str) -> impl Fn(Store
     }
 }
 
-/// As [`store_err`], for a commit that failed or whose flush failed.
+/// For a commit that failed or whose flush failed: `SQLITE_IOERR_FSYNC` whatever the cause
+/// (as before this logging; a full disk is not singled out here), with the reason logged.
 fn commit_err<'a>(api: &'a ApiTable, what: &'a str) -> impl Fn(CommitError) -> c_int + 'a {
-    move |e| store_err(api, SQLITE_IOERR_FSYNC, what)(e.error)
+    move |e| {
+        api.log(SQLITE_IOERR_FSYNC, &format!("onesync: {what}: {}", e.error));
+        SQLITE_IOERR_FSYNC
+    }
 }
 
 /// Reads `buf.len()` bytes at `offset` of a file of `size` bytes with

@@ -192,6 +192,7 @@ impl Worker<'_> {
         let from = self.rng.random_range(1..=bank::ACCOUNTS);
         let to = from % bank::ACCOUNTS + 1;
         let conn = self.conn()?;
+        let cache_size: i64 = conn.query_row("PRAGMA cache_size", [], |r| r.get(0))?;
         conn.execute_batch("PRAGMA cache_size = 2; BEGIN")?;
         let work = (|| -> rusqlite::Result<()> {
             bank::move_money(conn, &id, from, to, 1)?;
@@ -208,7 +209,7 @@ impl Worker<'_> {
             "ROLLBACK"
         };
         let ended = conn.execute_batch(end);
-        conn.execute_batch("PRAGMA cache_size = -2000")?;
+        conn.execute_batch(&format!("PRAGMA cache_size = {cache_size}"))?;
         work.and(ended)
             .with_context(|| format!("spilling transfer {id}"))?;
         if commit {
