@@ -40,9 +40,9 @@ use anyhow::{anyhow, bail, Context, Result};
 
 pub use elf::check_static_x86_64;
 pub use image::{make_image, GuestFs};
-pub use process::find_program;
 
 use console::{BootEnd, Console};
+use process::find_program;
 use qemu::Qemu;
 
 /// Where long steps of `VmKit::prepare` are shown (a spinner, a log line, or nothing).

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 const FAILED_OUTPUT_LINES: usize = 40;
 
 /// `program` on $PATH or in the sbin directories (a non-login root shell may lack them).
-pub fn find_program(program: &str) -> Option<PathBuf> {
+pub(crate) fn find_program(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
