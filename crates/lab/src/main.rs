@@ -18,7 +18,6 @@ mod report;
 mod sqlite;
 mod store_bench;
 mod vm;
-mod vm_guest;
 
 use std::process::ExitCode;
 
@@ -87,13 +86,13 @@ enum Command {
     MvbtChild(mvbt::MvbtChildArgs),
     /// Inside the VM: the functional tests of the onesync-f2fs backend (not for direct use)
     #[command(name = "__vm-selftest", hide = true)]
-    VmSelftest(vm_guest::SelftestArgs),
+    VmSelftest(vm::guest::SelftestArgs),
     /// Inside the VM: the child of `__vm-selftest` that dies mid-transaction
     #[command(name = "__vm-selftest-child", hide = true)]
-    VmSelftestChild(vm_guest::SelftestChildArgs),
+    VmSelftestChild(vm::guest::SelftestChildArgs),
     /// Inside the VM: the power-cut workload of `vm torture`
     #[command(name = "__vm-tpcb", hide = true)]
-    VmTpcb(vm_guest::TpcbArgs),
+    VmTpcb(vm::guest::TpcbArgs),
     /// The child process of vfs-kill-torture (not for direct use)
     #[command(name = "__transfer-child", hide = true)]
     TransferChild(kill_torture::TransferChildArgs),
@@ -117,9 +116,9 @@ fn main() -> ExitCode {
         Command::Explore(args) => explore::run(args),
         Command::ExploreWorker(args) => explore::worker::run(args).map(|()| ExitCode::SUCCESS),
         Command::MvbtChild(args) => mvbt::run_child(args).map(|()| ExitCode::SUCCESS),
-        Command::VmSelftest(args) => vm_guest::selftest(args),
-        Command::VmSelftestChild(args) => vm_guest::selftest_child(args).map(|()| ExitCode::SUCCESS),
-        Command::VmTpcb(args) => vm_guest::tpcb(args).map(|()| ExitCode::SUCCESS),
+        Command::VmSelftest(args) => vm::guest::selftest(args),
+        Command::VmSelftestChild(args) => vm::guest::selftest_child(args).map(|()| ExitCode::SUCCESS),
+        Command::VmTpcb(args) => vm::guest::tpcb(args).map(|()| ExitCode::SUCCESS),
         Command::TransferChild(args) => kill_torture::run_child(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {

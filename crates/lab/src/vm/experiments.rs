@@ -13,11 +13,13 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::harness::{make_image, GuestFs, GuestOutcome, GuestRun, PowerCut, VmKit};
+use onesync_vm::{make_image, GuestFs, GuestOutcome, GuestRun, PowerCut};
+
+use super::guest::{TpcbState, ACK_PREFIX, RUNNING_LINE, STATE_PREFIX};
+use super::kit;
 use crate::bench::{Mode, Workload};
 use crate::output::{self, Human};
 use crate::progress::phase_bar;
-use crate::vm_guest::{TpcbState, ACK_PREFIX, RUNNING_LINE, STATE_PREFIX};
 
 /// The paper's Table 3: KB written per 100-byte insert (SQLite files + filesystem).
 const PAPER_TABLE_3: [(&str, &str, f64); 5] = [
@@ -41,7 +43,7 @@ pub struct VmTestArgs {
 /// Boots the VM on a fresh F2FS and runs the backend's functional tests there; the exit
 /// status is theirs.
 pub fn test(args: &VmTestArgs) -> Result<ExitCode> {
-    let kit = VmKit::prepare()?;
+    let kit = kit::prepare()?;
     let work = tempfile::tempdir().context("making a temporary directory")?;
     let image = work.path().join("f2fs.img");
     make_image(&image, GuestFs::F2fs, args.size_mib)?;
@@ -121,7 +123,7 @@ pub fn bench(args: &VmBenchArgs) -> Result<ExitCode> {
     if args.mode.is_empty() || args.fs.is_empty() {
         bail!("--mode and --fs must each name at least one");
     }
-    let kit = VmKit::prepare()?;
+    let kit = kit::prepare()?;
     let work = tempfile::tempdir().context("making a temporary directory")?;
     let workload = serde_json::to_value(args.workload)?
         .as_str()
@@ -310,7 +312,7 @@ pub fn torture(args: &VmTortureArgs) -> Result<ExitCode> {
     }
     let seed = args.seed.unwrap_or_else(rand::random);
     let mut rng = SmallRng::seed_from_u64(seed);
-    let kit = VmKit::prepare()?;
+    let kit = kit::prepare()?;
     let work = tempfile::tempdir().context("making a temporary directory")?;
     let image = work.path().join("torture.img");
     make_image(&image, args.fs, args.size_mib)?;

@@ -2,14 +2,17 @@
 //! Debian's own kernel on a fresh F2FS or ext4 disk image, so that the lab can reach
 //! filesystems and kernel features the host lacks (F2FS's atomic writes) and cut the power
 //! for real: killing qemu loses the guest's page cache, and every write the guest completed
-//! is in the image (see `harness`).
+//! is in the image (see the `onesync-vm` crate, which does the work: packages, kernel, the
+//! initramfs, one boot).
 //!
-//! `harness` does the work (packages, kernel, a static `onesync`, the initramfs, one boot);
-//! the subcommands here drive it. The guest is slow (TCG): use it for correctness and for
-//! counting what reaches the disk, not for timing.
+//! `kit` says what the lab puts in the guest, `experiments` what it runs there, `guest` is
+//! the guest's side of them (hidden subcommands of the same static binary); the subcommands
+//! here drive them. The guest is slow (TCG): use it for correctness and for counting what
+//! reaches the disk, not for timing.
 
 mod experiments;
-pub mod harness;
+pub mod guest;
+mod kit;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use harness::{make_image, GuestFs, GuestRun, PowerCut, VmKit};
+use onesync_vm::{make_image, GuestFs, GuestRun, PowerCut};
 
 #[derive(clap::Args, Debug)]
 pub struct VmArgs {
@@ -97,7 +100,7 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
     if args.timeout_secs == 0 {
         bail!("--timeout-secs must be at least 1");
     }
-    let kit = VmKit::prepare()?;
+    let kit = kit::prepare()?;
     // Declared before the image path that may point into it: removed after the boot.
     let fresh_dir;
     let image = match &args.image {

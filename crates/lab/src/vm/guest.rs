@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
+use onesync_vm::guest::{drop_caches, run_cases, Case};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use rusqlite::{Connection, OpenFlags};
@@ -38,12 +39,6 @@ const SPILL_ROWS: i64 = 400;
 const SPILL_BYTES: usize = 1000;
 
 pub fn selftest(args: &SelftestArgs) -> Result<ExitCode> {
-    let dir = args.dir.join("onesync-selftest");
-    if dir.exists() {
-        fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
-    }
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    type Case = fn(&Path) -> Result<()>;
     let cases: &[(&str, Case)] = &[
         ("f2fs-atomic-write-feature", feature),
         ("commit-is-one-atomic-write", commit),
@@ -60,28 +55,7 @@ pub fn selftest(args: &SelftestArgs) -> Result<ExitCode> {
         ("batch-atomic-bundled-sqlite", batch_atomic),
         ("debian-sqlite3-cli-loads-libonesync", stock_cli),
     ];
-    let (mut passed, mut failed) = (0, 0);
-    for &(name, case) in cases {
-        let case_dir = dir.join(name);
-        fs::create_dir_all(&case_dir)?;
-        match case(&case_dir) {
-            Ok(()) => {
-                passed += 1;
-                println!("ok {name}");
-            }
-            Err(e) => {
-                failed += 1;
-                println!("FAILED {name}: {e:#}");
-            }
-        }
-        std::io::stdout().flush()?;
-    }
-    println!("selftest: {passed} passed, {failed} failed");
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    run_cases("selftest", &args.dir.join("onesync-selftest"), cases)
 }
 
 fn count(conn: &Connection, table: &str) -> Result<i64> {
@@ -93,11 +67,6 @@ fn new_table(dir: &Path) -> Result<(PathBuf, Connection)> {
     let conn = open_f2fs(&db)?;
     conn.execute_batch("PRAGMA synchronous=FULL; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")?;
     Ok((db, conn))
-}
-
-/// Drops the page cache, so what is read next comes from the disk (needs root; the guest is).
-fn drop_caches() -> Result<()> {
-    fs::write("/proc/sys/vm/drop_caches", "3").context("writing /proc/sys/vm/drop_caches")
 }
 
 fn feature(dir: &Path) -> Result<()> {
@@ -394,7 +363,7 @@ fn batch_atomic(dir: &Path) -> Result<()> {
 /// through onesync-f2fs: each transaction one atomic write, the file plain SQLite.
 fn stock_cli(dir: &Path) -> Result<()> {
     let cli = Path::new("/usr/bin/sqlite3");
-    let extension = Path::new("/").join(crate::vm::harness::GUEST_EXTENSION);
+    let extension = Path::new("/").join(super::kit::GUEST_EXTENSION);
     ensure!(
         cli.is_file(),
         "no {} in the guest (apt-get install sqlite3 on the host)",
