@@ -185,3 +185,62 @@ mod tests {
         assert_eq!(open(&vec![0xff; 256]), None);
     }
 }
+
+#[cfg(test)]
+mod golden {
+    use super::*;
+
+    /// Pinned before the move onto `onesync_codec`: (length, CRC-32C of the whole page).
+    fn fingerprint(page: &[u8]) -> (usize, u32) {
+        (page.len(), crc32c::crc32c(page))
+    }
+
+    #[test]
+    fn metadata_pages_keep_their_bytes() {
+        let mut commit = vec![0u8; 256];
+        for (i, (l, p)) in [(5u32, 77u32), (6, u32::MAX), (1 << 20, 3)]
+            .into_iter()
+            .enumerate()
+        {
+            put_log_entry(&mut commit, i, l, p);
+        }
+        let h = Header {
+            kind: Kind::Commit,
+            idx: 1,
+            npages: 2,
+            count: 3,
+            log_block: 4,
+            log_page: 5,
+            seq: 9,
+            gen: 3,
+            tx: 42,
+            aux: 8,
+            data_seq: 100,
+        };
+        seal(&mut commit, &h);
+        let mut ckpt = vec![0u8; 512];
+        for (i, p) in [7u32, u32::MAX, 0, 123_456].into_iter().enumerate() {
+            put_ckpt_entry(&mut ckpt, i, p);
+        }
+        let c = Header {
+            kind: Kind::Checkpoint,
+            idx: 0,
+            npages: 8,
+            count: 4,
+            log_block: 1,
+            log_page: 17,
+            seq: 1 << 40,
+            gen: 77,
+            tx: 0,
+            aux: (1 << 40) + 8,
+            data_seq: 5,
+        };
+        seal(&mut ckpt, &c);
+        assert_eq!(
+            [fingerprint(&commit), fingerprint(&ckpt)],
+            [(256, 1475992302), (512, 440669656)],
+            "{:02x?}",
+            &commit[..HDR]
+        );
+    }
+}

@@ -378,3 +378,80 @@ pub(crate) fn valid_node_size(node_size: usize) -> bool {
 pub(crate) fn max_value_len(node_size: usize) -> usize {
     (node_size - SLOT_HEADER) / 4 - LEAF_CELL_FIXED
 }
+
+#[cfg(test)]
+mod golden {
+    use super::*;
+
+    /// Pinned before the move onto `onesync_codec`: (length, CRC-32C of the whole image).
+    fn fingerprint(image: &[u8]) -> (usize, u32) {
+        (image.len(), crc32c::crc32c(image))
+    }
+
+    pub(super) fn sample_leaf() -> Node {
+        Node {
+            leaf: true,
+            cells: vec![
+                Cell {
+                    key: -5,
+                    sv: 1,
+                    ev: INFINITY,
+                    child: 0,
+                    value: b"minus five".to_vec(),
+                },
+                Cell {
+                    key: 7,
+                    sv: 2,
+                    ev: 9,
+                    child: 0,
+                    value: Vec::new(),
+                },
+                Cell {
+                    key: i64::MAX,
+                    sv: 3,
+                    ev: INFINITY,
+                    child: 0,
+                    value: vec![0xab; 40],
+                },
+            ],
+        }
+    }
+
+    pub(super) fn sample_internal() -> Node {
+        Node {
+            leaf: false,
+            cells: vec![Cell::entry(i64::MIN, 1, INFINITY, 12), Cell::entry(100, 4, 8, 13)],
+        }
+    }
+
+    pub(super) fn sample_header() -> HeaderBody {
+        HeaderBody {
+            node_size: 1024,
+            root: 12,
+            root_level: 1,
+            root_since: 4,
+            version: 9,
+        }
+    }
+
+    #[test]
+    fn slot_images_keep_their_bytes() {
+        let commit = Stamp {
+            version: 9,
+            kind: StampKind::Commit,
+            batch: 0,
+        };
+        let spill = Stamp {
+            version: 10,
+            kind: StampKind::Spill,
+            batch: 3,
+        };
+        let leaf = encode_node(1024, 5, &sample_leaf(), &commit).unwrap();
+        let internal = encode_node(512, 12, &sample_internal(), &spill).unwrap();
+        let header = encode_header(1024, &sample_header(), &commit);
+        assert_eq!(
+            [fingerprint(&leaf), fingerprint(&internal), fingerprint(&header)],
+            [(1024, 336804444), (512, 358625210), (1024, 2751707859)]
+        );
+    }
+}
