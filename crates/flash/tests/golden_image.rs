@@ -26,8 +26,13 @@ fn config(journaling: Journaling) -> FsConfig {
     }
 }
 
+/// (CRC-32C of the image, pages that are not all zeros).
+type Fingerprint = (u32, usize);
+/// (mode, image after the workload, image after cut + mount, NAND programs, replayed).
+type Outcome = (Journaling, Fingerprint, Fingerprint, u64, u64);
+
 /// CRC-32C over every logical page in order, and how many pages are not all zeros.
-fn image_fingerprint(ssd: &mut Ssd) -> (u32, usize) {
+fn image_fingerprint(ssd: &mut Ssd) -> Fingerprint {
     let mut page = vec![0u8; ssd.page_size()];
     let mut crc = 0u32;
     let mut nonzero = 0;
@@ -65,8 +70,7 @@ fn workload(fs: &mut FlashFs) {
 
 #[test]
 fn the_drive_image_is_byte_for_byte_what_it_was() {
-    // (mode, image after the workload, image after cut + mount, NAND programs, replayed)
-    let expected: [(Journaling, (u32, usize), (u32, usize), u64, u64); 3] = [
+    let expected: [Outcome; 3] = [
         (Journaling::Ordered, (3492690955, 55), (3492690955, 55), 81, 0),
         (Journaling::Data, (947264453, 64), (2992841788, 66), 98, 2),
         (Journaling::XFtl, (1340470088, 21), (1340470088, 21), 55, 0),
