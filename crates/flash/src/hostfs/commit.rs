@@ -1,7 +1,9 @@
 //! Making changes durable: the commit timer, X-FTL transaction commits, what every commit
 //! releases, and the metadata blocks a commit writes (rendered from the in-memory state).
 
-use super::layout::{put_u32, put_u64, seal, INODE_SIZE};
+use onesync_codec::{OnDisk, Writer};
+
+use super::layout::{bitmap_block, directory_block, group_descriptor_block, InodeSlot};
 use super::{FlashFs, FsResult, Journaling};
 use crate::{Lpn, TxId};
 
@@ -103,63 +105,44 @@ impl FlashFs {
     /// The current content of a metadata block.
     pub(super) fn meta_block(&self, lpn: Lpn) -> Vec<u8> {
         let bs = self.layout.block_size;
-        let mut b = vec![0u8; bs];
         let l = &self.layout;
         if lpn >= l.inode_start && lpn < l.inode_start + l.inode_blocks {
             let first = ((lpn - l.inode_start) as usize) * l.inodes_per_block();
+            let mut w = Writer::with_capacity(bs);
             for i in 0..l.inodes_per_block() {
-                if let Some(Some(state)) = self.inodes.get(first + i) {
-                    // X-FTL: a file's changes become durable only with its own commit, so
-                    // other files' inodes go in as last committed (a file never committed
-                    // does not exist yet).
-                    let inode = match self.cfg.journaling {
-                        Journaling::XFtl => state.committed.as_ref(),
-                        _ => Some(&state.inode),
-                    };
-                    if let Some(inode) = inode {
-                        inode.encode_into(&mut b[i * INODE_SIZE..(i + 1) * INODE_SIZE]);
-                    }
+                // X-FTL: a file's changes become durable only with its own commit, so other
+                // files' inodes go in as last committed (a file never committed does not
+                // exist yet).
+                let inode = match self.inodes.get(first + i) {
+                    Some(Some(state)) if self.cfg.journaling == Journaling::XFtl => state.committed.as_ref(),
+                    Some(Some(state)) => Some(&state.inode),
+                    _ => None,
+                };
+                match inode {
+                    Some(inode) => InodeSlot::Used(inode.clone()).encode(&(), &mut w),
+                    None => InodeSlot::Free.encode(&(), &mut w),
                 }
             }
-            return b;
+            w.pad_to(bs);
+            return w.into_bytes();
         }
         if lpn == l.inode_bitmap {
-            for (i, s) in self.inodes.iter().enumerate() {
-                if s.is_some() {
-                    b[i / 8] |= 1 << (i % 8);
-                }
-            }
+            let used = self.inodes.iter().enumerate().filter(|(_, s)| s.is_some());
+            bitmap_block(bs, used.map(|(i, _)| i))
         } else if lpn == l.directory {
-            let mut at = 0;
             let mut names: Vec<(&String, &u32)> = self.names.iter().collect();
             names.sort();
-            for (name, ino) in names {
-                if at + 8 + name.len() > bs - 4 {
-                    break;
-                }
-                put_u32(&mut b, at, *ino);
-                put_u32(&mut b, at + 4, name.len() as u32);
-                b[at + 8..at + 8 + name.len()].copy_from_slice(name.as_bytes());
-                at += 8 + name.len();
-            }
+            directory_block(bs, names.into_iter().map(|(name, &ino)| (ino, name.as_str())))
         } else if lpn == l.group_desc {
-            let free = self.used_blocks.iter().filter(|u| !**u).count() as u64;
-            put_u64(&mut b, 0, free);
-            put_u64(
-                &mut b,
-                8,
-                self.inodes.iter().filter(|s| s.is_none()).count() as u64,
-            );
+            let free_blocks = self.used_blocks.iter().filter(|u| !**u).count() as u64;
+            let free_inodes = self.inodes.iter().filter(|s| s.is_none()).count() as u64;
+            group_descriptor_block(bs, free_blocks, free_inodes)
         } else if lpn >= l.block_bitmap_start && lpn < l.block_bitmap_start + l.block_bitmap_blocks {
             let first = (lpn - l.block_bitmap_start) as usize * bs * 8;
-            for (i, used) in self.used_blocks.iter().enumerate().skip(first).take(bs * 8 - 32) {
-                if *used {
-                    let bit = i - first;
-                    b[bit / 8] |= 1 << (bit % 8);
-                }
-            }
+            let used = self.used_blocks.iter().enumerate().skip(first).take(bs * 8 - 32);
+            bitmap_block(bs, used.filter(|(_, u)| **u).map(|(i, _)| i - first))
+        } else {
+            bitmap_block(bs, std::iter::empty())
         }
-        seal(&mut b);
-        b
     }
 }

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use super::layout::{get_u32, get_u64, put_u32, put_u64, seal, sealed, COMMIT_MAGIC, DESC_MAGIC, JSB_MAGIC};
+use onesync_codec::OnDisk;
+
+use super::layout::{CommitBlock, Descriptor, JournalSuperblock};
 use super::{FlashFs, FsError, FsResult};
 use crate::Lpn;
 
@@ -47,16 +49,14 @@ impl FlashFs {
             }
             let seq = self.journal.next_seq;
             let bs = self.layout.block_size;
-            let mut desc = vec![0u8; bs];
-            put_u32(&mut desc, 0, DESC_MAGIC);
-            put_u64(&mut desc, 4, seq);
-            put_u32(&mut desc, 12, chunk.len() as u32);
-            let mut data_crc = 0u32;
-            for (i, (lpn, block)) in chunk.iter().enumerate() {
-                put_u64(&mut desc, 16 + i * 8, *lpn);
-                data_crc = crc32c::crc32c_append(data_crc, block);
+            let desc = Descriptor {
+                seq,
+                homes: chunk.iter().map(|(lpn, _)| *lpn).collect(),
             }
-            seal(&mut desc);
+            .to_bytes(&bs);
+            let data_crc = chunk
+                .iter()
+                .fold(0u32, |crc, (_, block)| crc32c::crc32c_append(crc, block));
             let mut pos = self.journal.head;
             self.ssd.write(self.layout.log_block(pos), &desc)?;
             pos += 1;
@@ -66,11 +66,7 @@ impl FlashFs {
             }
             // PREFLUSH: the logged blocks (and ordered data) before the commit block.
             self.flush()?;
-            let mut commit = vec![0u8; bs];
-            put_u32(&mut commit, 0, COMMIT_MAGIC);
-            put_u64(&mut commit, 4, seq);
-            put_u32(&mut commit, 12, data_crc);
-            seal(&mut commit);
+            let commit = CommitBlock { seq, data_crc }.to_bytes(&bs);
             self.ssd.write(self.layout.log_block(pos), &commit)?;
             // FUA on a drive without it: a flush.
             self.flush()?;
@@ -112,11 +108,7 @@ impl FlashFs {
     }
 
     pub(super) fn write_journal_superblock(&mut self, tail: u64, seq: u64) -> FsResult<()> {
-        let mut b = vec![0u8; self.layout.block_size];
-        put_u32(&mut b, 0, JSB_MAGIC);
-        put_u64(&mut b, 4, tail);
-        put_u64(&mut b, 12, seq);
-        seal(&mut b);
+        let b = JournalSuperblock { tail, seq }.to_bytes(&self.layout.block_size);
         self.ssd.write(self.layout.journal_start, &b)?;
         self.counters.journal_blocks_written += 1;
         Ok(())
@@ -128,11 +120,10 @@ impl FlashFs {
         let bs = self.layout.block_size;
         let mut block = vec![0u8; bs];
         self.ssd.read(self.layout.journal_start, &mut block)?;
-        if get_u32(&block, 0) != JSB_MAGIC || !sealed(&block) {
-            return Err(FsError::Corrupt("the journal superblock is damaged".into()));
-        }
+        let superblock = JournalSuperblock::from_bytes(&bs, &block)
+            .map_err(|_| FsError::Corrupt("the journal superblock is damaged".into()))?;
         let log_len = self.layout.log_len();
-        let (mut pos, mut seq) = (get_u64(&block, 4), get_u64(&block, 12));
+        let (mut pos, mut seq) = (superblock.tail, superblock.seq);
         if pos >= log_len {
             return Err(FsError::Corrupt("the journal tail is out of range".into()));
         }
@@ -146,23 +137,23 @@ impl FlashFs {
             }
             // The writer wraps to the start of the log when a transaction does not fit.
             let found = match self.read_descriptor(pos, seq, &mut block)? {
-                Some(at) => Some(at),
-                None if pos != 0 => self.read_descriptor(0, seq, &mut block)?,
+                Some(desc) => Some((pos, desc)),
+                None if pos != 0 => self.read_descriptor(0, seq, &mut block)?.map(|desc| (0, desc)),
                 None => None,
             };
-            let Some(found_at) = found else {
+            let Some((found_at, descriptor)) = found else {
                 break;
             };
             if found_at == 0 && pos != 0 {
                 scanned += log_len - pos;
             }
             pos = found_at;
-            let count = get_u32(&block, 12) as u64;
+            let homes = descriptor.homes;
+            let count = homes.len() as u64;
             if count == 0 || pos + count + 2 > log_len {
                 torn_at = Some(pos);
                 break;
             }
-            let homes: Vec<Lpn> = (0..count as usize).map(|i| get_u64(&block, 16 + i * 8)).collect();
             let mut logged = Vec::with_capacity(count as usize);
             let mut data_crc = 0u32;
             for i in 0..count {
@@ -173,10 +164,7 @@ impl FlashFs {
             }
             self.ssd
                 .read(self.layout.log_block(pos + 1 + count), &mut block)?;
-            let complete = get_u32(&block, 0) == COMMIT_MAGIC
-                && sealed(&block)
-                && get_u64(&block, 4) == seq
-                && get_u32(&block, 12) == data_crc;
+            let complete = CommitBlock::from_bytes(&bs, &block) == Ok(CommitBlock { seq, data_crc });
             if !complete {
                 torn_at = Some(pos);
                 break;
@@ -218,10 +206,15 @@ impl FlashFs {
         Ok(applied)
     }
 
-    /// Reads the log block at `pos`: `Some(pos)` if it is the descriptor of transaction `seq`.
-    pub(super) fn read_descriptor(&mut self, pos: u64, seq: u64, block: &mut [u8]) -> FsResult<Option<u64>> {
+    /// Reads the log block at `pos`: the descriptor of transaction `seq`, if it is one.
+    pub(super) fn read_descriptor(
+        &mut self,
+        pos: u64,
+        seq: u64,
+        block: &mut [u8],
+    ) -> FsResult<Option<Descriptor>> {
         self.ssd.read(self.layout.log_block(pos), block)?;
-        let ok = get_u32(block, 0) == DESC_MAGIC && sealed(block) && get_u64(block, 4) == seq;
-        Ok(ok.then_some(pos))
+        let descriptor = Descriptor::from_bytes(&block.len(), block).ok();
+        Ok(descriptor.filter(|d| d.seq == seq))
     }
 }

@@ -50,7 +50,8 @@ use crate::{Lpn, Ssd, TxId};
 use allocator::expand;
 use cache::{file_blocks, homes};
 use journal::JournalState;
-use layout::{Extents, Inode, Layout};
+use layout::{Extents, Inode, InodeSlot, Layout, Superblock};
+use onesync_codec::{OnDisk, Problem};
 
 /// One open-able file's in-memory state.
 #[derive(Clone, Debug)]
@@ -120,7 +121,8 @@ impl FlashFs {
             let block = fs.meta_block(lpn);
             fs.ssd.write(lpn, &block)?;
         }
-        fs.ssd.write(0, &layout.encode())?;
+        fs.ssd
+            .write(0, &layout.superblock().to_bytes(&layout.block_size))?;
         fs.flush()?;
         Ok(fs)
     }
@@ -132,7 +134,11 @@ impl FlashFs {
         let mut block = vec![0u8; ssd.page_size()];
         let mut ssd = ssd;
         ssd.read(0, &mut block)?;
-        let layout = Layout::decode(&block)?;
+        let superblock = Superblock::from_bytes(&block.len(), &block).map_err(|e| match e.problem {
+            Problem::BadMagic => FsError::NotFormatted("no superblock magic in block 0".into()),
+            _ => layout::corrupt(e, "the superblock"),
+        })?;
+        let layout = Layout::from_superblock(&superblock)?;
         if layout.total_blocks > ssd.logical_pages() {
             return Err(FsError::Corrupt(format!(
                 "the superblock says {} blocks, the drive has {}",
@@ -611,7 +617,10 @@ impl FlashFs {
             self.ssd.read(self.layout.inode_start + b, &mut block)?;
             for i in 0..per_block {
                 let ino = (b as usize * per_block + i) as u32;
-                let Some(inode) = Inode::decode(&block[i * INODE_SIZE..(i + 1) * INODE_SIZE])? else {
+                let record = &block[i * INODE_SIZE..(i + 1) * INODE_SIZE];
+                let InodeSlot::Used(inode) =
+                    InodeSlot::from_bytes(&(), record).map_err(|e| layout::corrupt(e, "an inode"))?
+                else {
                     continue;
                 };
                 for &(start, len) in &inode.extents.0 {
