@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::config::{Layout, Sabotage, SsdConfig, GC_RESERVE};
 use crate::counters::{Counters, Recovery};
 use crate::error::FlashError;
-use crate::meta::{self, Header, Kind};
+use onesync_codec::{OnDisk, Writer};
+
+use crate::meta::{self, Entries, Header, Kind, MetaPage};
 use crate::nand::{Nand, NandError, NandRead, Oob, PageKind};
 use crate::{Lpn, TxId};
 
@@ -114,7 +116,6 @@ pub struct Ssd {
     log: LogState,
     next_data_seq: u64,
     scratch: Vec<u8>,
-    meta_buf: Vec<u8>,
 }
 
 impl std::fmt::Debug for Ssd {
@@ -140,12 +141,11 @@ impl From<NandError> for FlashError {
     }
 }
 
+/// The CRC a data page's spare area holds: of its data, then lpn u32, seq u64, tx u64.
 fn data_crc(data: &[u8], lpn: u32, seq: u64, tx: TxId) -> u32 {
-    let mut tail = [0u8; 20];
-    tail[..4].copy_from_slice(&lpn.to_le_bytes());
-    tail[4..12].copy_from_slice(&seq.to_le_bytes());
-    tail[12..].copy_from_slice(&tx.to_le_bytes());
-    crc32c::crc32c_append(crc32c::crc32c(data), &tail)
+    let mut tail = Writer::with_capacity(20);
+    tail.u32(lpn).u64(seq).u64(tx);
+    crc32c::crc32c_append(crc32c::crc32c(data), tail.as_bytes())
 }
 
 fn meta_oob(page: &[u8], h: &Header) -> Oob {
@@ -154,7 +154,7 @@ fn meta_oob(page: &[u8], h: &Header) -> Oob {
         lpn: u64::MAX,
         seq: h.seq,
         tx: h.tx,
-        crc: meta::get32(page, 28),
+        crc: meta::stored_crc(page),
     }
 }
 
@@ -215,7 +215,6 @@ impl Ssd {
             log: LogState::fresh(),
             next_data_seq: 1,
             scratch: vec![0; lay.ps],
-            meta_buf: vec![0; lay.ps],
             cfg,
             lay,
             nand,
@@ -742,20 +741,14 @@ impl Ssd {
         let npages = self.lay.ckpt_pages;
         let log_seq = self.log.next_seq + npages as u64;
         let per = self.lay.ckpt_entries;
-        let mut page = std::mem::take(&mut self.meta_buf);
         let mut result: Result<(), FlashError> = Ok(());
         for i in 0..npages {
-            page.fill(0);
             let first = i as usize * per;
             let n = per.min(self.l2p.len() - first);
-            for j in 0..n {
-                meta::put_ckpt_entry(&mut page, j, self.l2p[first + j]);
-            }
             let h = Header {
                 kind: Kind::Checkpoint,
                 idx: i,
                 npages,
-                count: n as u32,
                 log_block,
                 log_page,
                 seq: self.log.next_seq,
@@ -764,7 +757,8 @@ impl Ssd {
                 aux: log_seq,
                 data_seq: self.next_data_seq,
             };
-            meta::seal(&mut page, &h);
+            let entries = Entries::Checkpoint(self.l2p[first..first + n].to_vec());
+            let page = MetaPage { header: h, entries }.to_bytes(&self.lay.ps);
             let ppn = self.lay.ckpt_ppn(region, i);
             self.erased[self.lay.block_of(ppn) as usize] = false;
             self.log.next_seq += 1;
@@ -773,7 +767,6 @@ impl Ssd {
                 break;
             }
         }
-        self.meta_buf = page;
         result?;
         self.log.gen = gen;
         self.log.region = Some(region);
@@ -825,7 +818,6 @@ impl Ssd {
         let npages = self.lay.log_pages_for(entries.len());
         let record_seq = self.log.next_seq;
         let per = self.lay.log_entries;
-        let mut page = std::mem::take(&mut self.meta_buf);
         let mut result: Result<(), FlashError> = Ok(());
         for (i, chunk) in entries.chunks(per).enumerate() {
             let (b, p) = match self.log_slot() {
@@ -835,15 +827,10 @@ impl Ssd {
                     break;
                 }
             };
-            page.fill(0);
-            for (j, &(l, ppn)) in chunk.iter().enumerate() {
-                meta::put_log_entry(&mut page, j, l, ppn);
-            }
             let h = Header {
                 kind,
                 idx: i as u32,
                 npages,
-                count: chunk.len() as u32,
                 log_block: b,
                 log_page: p,
                 seq: self.log.next_seq,
@@ -852,7 +839,11 @@ impl Ssd {
                 aux: record_seq,
                 data_seq: self.next_data_seq,
             };
-            meta::seal(&mut page, &h);
+            let page = MetaPage {
+                header: h,
+                entries: Entries::Log(chunk.to_vec()),
+            }
+            .to_bytes(&self.lay.ps);
             let blk = self.lay.log_block(b);
             self.erased[blk as usize] = false;
             self.log.cur = Some((b, p + 1));
@@ -866,7 +857,6 @@ impl Ssd {
                 break;
             }
         }
-        self.meta_buf = page;
         result?;
         self.c.log_records += 1;
         Ok(())
@@ -905,10 +895,12 @@ impl Ssd {
         }
     }
 
-    /// Reads a metadata page: its header if it is an intact metadata page.
-    fn read_meta(&mut self, ppn: u32, buf: &mut [u8]) -> Result<Option<Header>, FlashError> {
+    /// Reads a metadata page: the page if it is an intact metadata page.
+    fn read_meta(&mut self, ppn: u32, buf: &mut [u8]) -> Result<Option<MetaPage>, FlashError> {
         match self.nand.read(ppn, buf) {
-            Ok(NandRead::Data(oob)) if oob.kind == PageKind::Meta => Ok(meta::open(buf)),
+            Ok(NandRead::Data(oob)) if oob.kind == PageKind::Meta => {
+                Ok(MetaPage::from_bytes(&buf.len(), buf).ok())
+            }
             Ok(_) | Err(NandError::Ecc) => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -921,46 +913,50 @@ impl Ssd {
         let mut buf = vec![0u8; lay.ps];
         let (mut max_seq, mut max_data_seq, mut gen_seen) = (0u64, 0u64, 0u64);
         // 1. The first page of each checkpoint region.
-        let mut firsts: Vec<(Header, u32, Vec<u8>)> = Vec::new();
+        let mut firsts: Vec<(MetaPage, u32)> = Vec::new();
         for r in 0..2 {
-            if let Some(h) = self.read_meta(lay.ckpt_ppn(r, 0), &mut buf)? {
+            if let Some(page) = self.read_meta(lay.ckpt_ppn(r, 0), &mut buf)? {
+                let h = page.header;
                 max_seq = max_seq.max(h.seq);
                 max_data_seq = max_data_seq.max(h.data_seq);
                 gen_seen = gen_seen.max(h.gen);
                 if h.kind == Kind::Checkpoint && h.idx == 0 && h.npages == npages {
-                    firsts.push((h, r, buf.clone()));
+                    firsts.push((page, r));
                 }
             }
         }
-        firsts.sort_by_key(|(h, _, _)| std::cmp::Reverse(h.gen));
+        firsts.sort_by_key(|(page, _)| std::cmp::Reverse(page.header.gen));
         // 2. The newest complete checkpoint.
         let mut chosen = None;
-        for (h0, r, page0) in firsts {
+        for (page0, r) in firsts {
+            let h0 = page0.header;
+            let mut page0 = Some(page0);
             let mut complete = true;
             for i in 0..npages {
-                let h = if i == 0 {
-                    buf.copy_from_slice(&page0);
-                    Some(h0)
-                } else {
-                    self.read_meta(lay.ckpt_ppn(r, i), &mut buf)?
+                let page = match page0.take() {
+                    Some(page) => Some(page),
+                    None => self.read_meta(lay.ckpt_ppn(r, i), &mut buf)?,
                 };
                 let first = i as usize * lay.ckpt_entries;
-                let want = lay.ckpt_entries.min(lay.logical as usize - first) as u32;
-                let Some(h) = h.filter(|h| {
+                let want = lay.ckpt_entries.min(lay.logical as usize - first);
+                let Some(MetaPage {
+                    header: h,
+                    entries: Entries::Checkpoint(ppns),
+                }) = page.filter(|page| {
+                    let h = &page.header;
                     h.kind == Kind::Checkpoint
                         && h.gen == h0.gen
                         && h.idx == i
                         && h.npages == npages
-                        && h.count == want
-                }) else {
+                        && page.entries.len() == want
+                })
+                else {
                     complete = false;
                     break;
                 };
                 max_seq = max_seq.max(h.seq);
                 max_data_seq = max_data_seq.max(h.data_seq);
-                for j in 0..want as usize {
-                    self.l2p[first + j] = meta::ckpt_entry(&buf, j);
-                }
+                self.l2p[first..first + want].copy_from_slice(&ppns);
             }
             if complete {
                 chosen = Some((h0, r));
@@ -986,7 +982,11 @@ impl Ssd {
                     b = (b + 1) % lay.log_blocks;
                     p = 0;
                 }
-                let Some(h) = self.read_meta(lay.log_ppn(b, p), &mut buf)? else {
+                let Some(MetaPage {
+                    header: h,
+                    entries: Entries::Log(pairs),
+                }) = self.read_meta(lay.log_ppn(b, p), &mut buf)?
+                else {
                     break;
                 };
                 if h.seq != expect || h.gen != h0.gen || h.kind == Kind::Checkpoint {
@@ -1006,8 +1006,7 @@ impl Ssd {
                 p += 1;
                 max_seq = max_seq.max(h.seq);
                 max_data_seq = max_data_seq.max(h.data_seq);
-                for j in 0..h.count as usize {
-                    let (l, ppn) = meta::log_entry(&buf, j);
+                for (l, ppn) in pairs {
                     if l as u64 >= lay.logical || (ppn != UNMAPPED && !lay.is_data_ppn(ppn)) {
                         return Err(bad(format!("log record {} maps lpn {l} to {ppn}", h.aux)));
                     }
