@@ -107,7 +107,7 @@ const DESCRIPTOR_HOMES_OFFSET: usize = 16;
 const CRC_LEN: usize = 4;
 
 /// The block size every sealed block structure is encoded to and decoded from.
-pub(super) type BlockSize = usize;
+pub(crate) type BlockSize = usize;
 
 /// Where each kind of block lives, as the superblock's numbers imply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -244,7 +244,7 @@ pub(super) fn reseal(bytes: &mut [u8]) {
 
 /// Block 0: the numbers the rest of the layout follows from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Superblock {
+pub(crate) struct Superblock {
     pub(super) block_size: u64,
     pub(super) total_blocks: u64,
     pub(super) block_bitmap_blocks: u64,
@@ -287,7 +287,7 @@ impl OnDisk for Superblock {
 
 /// A file's data blocks: (first block, length) runs in file order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct Extents(pub(super) Vec<(Lpn, u64)>);
+pub(crate) struct Extents(pub(super) Vec<(Lpn, u64)>);
 
 impl Extents {
     pub(super) fn blocks(&self) -> u64 {
@@ -343,7 +343,7 @@ impl Extents {
 
 /// A file's metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Inode {
+pub(crate) struct Inode {
     pub(super) name: String,
     pub(super) generation: u64,
     pub(super) size: u64,
@@ -352,7 +352,7 @@ pub(super) struct Inode {
 
 /// One record of the inode table.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum InodeSlot {
+pub(crate) enum InodeSlot {
     Free,
     Used(Inode),
 }
@@ -419,7 +419,7 @@ impl OnDisk for InodeSlot {
 
 /// The journal's first block: where replay starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct JournalSuperblock {
+pub(crate) struct JournalSuperblock {
     /// Log position of the first transaction not yet checkpointed.
     pub(super) tail: u64,
     /// That transaction's sequence number.
@@ -450,7 +450,7 @@ impl OnDisk for JournalSuperblock {
 /// A journal transaction's first block: its sequence number and the homes of its logged
 /// blocks.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Descriptor {
+pub(crate) struct Descriptor {
     pub(super) seq: u64,
     pub(super) homes: Vec<Lpn>,
 }
@@ -492,7 +492,7 @@ impl OnDisk for Descriptor {
 
 /// A journal transaction's last block: present and matching, the transaction is complete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct CommitBlock {
+pub(crate) struct CommitBlock {
     pub(super) seq: u64,
     /// CRC-32C over the logged blocks, in order.
     pub(super) data_crc: u32,
@@ -559,5 +559,166 @@ pub(super) fn corrupt(e: DecodeError, what: &str) -> FsError {
         Problem::BadChecksum { .. } => FsError::Corrupt(format!("{what} fails its checksum")),
         Problem::Invalid(why) => FsError::Corrupt(why),
         _ => FsError::Corrupt(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use onesync_codec::fuzz::check_decoder_resealed;
+
+    use super::*;
+
+    const BS: usize = 512;
+
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+    }
+
+    fn u64_at(b: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+    }
+
+    fn sealed(b: &[u8]) -> bool {
+        let n = b.len() - CRC_LEN;
+        u32_at(b, n) == crc32c::crc32c(&b[..n])
+    }
+
+    fn superblock() -> Superblock {
+        Layout::new(BS, 2_000, 4, 64).unwrap().superblock()
+    }
+
+    fn inode() -> InodeSlot {
+        InodeSlot::Used(Inode {
+            name: "alpha.db".into(),
+            generation: 7,
+            size: 70_001,
+            extents: Extents(vec![(300, 16), (400, 3)]),
+        })
+    }
+
+    fn descriptor() -> Descriptor {
+        Descriptor {
+            seq: 12,
+            homes: vec![1, 5, 300, 301],
+        }
+    }
+
+    #[test]
+    fn fields_sit_at_their_documented_offsets() {
+        let sb = superblock().to_bytes(&BS);
+        assert_eq!(sb.len(), BS);
+        assert_eq!(&sb[..8], SUPER_MAGIC);
+        let fields: Vec<u64> = (0..5).map(|i| u64_at(&sb, 8 + 8 * i)).collect();
+        assert_eq!(fields, [BS as u64, 2_000, 1, 4, 64]);
+        assert!(sealed(&sb));
+
+        let ino = inode().to_bytes(&());
+        assert_eq!(ino.len(), INODE_SIZE);
+        assert_eq!((ino[0], ino[1], &ino[2..10]), (1, 8, &b"alpha.db"[..]));
+        assert_eq!((u64_at(&ino, 100), u64_at(&ino, 108)), (70_001, 7));
+        assert_eq!(u16::from_le_bytes([ino[116], ino[117]]), 2);
+        assert_eq!(
+            [
+                u32_at(&ino, 120),
+                u32_at(&ino, 124),
+                u32_at(&ino, 128),
+                u32_at(&ino, 132)
+            ],
+            [300, 16, 400, 3]
+        );
+        assert!(sealed(&ino));
+        assert_eq!(InodeSlot::Free.to_bytes(&()), vec![0; INODE_SIZE]);
+
+        let jsb = JournalSuperblock { tail: 9, seq: 33 }.to_bytes(&BS);
+        assert_eq!(
+            (u32_at(&jsb, 0), u64_at(&jsb, 4), u64_at(&jsb, 12)),
+            (JSB_MAGIC, 9, 33)
+        );
+        assert!(sealed(&jsb));
+
+        let desc = descriptor().to_bytes(&BS);
+        assert_eq!(
+            (u32_at(&desc, 0), u64_at(&desc, 4), u32_at(&desc, 12)),
+            (DESC_MAGIC, 12, 4)
+        );
+        assert_eq!((u64_at(&desc, 16), u64_at(&desc, 40)), (1, 301));
+        assert!(sealed(&desc));
+
+        let commit = CommitBlock {
+            seq: 12,
+            data_crc: 0xdead_beef,
+        }
+        .to_bytes(&BS);
+        assert_eq!(
+            (u32_at(&commit, 0), u64_at(&commit, 4), u32_at(&commit, 12)),
+            (COMMIT_MAGIC, 12, 0xdead_beef)
+        );
+        assert!(sealed(&commit));
+
+        let gd = group_descriptor_block(BS, 100, 5);
+        assert_eq!((u64_at(&gd, 0), u64_at(&gd, 8)), (100, 5));
+        assert!(sealed(&gd));
+        let dir = directory_block(BS, [(3, "b"), (0, "a.db")].into_iter());
+        assert_eq!((u32_at(&dir, 0), u32_at(&dir, 4), dir[8]), (3, 1, b'b'));
+        assert_eq!(
+            (u32_at(&dir, 9), u32_at(&dir, 13), &dir[17..21]),
+            (0, 4, &b"a.db"[..])
+        );
+        let bitmap = bitmap_block(BS, [0, 9].into_iter());
+        assert_eq!(&bitmap[..2], &[1, 2]);
+        assert!(sealed(&dir) && sealed(&bitmap));
+    }
+
+    #[test]
+    fn structures_round_trip_and_damage_is_an_error() {
+        assert_eq!(
+            Superblock::from_bytes(&BS, &superblock().to_bytes(&BS)),
+            Ok(superblock())
+        );
+        assert_eq!(InodeSlot::from_bytes(&(), &inode().to_bytes(&())), Ok(inode()));
+        assert_eq!(
+            Descriptor::from_bytes(&BS, &descriptor().to_bytes(&BS)),
+            Ok(descriptor())
+        );
+        let mut bad = superblock().to_bytes(&BS);
+        bad[20] ^= 1;
+        assert!(matches!(
+            Superblock::from_bytes(&BS, &bad).unwrap_err().problem,
+            Problem::BadChecksum { .. }
+        ));
+        bad[0] ^= 1;
+        assert_eq!(
+            Superblock::from_bytes(&BS, &bad).unwrap_err().problem,
+            Problem::BadMagic
+        );
+        // Another drive's block size: the layout would not fit.
+        assert!(Superblock::from_bytes(&1024, &superblock().to_bytes(&1024)).is_err());
+    }
+
+    #[test]
+    fn the_decoders_survive_damaged_blocks() {
+        fn check<T: OnDisk + PartialEq + std::fmt::Debug>(ctx: &T::Context, seeds: Vec<Vec<u8>>) {
+            let report = check_decoder_resealed::<T>(ctx, &seeds, 3_000, |b| reseal(b));
+            assert!(
+                report.decoded > 50 && report.rejected > 50,
+                "{}: {report:?}",
+                T::NAME
+            );
+        }
+        check::<Superblock>(&BS, vec![superblock().to_bytes(&BS)]);
+        let unicode = InodeSlot::Used(Inode {
+            name: "ünïcode-名前".into(),
+            generation: 1,
+            size: 0,
+            extents: Extents::default(),
+        });
+        check::<InodeSlot>(&(), vec![inode().to_bytes(&()), unicode.to_bytes(&())]);
+        check::<JournalSuperblock>(&BS, vec![JournalSuperblock { tail: 3, seq: 1 }.to_bytes(&BS)]);
+        let empty = Descriptor {
+            seq: 1,
+            homes: Vec::new(),
+        };
+        check::<Descriptor>(&BS, vec![descriptor().to_bytes(&BS), empty.to_bytes(&BS)]);
+        check::<CommitBlock>(&BS, vec![CommitBlock { seq: 2, data_crc: 7 }.to_bytes(&BS)]);
     }
 }

@@ -38,7 +38,7 @@ mod allocator;
 mod cache;
 mod commit;
 mod journal;
-mod layout;
+pub(crate) mod layout;
 mod types;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
