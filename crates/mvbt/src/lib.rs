@@ -8,6 +8,7 @@
 
 mod check;
 mod format;
+pub mod fuzz;
 mod io;
 mod read;
 mod recovery;
