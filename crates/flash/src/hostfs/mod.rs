@@ -43,6 +43,8 @@ mod types;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use onesync_codec::{OnDisk, Problem};
+
 pub use layout::{INODE_SIZE, MAX_NAME};
 pub use types::{FileId, FsConfig, FsCounters, FsError, FsResult, Journaling, MountReport};
 
@@ -51,7 +53,6 @@ use allocator::expand;
 use cache::{file_blocks, homes};
 use journal::JournalState;
 use layout::{Extents, Inode, InodeSlot, Layout, Superblock};
-use onesync_codec::{OnDisk, Problem};
 
 /// One open-able file's in-memory state.
 #[derive(Clone, Debug)]
