@@ -79,6 +79,7 @@
 pub mod config;
 pub mod counters;
 pub mod error;
+pub mod fuzz;
 pub mod hostfs;
 mod meta;
 mod nand;

@@ -3,6 +3,7 @@
 //! valid image on disk.
 
 use crate::format::{self, SlotImage, INFINITY, SLOT_HEADER};
+use crate::node::Node;
 use crate::read::MAX_DEPTH;
 use crate::{Error, Key, Result, Tree, Version};
 use std::collections::{BTreeSet, HashMap};
@@ -94,7 +95,7 @@ impl Tree {
             if dirty.contains(&id) {
                 continue;
             }
-            let mut newest: Option<(Version, format::Node)> = None;
+            let mut newest: Option<(Version, Node)> = None;
             for slot in 0..2 {
                 let offset = self.slot_offset(id, slot);
                 if offset + self.node_size as u64 > size {

@@ -1,6 +1,7 @@
 //! The file medium (with its exclusive lock) and the slot-level I/O every part uses.
 
-use crate::format::{self, Node, Stamp, StampKind};
+use crate::format::{self, Stamp, StampKind};
+use crate::node::Node;
 use crate::{Error, Result, Tree, Version};
 use nix::fcntl::{Flock, FlockArg};
 use onesync_store::io::FileIo;

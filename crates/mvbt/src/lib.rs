@@ -8,7 +8,9 @@
 
 mod check;
 mod format;
+pub mod fuzz;
 mod io;
+mod node;
 mod read;
 mod recovery;
 mod txn;
@@ -192,7 +194,7 @@ pub struct Tree {
     root_level: u32,
     root_since: Version,
     /// Every node reachable from the root, through live and dead entries alike.
-    cache: HashMap<u64, format::Node>,
+    cache: HashMap<u64, node::Node>,
     /// Per node id: the stamp of each slot's valid image (None: empty or torn).
     slots: Vec<[Option<Version>; 2]>,
     /// Node ids with room in the file and no parent entry.

@@ -1,6 +1,6 @@
 //! Reads at a version: point lookups, ranges and counts through the entries alive then.
 
-use crate::format::Cell;
+use crate::node::Cell;
 use crate::{Error, Key, Result, Tree, Version};
 use std::ops::Bound;
 

@@ -1,7 +1,8 @@
 //! Create and open: the scan of every slot, the decision which version is the latest
 //! committed one, and Algorithm 2 (revert an uncommitted version) over the whole tree.
 
-use crate::format::{self, HeaderBody, Node, SlotImage, StampKind, ValidSlot, HEADER_NODE, INFINITY};
+use crate::format::{self, HeaderBody, SlotImage, StampKind, ValidSlot, HEADER_NODE, INFINITY};
+use crate::node::Node;
 use crate::{Config, Counters, Error, RecoveryReport, Result, Sabotage, StorageIo, Tree};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;

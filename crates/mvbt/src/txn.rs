@@ -1,7 +1,8 @@
 //! The write transaction: before-images for rollback and savepoints, node allocation and
 //! reference counts, commit (one batch, one flush), spill and rollback.
 
-use crate::format::{Node, StampKind};
+use crate::format::StampKind;
+use crate::node::Node;
 use crate::{Error, Result, Tree, Version};
 use std::collections::{BTreeSet, HashMap};
 

@@ -2,7 +2,8 @@
 //! node does — the reserved buffer, sibling redistribution, lazy split (Algorithm 1) or
 //! the classic MVBT split.
 
-use crate::format::{Cell, INFINITY, SLOT_HEADER};
+use crate::format::{INFINITY, SLOT_HEADER};
+use crate::node::Cell;
 use crate::{Error, Key, Result, SplitPolicy, Tree, SPILL_LIMIT_NODES};
 
 enum Fit {
