@@ -1050,6 +1050,9 @@ impl Shared {
             meta.awaiting_readers.extend(covered_slots);
             self.release_unread(meta);
         }
+        // Slots past the length this process knew belong to others, but it may be the one to
+        // free some of them (the extents of another process's checkpoint it replaces).
+        meta.alloc.extend_used(capacity);
         let mut superseded_elsewhere = Vec::new();
         while let Some((record, crc, len)) = record_at(io, meta.head, page_size, capacity)? {
             let in_sequence = record.epoch == meta.header.generation
