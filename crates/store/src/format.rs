@@ -221,6 +221,11 @@ const RECORD_MAGIC: u32 = 0x5243_534f; // "OSCR"
 const RECORD_FIXED_LEN: usize = 4 + 2 + 2 + 4 + 4 + 8 + 8 + 8 + 4 + 8 + 8 + 4;
 const CHECKPOINT_MAGIC: u32 = 0x4b43_534f; // "OSCK"
 
+/// Byte offset of slot `slot` for pages of `page_size` bytes.
+pub fn slot_offset(slot: u64, page_size: u64) -> u64 {
+    SLOT_BASE + slot * page_size
+}
+
 /// Where the mapping checkpoint lives: `len` bytes in up to `MAX_CHECKPOINT_EXTENTS` runs
 /// of slots, read in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
