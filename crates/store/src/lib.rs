@@ -69,6 +69,9 @@ pub use txn::{FileId, Snapshot, Transaction};
 
 /// Layout facts for tests and tools that inspect or damage store files deliberately.
 pub mod layout {
+    /// The on-disk structures, each an `onesync_codec::OnDisk` (for the decoder fuzz
+    /// targets in `fuzz/`).
+    pub use crate::format::{Checkpoint, Header, Record};
     pub use crate::format::{HEADER_BLOCK, HEADER_LEN, MAGIC, SLOT_BASE};
     pub use crate::sharing::SHM_PROGRESS as SIDE_FILE_PROGRESS;
 
