@@ -132,6 +132,11 @@ impl SlotAllocator {
         self.release(old, new_capacity - old);
     }
 
+    /// Whether any of `slot..slot + n` is free.
+    pub fn any_free(&self, slot: u64, n: u64) -> bool {
+        n > 0 && self.overlaps_free(slot, n)
+    }
+
     pub fn is_free(&self, slot: u64) -> bool {
         self.free
             .range(..=slot)

@@ -107,3 +107,11 @@ impl From<CommitError> for Error {
         e.error
     }
 }
+
+/// Bytes that do not decode as the structure they should be: corruption, with the
+/// decoder's account of what and where.
+impl From<onesync_codec::DecodeError> for Error {
+    fn from(e: onesync_codec::DecodeError) -> Error {
+        Error::Corrupt(e.to_string())
+    }
+}

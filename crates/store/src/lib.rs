@@ -47,10 +47,12 @@
 #![forbid(unsafe_code)]
 
 mod alloc;
+mod engine;
 mod error;
 mod format;
 pub mod io;
 mod nonce;
+mod options;
 mod recovery;
 mod sharing;
 pub mod sim;
@@ -58,13 +60,18 @@ mod state;
 mod store;
 mod txn;
 
+pub use engine::PendingCommit;
 pub use error::{CommitError, Error, Result};
 pub use format::{FORMAT_VERSION, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
-pub use store::{Options, Sabotage, Stats, Store, WaitingWriter};
-pub use txn::{FileId, PendingCommit, Snapshot, Transaction};
+pub use options::{Options, Sabotage, Stats};
+pub use store::{Store, WaitingWriter};
+pub use txn::{FileId, Snapshot, Transaction};
 
 /// Layout facts for tests and tools that inspect or damage store files deliberately.
 pub mod layout {
+    /// The on-disk structures, each an `onesync_codec::OnDisk` (for the decoder fuzz
+    /// targets in `fuzz/`).
+    pub use crate::format::{Checkpoint, Header, Record};
     pub use crate::format::{HEADER_BLOCK, HEADER_LEN, MAGIC, SLOT_BASE};
     pub use crate::sharing::SHM_PROGRESS as SIDE_FILE_PROGRESS;
 

@@ -5,12 +5,11 @@
 use crate::alloc::SlotAllocator;
 use crate::error::{Error, Result};
 use crate::format::{
-    Checkpoint, Header, Op, Record, RecordKind, FORMAT_VERSION, HEADER_BLOCK, HEADER_LEN, NO_SLOT,
-    RECORD_ALIGN, SLOT_BASE,
+    slot_offset, Checkpoint, Header, Op, Record, RecordKind, FORMAT_VERSION, HEADER_BLOCK, HEADER_LEN,
+    NO_SLOT, RECORD_ALIGN, SLOT_BASE,
 };
 use crate::io::StorageIo;
 use crate::state::State;
-use crate::store::slot_offset;
 use std::collections::BTreeSet;
 
 /// What recovery found.
@@ -395,9 +394,8 @@ fn replay(
 
 #[cfg(test)]
 mod tests {
-    use crate::format::{Header, Op, Record, HEADER_LEN};
+    use crate::format::{slot_offset, Header, Op, Record, HEADER_LEN};
     use crate::sim::SimDisk;
-    use crate::store::slot_offset;
     use crate::{Error, Options, Store};
 
     /// A record with a valid CRC and chain that maps a page onto the checkpoint's slot was

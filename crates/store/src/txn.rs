@@ -1,11 +1,10 @@
 //! Snapshots and transactions.
 
+use crate::engine::{CommitRequest, PendingCommit, Shared, View};
 use crate::error::{CommitError, Error, Result};
 use crate::format::{Op, MAX_NAME_LEN, NO_SLOT};
 use crate::state::{FileState, PageEntry, State};
-use crate::store::{bump, lock, slot_offset, Meta, Shared};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Identifies a logical file within a store. Ids are never reused.
@@ -21,78 +20,24 @@ const BUFFER_BYTES: u64 = 4 << 20;
 const DIFF_GAP: usize = 8;
 const MAX_OVERLAY_RANGES: usize = 8;
 
-/// A commit that is sequenced and written but perhaps not yet durable.
-#[must_use = "a commit is durable only once `wait` returns"]
-pub struct PendingCommit {
-    shared: Arc<Shared>,
-    seq: u64,
-    /// False for a transaction that changed nothing (it waits for its base state).
-    sequenced: bool,
-}
-
-impl PendingCommit {
-    /// The commit's sequence number (for a transaction that changed nothing, that of the
-    /// state it began on).
-    pub fn seq(&self) -> u64 {
-        self.seq
-    }
-
-    /// Return once the commit is durable.
-    pub fn wait(self) -> Result<u64, CommitError> {
-        let seq = self.sequenced.then_some(self.seq);
-        self.shared
-            .wait_durable(self.seq)
-            .map_err(|error| CommitError { seq, error })?;
-        Ok(self.seq)
-    }
-}
-
 /// A read-only view of one committed state.
 pub struct Snapshot {
     pub(crate) shared: Arc<Shared>,
     pub(crate) state: Arc<State>,
 }
 
-/// Which committed state a new snapshot shows.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum View {
-    /// The latest durable state: for readers, who must never be shown a commit a power cut
-    /// could still take back.
-    Durable,
-    /// The latest written state, perhaps not durable yet: for a transaction that will
-    /// commit after it (its own commit is durable only with everything before it).
-    Written,
-}
-
 impl Snapshot {
     /// The latest state this process knows of (it does not look for other processes'
     /// commits).
     pub(crate) fn new(shared: Arc<Shared>, view: View) -> Snapshot {
-        let mut meta = lock(&shared.meta);
-        let state = Self::register(&shared, &mut meta, view);
-        drop(meta);
+        let state = shared.snapshot_known(view);
         Snapshot { shared, state }
     }
 
     /// The latest state of any process sharing the store.
     pub(crate) fn latest(shared: Arc<Shared>, view: View) -> Result<Snapshot> {
-        let mut meta = lock(&shared.meta);
-        shared.catch_up(&mut meta, false)?;
-        let state = Self::register(&shared, &mut meta, view);
-        drop(meta);
+        let state = shared.snapshot_latest(view)?;
         Ok(Snapshot { shared, state })
-    }
-
-    fn register(shared: &Shared, meta: &mut Meta, view: View) -> Arc<State> {
-        let state = match view {
-            View::Durable => meta.readable.clone(),
-            View::Written => meta.visible.clone(),
-        };
-        *meta.snapshots.entry(state.seq).or_insert(0) += 1;
-        // Already pinned at or below this while catching up; if publishing fails, other
-        // processes may reuse what this reads, and the page checksums catch it.
-        let _ = shared.set_pin(meta, None);
-        state
     }
 
     /// The sequence number of the commit this snapshot shows.
@@ -133,10 +78,7 @@ impl Snapshot {
 
 impl Clone for Snapshot {
     fn clone(&self) -> Snapshot {
-        *lock(&self.shared.meta)
-            .snapshots
-            .entry(self.state.seq)
-            .or_insert(0) += 1;
+        self.shared.retain_snapshot(self.state.seq);
         Snapshot {
             shared: self.shared.clone(),
             state: self.state.clone(),
@@ -146,16 +88,7 @@ impl Clone for Snapshot {
 
 impl Drop for Snapshot {
     fn drop(&mut self) {
-        let mut meta = lock(&self.shared.meta);
-        let seq = self.state.seq;
-        if let Some(count) = meta.snapshots.get_mut(&seq) {
-            *count -= 1;
-            if *count == 0 {
-                meta.snapshots.remove(&seq);
-                let _ = self.shared.set_pin(&mut meta, None);
-                self.shared.release_unread(&mut meta);
-            }
-        }
+        self.shared.forget_snapshot(self.state.seq);
     }
 }
 
@@ -176,10 +109,7 @@ fn read_entry(shared: &Shared, entry: &PageEntry, buf: &mut [u8], what: impl Fn(
     if entry.slot == NO_SLOT {
         buf.fill(0);
     } else {
-        shared
-            .io
-            .read_at(buf, slot_offset(entry.slot, shared.page_size))
-            .map_err(|e| Error::io("reading a page", e))?;
+        shared.read_slot(entry.slot, buf)?;
         if crc32c::crc32c(buf) != entry.crc {
             return Err(Error::Corrupt(format!(
                 "{} fails its checksum (slot {})",
@@ -346,7 +276,7 @@ impl Transaction {
         if self.work.file_by_name(name).is_some() {
             return Err(Error::FileExists(name.to_string()));
         }
-        let id = self.shared().next_file_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.shared().new_file_id();
         self.work.files.insert(id, FileState::new(name, 0));
         self.created.insert(id);
         Ok(FileId(id))
@@ -430,8 +360,7 @@ impl Transaction {
             .unwrap_or(PageEntry::ZERO);
         let crc = crc32c::crc32c(data);
         if current.slot != NO_SLOT && self.own_slots.contains(&current.slot) {
-            shared.write_counted(data, slot_offset(current.slot, page_size), "writing a page")?;
-            bump(&shared.counters.pages_written, 1);
+            shared.rewrite_early_page(current.slot, data)?;
             self.set_entry(
                 file,
                 page,
@@ -491,14 +420,8 @@ impl Transaction {
     /// Write every buffered page to a slot of its own now, to bound memory.
     fn spill(&mut self) -> Result<()> {
         let shared = self.base.shared.clone();
-        let page_size = shared.page_size;
         for ((file, page), data) in std::mem::take(&mut self.buffered) {
-            let slot = shared.alloc_slot(&mut lock(&shared.meta))?;
-            if let Err(e) = shared.write_counted(&data, slot_offset(slot, page_size), "writing a page") {
-                lock(&shared.meta).alloc.release(slot, 1);
-                return Err(e);
-            }
-            bump(&shared.counters.pages_written, 1);
+            let slot = shared.write_early_page(&data)?;
             self.own_slots.insert(slot);
             let crc = crc32c::crc32c(&data);
             self.set_entry(
@@ -657,133 +580,47 @@ impl Transaction {
     pub fn commit_without_waiting(mut self) -> Result<PendingCommit, CommitError> {
         self.finished = true;
         let shared = self.base.shared.clone();
-        let fail = |error: Error| CommitError { seq: None, error };
-        let (ops, buffered_ops) = self.operations();
+        let (ops, buffered) = self.operations();
+        let early_slots = std::mem::take(&mut self.own_slots);
         if ops.is_empty() {
-            self.release_own_slots(&mut lock(&shared.meta));
-            let seq = self.base.state.seq;
-            return Ok(PendingCommit {
-                shared,
-                seq,
-                sequenced: false,
-            });
+            return Ok(shared.commit_nothing(self.base.state.seq, early_slots));
         }
-        let mut pages = Vec::with_capacity(buffered_ops.len());
-        for &index in &buffered_ops {
+        let mut pages = Vec::with_capacity(buffered.len());
+        for &index in &buffered {
             if let Op::Page { file, page, .. } = &ops[index] {
                 match self.buffered.remove(&(*file, *page)) {
                     Some(data) => pages.push(data),
                     None => {
-                        return Err(fail(Error::Corrupt(format!(
-                            "buffered page {page} of file {file} is missing"
-                        ))))
-                    }
-                }
-            }
-        }
-        // Other processes: take their write lock (held until this commit is written), and
-        // check against every commit they made.
-        let claim = WriterClaim::take(&shared).map_err(fail)?;
-        let sequenced = {
-            let mut meta = lock(&shared.meta);
-            if claim.newly {
-                if let Err(e) = shared.catch_up(&mut meta, true) {
-                    self.release_own_slots(&mut meta);
-                    return Err(fail(e));
-                }
-            }
-            // Ids of files this transaction creates were handed out by this process alone:
-            // another process may have committed a file with the same id since.
-            let mut ops = ops;
-            renumber_created_files(&mut ops, &self.created, &meta.state, &shared.next_file_id);
-            let result = match self.find_conflict(&meta.state, &ops) {
-                Some(what) => {
-                    bump(&shared.counters.conflicts, 1);
-                    Err(Error::Conflict(what))
-                }
-                None => {
-                    let mapped: BTreeSet<u64> = ops
-                        .iter()
-                        .filter_map(|op| {
-                            if let Op::Page { slot, .. } = op {
-                                Some(*slot)
-                            } else {
-                                None
-                            }
+                        return Err(CommitError {
+                            seq: None,
+                            error: Error::Corrupt(format!("buffered page {page} of file {file} is missing")),
                         })
-                        .collect();
-                    let result = shared.sequence(&mut meta, ops, &buffered_ops);
-                    if result.is_ok() {
-                        // Early-written slots the commit maps now belong to the store.
-                        self.own_slots.retain(|s| !mapped.contains(s));
                     }
-                    result
                 }
-            };
-            self.release_own_slots(&mut meta);
-            result.map_err(fail)?
+            }
+        }
+        let request = CommitRequest {
+            ops,
+            buffered,
+            pages,
+            created: &self.created,
+            early_slots,
         };
-        let seq = sequenced.seq;
-        let page_size = shared.page_size as usize;
-        // The record, then the pages: runs of consecutive slots go out as one write, and the
-        // first run joins the record when it follows it directly (the usual case).
-        let mut writes: Vec<(u64, Vec<u8>)> = sequenced.jump.into_iter().collect();
-        let (record_offset, mut record_bytes) = sequenced.record;
-        let record_end = record_offset + sequenced.record_slots * shared.page_size;
-        let first_joins = sequenced
-            .page_slots
-            .first()
-            .is_some_and(|s| slot_offset(*s, shared.page_size) == record_end);
-        // Whole slots: a write of part of a block makes the kernel read the rest first
-        // (a read from the disk, if the block is not cached) before it can write it.
-        record_bytes.resize(sequenced.record_slots as usize * page_size, 0);
-        writes.push((record_offset, record_bytes));
-        let mut run_next_slot = None;
-        for (i, (page, &slot)) in pages.iter().zip(&sequenced.page_slots).enumerate() {
-            let joins = match run_next_slot {
-                Some(next) => next == slot,
-                None => i == 0 && first_joins,
-            };
-            match writes.last_mut() {
-                Some((_, bytes)) if joins => bytes.extend_from_slice(page),
-                _ => writes.push((slot_offset(slot, shared.page_size), page.clone())),
-            }
-            run_next_slot = Some(slot + 1);
-        }
-        // Written outside the lock: concurrent committers write theirs at the same time.
-        for (offset, bytes) in &writes {
-            if let Err(e) = shared.write_counted(bytes, *offset, "writing a commit") {
-                // A hole in the chain would hide every later commit: stop committing.
-                shared.poison(format!("writing commit {seq} failed: {e}"));
-                return Err(CommitError {
-                    seq: Some(seq),
-                    error: e,
-                });
-            }
-        }
-        bump(&shared.counters.commit_records, 1);
-        bump(&shared.counters.pages_written, pages.len() as u64);
-        bump(&shared.counters.pages_embedded, sequenced.embedded_pages);
-        shared.mark_written(seq);
-        drop(claim);
+        let pending = shared.commit(request, |latest, ops| self.find_conflict(latest, ops))?;
         self.stop_counting_active();
-        Ok(PendingCommit {
-            shared,
-            seq,
-            sequenced: true,
-        })
+        Ok(pending)
     }
 
     /// Discard every change.
     pub fn abort(mut self) {
         self.finished = true;
-        let shared = self.base.shared.clone();
-        self.release_own_slots(&mut lock(&shared.meta));
+        self.release_own_slots();
     }
 
-    fn release_own_slots(&mut self, meta: &mut Meta) {
-        for slot in std::mem::take(&mut self.own_slots) {
-            meta.alloc.release(slot, 1);
+    fn release_own_slots(&mut self) {
+        let slots = std::mem::take(&mut self.own_slots);
+        if !slots.is_empty() {
+            self.base.shared.release_slots(slots);
         }
     }
 }
@@ -794,57 +631,7 @@ impl Drop for Transaction {
         self.stop_counting_active();
         if !self.finished {
             self.finished = true;
-            let shared = self.base.shared.clone();
-            self.release_own_slots(&mut lock(&shared.meta));
+            self.release_own_slots();
         }
-    }
-}
-
-/// Give every file the transaction creates an id no committed state has used: ids come from
-/// a per-process counter, and another process sharing the store may have committed a file
-/// with the same id (or created and deleted one) since this transaction took it. Called
-/// holding the write lock, after catching up, so `latest` has every process's commits.
-fn renumber_created_files(ops: &mut [Op], created: &BTreeSet<u32>, latest: &State, counter: &AtomicU32) {
-    counter.fetch_max(latest.next_file_id, Ordering::Relaxed);
-    let renumbered: BTreeMap<u32, u32> = created
-        .iter()
-        .filter(|&&id| id < latest.next_file_id || latest.files.contains_key(&id))
-        .map(|&id| (id, counter.fetch_add(1, Ordering::Relaxed)))
-        .collect();
-    if renumbered.is_empty() {
-        return;
-    }
-    for op in ops {
-        let (Op::Create { file, .. }
-        | Op::Delete { file }
-        | Op::Size { file, .. }
-        | Op::Page { file, .. }
-        | Op::Patch { file, .. }) = op;
-        if let Some(&new) = renumbered.get(file) {
-            *file = new;
-        }
-    }
-}
-
-/// One commit's hold on the cross-process write lock, let go when dropped.
-struct WriterClaim {
-    shared: Arc<Shared>,
-    /// The lock was taken for this commit: the chain must be caught up with first.
-    newly: bool,
-}
-
-impl WriterClaim {
-    fn take(shared: &Arc<Shared>) -> Result<WriterClaim> {
-        let newly = shared.claim_writer()?;
-        Ok(WriterClaim {
-            shared: shared.clone(),
-            newly,
-        })
-    }
-}
-
-impl Drop for WriterClaim {
-    fn drop(&mut self) {
-        self.shared.release_writer_claim();
     }
 }

@@ -1,0 +1,267 @@
+//! Other processes: the cross-process write lock (claimed per commit, checkpoint or growth)
+//! and catching up with the commits and checkpoints they appended, read from the store file.
+
+use super::{bump, lock, Meta, Shared};
+use crate::error::{Error, Result};
+use crate::format::{Header, Op, RecordKind, NO_SLOT};
+use crate::options::Sabotage;
+use crate::recovery::{header_copies, load_checkpoint, pages_intact, record_at};
+use crate::sharing::{Sharing, NO_PIN};
+use std::sync::Arc;
+
+/// One commit's hold on the cross-process write lock, let go when dropped.
+pub(super) struct WriterClaim {
+    shared: Arc<Shared>,
+    /// The lock was taken for this commit: the chain must be caught up with first.
+    pub newly: bool,
+}
+
+impl WriterClaim {
+    pub fn take(shared: &Arc<Shared>) -> Result<WriterClaim> {
+        let newly = shared.claim_writer()?;
+        Ok(WriterClaim {
+            shared: shared.clone(),
+            newly,
+        })
+    }
+}
+
+impl Drop for WriterClaim {
+    fn drop(&mut self) {
+        self.shared.release_writer_claim();
+    }
+}
+
+impl Shared {
+    /// Publish the oldest commit this process may read: its oldest snapshot, or `also`.
+    pub(super) fn set_pin(&self, meta: &mut Meta, also: Option<u64>) -> Result<()> {
+        let Some(s) = &self.sharing else {
+            return Ok(());
+        };
+        let oldest = meta.snapshots.keys().next().copied();
+        let want = oldest.into_iter().chain(also).min().unwrap_or(NO_PIN);
+        if want != meta.pin {
+            s.publish_pin(want)?;
+            meta.pin = want;
+        }
+        Ok(())
+    }
+
+    /// Run `f` holding the cross-process write lock: taken (and the chain caught up with)
+    /// if this process does not hold it already.
+    pub(super) fn with_writer<T>(
+        &self,
+        meta: &mut Meta,
+        f: impl FnOnce(&mut Meta) -> Result<T>,
+    ) -> Result<T> {
+        let newly = self.claim_writer()?;
+        let result = if newly {
+            self.catch_up(meta, true).and_then(|()| f(meta))
+        } else {
+            f(meta)
+        };
+        self.release_writer_claim();
+        result
+    }
+
+    /// Count one more commit or checkpoint of this process on its way, taking the
+    /// cross-process write lock if it is not held; returns whether it was taken now (then
+    /// the caller must catch up before sequencing anything).
+    pub(super) fn claim_writer(&self) -> Result<bool> {
+        let Some(s) = &self.sharing else {
+            return Ok(false);
+        };
+        let mut w = lock(&self.writer);
+        if w.held {
+            w.claims += 1;
+            Self::debug_assert_writer_invariants(&w);
+            return Ok(false);
+        }
+        s.lock_writer()?;
+        w.held = true;
+        w.claims += 1;
+        Self::debug_assert_writer_invariants(&w);
+        Ok(true)
+    }
+
+    /// The commit or checkpoint is written (or failed); the last one lets the lock go,
+    /// after saying how far the chain goes.
+    pub(super) fn release_writer_claim(&self) {
+        let Some(s) = &self.sharing else {
+            return;
+        };
+        let mut w = lock(&self.writer);
+        w.claims = w.claims.saturating_sub(1);
+        if w.claims == 0 && w.held {
+            s.unlock_writer();
+            w.held = false;
+        }
+        Self::debug_assert_writer_invariants(&w);
+    }
+
+    /// Follow the commits other processes appended (and their checkpoints) into `meta`.
+    /// Without the write lock, a record being written ends the chain for now.
+    pub(super) fn catch_up(&self, meta: &mut Meta, holding_writer: bool) -> Result<()> {
+        let Some(s) = &self.sharing else {
+            return Ok(());
+        };
+        if !holding_writer && lock(&self.writer).held {
+            // This process is the writer: nobody else has written since it caught up.
+            return Ok(());
+        }
+        // Pin what this process knows before looking, so nothing after it is reused
+        // meanwhile (or, if it already was, a newer checkpoint shows it).
+        // (The pin stays this low until the caller's next snapshot change raises it.)
+        let known = meta.state.seq;
+        self.set_pin(meta, Some(known))?;
+        self.catch_up_pinned(s, meta, holding_writer)
+    }
+
+    fn catch_up_pinned(&self, s: &Sharing, meta: &mut Meta, holding_writer: bool) -> Result<()> {
+        self.follow_chain(s, meta, holding_writer)?;
+        if !meta.not_durable.is_empty() {
+            // Others' commits this process read may not be durable yet: show readers what
+            // some process has seen flushed.
+            let durable = match s.others_durable()? {
+                Some(durable) => durable,
+                None => {
+                    // Nobody to ask: make what this process read durable itself (a flush
+                    // works on a read-only descriptor, and finds nothing to do where the
+                    // writer already flushed).
+                    self.io
+                        .sync_data()
+                        .map_err(|e| Error::io("flushing the commits this process read", e))?;
+                    meta.state.seq
+                }
+            };
+            let durable = durable.max(lock(&self.flush).durable);
+            self.promote_durable(meta, durable);
+        }
+        Ok(())
+    }
+
+    fn follow_chain(&self, s: &Sharing, meta: &mut Meta, holding_writer: bool) -> Result<()> {
+        let page_size = self.page_size;
+        let io = self.io.as_ref();
+        let progress = s.progress()?;
+        // A reader may trust the side file: writers publish progress before they write a
+        // record, and a checkpoint before it writes its header. A writer must not: a
+        // process may have died (or failed) between writing and publishing, and a record
+        // tagged with a stale generation after a newer checkpoint is lost to recovery. So
+        // a writer always reads the header and the record at the chain's head.
+        let trust_side_file = !holding_writer || self.opts.sabotage == Some(Sabotage::CheckpointPublication);
+        if let Some((generation, seq)) = progress.filter(|_| trust_side_file) {
+            if generation == meta.header.generation && seq <= meta.state.seq {
+                return Ok(());
+            }
+        }
+        // The file's length costs a stat, which on ext4 cost a committer more than all the
+        // rest of this (about 80 µs a commit). The file only grows, and another process grows
+        // it only before commits it publishes, so the length this process knows will do
+        // unless the side file shows another process at work (or there is none to show it)
+        // or the header moved.
+        let others_moved = match progress {
+            Some((generation, seq)) => generation != meta.header.generation || seq > meta.state.seq,
+            None => true,
+        };
+        let mut capacity = if others_moved {
+            self.file_capacity()?
+        } else {
+            meta.alloc.capacity()
+        };
+        let (header, copies_agree) = header_copies(io)?;
+        if header.generation != meta.header.generation {
+            capacity = self.file_capacity()?;
+            if holding_writer && !copies_agree {
+                // The process that wrote this checkpoint died before making it durable and
+                // duplicating its header: finish that before writing anything after it.
+                self.io
+                    .sync_data()
+                    .map_err(|e| Error::io("flushing another process's checkpoint", e))?;
+                self.write_counted(
+                    &header.encode(),
+                    Header::copy_offset(header.generation + 1),
+                    "repairing a header copy",
+                )?;
+                self.io
+                    .sync_data()
+                    .map_err(|e| Error::io("flushing a repaired header copy", e))?;
+                bump(&self.counters.flushes, 2);
+            }
+            if header.generation < meta.header.generation {
+                if holding_writer {
+                    return Err(Error::Corrupt("the store's header went back a generation".into()));
+                }
+                // A checkpoint's header half rewritten: look again next time.
+                return Ok(());
+            }
+            let covered = header.checkpoint.seq;
+            if covered > meta.state.seq {
+                // Behind the checkpoint: the records before it may be gone; load it. A
+                // checkpoint is written only once everything it covers is durable.
+                meta.state = Arc::new(load_checkpoint(io, &header, capacity)?);
+                meta.visible = meta.state.clone();
+                meta.readable = meta.state.clone();
+                meta.not_durable.clear();
+            } else if covered < meta.state.seq {
+                return Err(Error::Corrupt(format!(
+                    "checkpoint generation {} covers commit {covered}, but this process has read commit {}",
+                    header.generation, meta.state.seq
+                )));
+            }
+            meta.header = header;
+            meta.head = header.log.first_slot;
+            meta.window_end = header.log.window_end;
+            meta.prev_crc = header.log.seed;
+            meta.commits_since_checkpoint = 0;
+            meta.log_bytes_since_checkpoint = 0;
+            // This process's superseded slots are covered by that checkpoint.
+            let covered_slots = std::mem::take(&mut meta.awaiting_checkpoint);
+            meta.awaiting_readers.extend(covered_slots);
+            self.release_unread(meta);
+        }
+        // Slots past the length this process knew belong to others, but it may be the one to
+        // free some of them (the extents of another process's checkpoint it replaces).
+        meta.alloc.extend_used(capacity);
+        let mut superseded_elsewhere = Vec::new();
+        while let Some((record, crc, len)) = record_at(io, meta.head, page_size, capacity)? {
+            let in_sequence = record.epoch == meta.header.generation
+                && record.prev_crc == meta.prev_crc
+                && record.seq == meta.state.seq + 1;
+            let in_file = record.next_slot < record.window_end
+                && record.window_end <= capacity
+                && record.ops.iter().all(|op| match op {
+                    Op::Page { slot, .. } => *slot == NO_SLOT || *slot < capacity,
+                    _ => true,
+                });
+            if !in_sequence || !in_file {
+                break;
+            }
+            if record.kind == RecordKind::Commit {
+                if !pages_intact(io, &record, page_size, capacity)? {
+                    break;
+                }
+                let mut next = (*meta.state).clone();
+                // The process that wrote the record frees what it superseded, not this one.
+                next.apply(&record.ops, record.seq, page_size, &mut superseded_elsewhere)?;
+                superseded_elsewhere.clear();
+                meta.state = Arc::new(next);
+                meta.visible = meta.state.clone();
+                meta.not_durable.insert(record.seq, meta.state.clone());
+                meta.commits_since_checkpoint += 1;
+            }
+            meta.log_bytes_since_checkpoint += len.div_ceil(page_size) * page_size;
+            meta.prev_crc = crc;
+            meta.head = record.next_slot;
+            meta.window_end = record.window_end;
+        }
+        meta.visible = meta.state.clone();
+        let seq = meta.state.seq;
+        {
+            let mut f = lock(&self.flush);
+            f.sequenced = f.sequenced.max(seq);
+            f.written_upto = f.written_upto.max(seq);
+        }
+        Ok(())
+    }
+}

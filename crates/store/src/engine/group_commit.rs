@@ -1,0 +1,224 @@
+//! Group commit: which commits are written, which are durable, and the flush one committer
+//! runs for every commit written so far.
+
+use super::{bump, lock, Meta, Shared};
+use crate::error::{CommitError, Error, Result};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A commit that is sequenced and written but perhaps not yet durable.
+#[must_use = "a commit is durable only once `wait` returns"]
+pub struct PendingCommit {
+    shared: Arc<Shared>,
+    seq: u64,
+    /// False for a transaction that changed nothing (it waits for its base state).
+    sequenced: bool,
+}
+
+impl PendingCommit {
+    pub(super) fn sequenced(shared: Arc<Shared>, seq: u64) -> PendingCommit {
+        PendingCommit {
+            shared,
+            seq,
+            sequenced: true,
+        }
+    }
+
+    pub(super) fn unchanged(shared: Arc<Shared>, seq: u64) -> PendingCommit {
+        PendingCommit {
+            shared,
+            seq,
+            sequenced: false,
+        }
+    }
+
+    /// The commit's sequence number (for a transaction that changed nothing, that of the
+    /// state it began on).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Return once the commit is durable.
+    pub fn wait(self) -> Result<u64, CommitError> {
+        let seq = self.sequenced.then_some(self.seq);
+        self.shared
+            .wait_durable(self.seq)
+            .map_err(|error| CommitError { seq, error })?;
+        Ok(self.seq)
+    }
+}
+
+/// How long a flush leader waits at most for commits on their way: half as long as the last
+/// flush took (waiting is worth it in proportion to what a flush costs), within these bounds.
+const GATHER_WAIT_MIN: Duration = Duration::from_micros(40);
+const GATHER_WAIT_MAX: Duration = Duration::from_micros(500);
+
+/// When the last flush covered several commits, the next leader waits at least this long
+/// for the others to come round again (they are typically a few microseconds away).
+const MIN_GATHER: Duration = Duration::from_micros(40);
+
+impl Shared {
+    /// A transaction began holding changes (`true`) or stopped (`false`: written, aborted or
+    /// failed).
+    pub(crate) fn note_active_writer(&self, began: bool) {
+        let mut f = lock(&self.flush);
+        if began {
+            f.active_writers += 1;
+        } else {
+            f.active_writers = f.active_writers.saturating_sub(1);
+            self.written_changed.notify_all();
+        }
+    }
+
+    /// Note that commit `seq` is written: flushes may now cover it, and once every earlier
+    /// commit is written too, new snapshots see it.
+    pub(super) fn mark_written(&self, seq: u64) {
+        let written_upto = {
+            let mut f = lock(&self.flush);
+            if seq == f.written_upto + 1 {
+                f.written_upto = seq;
+                while let Some(next) = f
+                    .written_ahead
+                    .first()
+                    .copied()
+                    .filter(|n| *n == f.written_upto + 1)
+                {
+                    f.written_ahead.remove(&next);
+                    f.written_upto = next;
+                }
+                self.written_changed.notify_all();
+            } else if seq > f.written_upto {
+                f.written_ahead.insert(seq);
+            }
+            Self::debug_assert_flush_invariants(&f);
+            f.written_upto
+        };
+        // Publish every state up to the written prefix (another committer may already have).
+        let mut meta = self.meta();
+        while let Some(entry) = meta.unpublished.first_entry() {
+            if *entry.key() > written_upto {
+                break;
+            }
+            let (seq, state) = entry.remove_entry();
+            meta.visible = state.clone();
+            meta.not_durable.insert(seq, state);
+        }
+        // A flush may have covered it already (a leader flushes what is written).
+        let durable = lock(&self.flush).durable;
+        self.promote_durable(&mut meta, durable);
+    }
+
+    /// Show readers every written state up to `durable`.
+    pub(super) fn promote_durable(&self, meta: &mut Meta, durable: u64) {
+        while let Some(entry) = meta.not_durable.first_entry() {
+            if *entry.key() > durable {
+                break;
+            }
+            meta.readable = entry.remove();
+        }
+    }
+
+    /// After a flush of this process covered commits up to `seq`: mark them durable, show
+    /// them to readers, tell other processes, wake waiters. Holding the meta lock (taken
+    /// before the flush lock, as everywhere).
+    pub(super) fn note_durable(&self, meta: &mut Meta, seq: u64) {
+        let mut f = lock(&self.flush);
+        f.durable = f.durable.max(seq);
+        Self::debug_assert_flush_invariants(&f);
+        let durable = f.durable;
+        self.promote_durable(meta, durable);
+        if let Some(s) = &self.sharing {
+            // Readers of other processes show what this says is durable; if it cannot be
+            // said, they show less.
+            let _ = s.publish_durable(durable);
+        }
+        self.durable_changed.notify_all();
+    }
+
+    /// Group commit: return once a flush covers `seq`. One waiter at a time flushes for
+    /// every commit written so far.
+    fn wait_durable(&self, seq: u64) -> Result<()> {
+        let mut f = lock(&self.flush);
+        loop {
+            if f.durable >= seq {
+                return Ok(());
+            }
+            if let Some(why) = &f.poisoned {
+                return Err(Error::Poisoned(why.clone()));
+            }
+            if !f.leader_active && f.written_upto >= seq {
+                f.leader_active = true;
+                // Let commits that are on their way (sequenced, or transactions holding
+                // changes) land so this flush covers them too; bounded, and a lone committer
+                // never waits (PostgreSQL's commit_delay with commit_siblings, adaptively).
+                let started = Instant::now();
+                let deadline = started + (f.last_flush / 2).clamp(GATHER_WAIT_MIN, GATHER_WAIT_MAX);
+                let floor = if f.last_batch > 1 {
+                    started + MIN_GATHER
+                } else {
+                    started
+                };
+                loop {
+                    let now = Instant::now();
+                    let on_their_way = f.written_upto < f.sequenced || f.active_writers > 0 || now < floor;
+                    if !on_their_way || now >= deadline || f.poisoned.is_some() {
+                        break;
+                    }
+                    let until = if now < floor { floor } else { deadline };
+                    f = self
+                        .written_changed
+                        .wait_timeout(f, until - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                let target = f.written_upto;
+                drop(f);
+                let flush_started = Instant::now();
+                let result = self.io.sync_data();
+                let flush_took = flush_started.elapsed();
+                bump(&self.counters.flush_micros, flush_took.as_micros() as u64);
+                // Meta before flush, the order everywhere: readers are shown the commits
+                // before their committers are told they are durable.
+                let mut meta = self.meta();
+                f = lock(&self.flush);
+                f.leader_active = false;
+                match result {
+                    Ok(()) => {
+                        bump(&self.counters.flushes, 1);
+                        f.last_batch = target.saturating_sub(f.durable);
+                        f.last_flush = flush_took;
+                        drop(f);
+                        self.note_durable(&mut meta, target);
+                        drop(meta);
+                        f = lock(&self.flush);
+                    }
+                    Err(e) => {
+                        if f.poisoned.is_none() {
+                            f.poisoned = Some(format!("fdatasync failed: {e}"));
+                        }
+                        drop(meta);
+                    }
+                }
+                self.durable_changed.notify_all();
+                continue;
+            }
+            f = self.durable_changed.wait(f).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    pub(super) fn check_poison(&self) -> Result<()> {
+        match &lock(&self.flush).poisoned {
+            Some(why) => Err(Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn poison(&self, why: String) {
+        let mut f = lock(&self.flush);
+        if f.poisoned.is_none() {
+            f.poisoned = Some(why);
+        }
+        self.durable_changed.notify_all();
+        self.written_changed.notify_all();
+    }
+}

@@ -1,0 +1,526 @@
+//! The engine: sequencing, space, checkpoints, catch-up with other processes and group
+//! commit, behind one entry, [`Shared::commit`]. The facade (`store.rs`) opens and creates;
+//! transactions (`txn.rs`) build operations; everything that moves the commit chain, the
+//! allocator or the durable/visible states happens here.
+//!
+//! # Invariants
+//!
+//! Numbered as [`Shared::debug_assert_invariants`] cites them. Every one holds whenever the
+//! `meta` lock is free; "checked" ones are asserted in debug builds each time it is released
+//! (the [`MetaGuard`] does it), the others are kept by the code named.
+//!
+//! 1. **`durable <= written_upto <= sequenced <= meta.state.seq`** (`FlushState`). A
+//!    commit is sequenced (given its place in the chain) before it is written, and written
+//!    before a flush can cover it; `written_ahead` holds only sequence numbers in
+//!    `written_upto + 1 ..= sequenced`. Checked.
+//! 2. **`readable.seq <= visible.seq <= state.seq`.** `state` is the latest sequenced
+//!    state (commits are checked against it), `visible` the latest whose commits and all
+//!    before them are *written* (new transactions begin on it), `readable` the latest whose
+//!    commits are all *durable* (snapshots show it). Checked.
+//! 3. **What "visible" means.** `unpublished` holds exactly the states sequenced but not yet
+//!    visible (keys in `visible.seq + 1 ..= state.seq`), `not_durable` those visible but not
+//!    yet readable (keys in `readable.seq + 1 ..= visible.seq`); each moves on only when the
+//!    whole prefix before it has (`mark_written`, `promote_durable`). Checked.
+//! 4. **Nothing shown that is not durable.** On a store no other process shares,
+//!    `readable.seq <= durable`: no snapshot shows a commit before a flush of this process
+//!    covered it. With sharing, `readable` may also rise to what another process published
+//!    as durable (`Sharing::others_durable`) or to what this process flushed itself after
+//!    reading it. Checked without sharing.
+//! 5. **The side file is a hint.** A reader may trust its progress to skip reading the
+//!    chain (writers publish progress before writing a record, and a checkpoint before its
+//!    header); a writer never does: holding the write lock it reads the header and the
+//!    record at the chain's head from the store file (`catch_up::follow_chain`). Pins read
+//!    from it only hold slots back (an unreadable pin holds everything); losing it loses
+//!    nothing. Kept by `follow_chain` and `release_unread`.
+//! 6. **Slots are reused only after a durable checkpoint.** A slot superseded (or holding a
+//!    record) at commit `s` waits in `awaiting_checkpoint` until a checkpoint covering `s`
+//!    is durable in both header copies, then in `awaiting_readers` until no snapshot of any
+//!    process reads a commit before `s`; only then is it free. So every `awaiting_readers`
+//!    entry has `s <= header.checkpoint.seq`, and no waiting slot is free in the allocator.
+//!    Checked.
+//! 7. **The chain's head is reserved.** `head < window_end`, and the slots `head ..
+//!    window_end` (where the next records and pages go), and those of the checkpoint the
+//!    header names, are not free. The header's checkpoint covers no commit past `state`:
+//!    `header.checkpoint.seq <= state.seq`. Checked.
+//! 8. **Poison is final.** Once a write or flush of a commit or checkpoint fails,
+//!    `poisoned` is set and never cleared: nothing is sequenced after it (`sequence` checks
+//!    it first) and no waiter is told its commit is durable unless a flush already covered
+//!    it. Kept by `poison` and `wait_durable`.
+//! 9. **The write lock follows the claims.** With sharing, `WriterClaims::held` is true
+//!    exactly while `claims > 0` (commits being sequenced or written, checkpoints, growth);
+//!    without sharing it is never taken. Every sequencing, checkpoint and growth of a shared
+//!    store happens under it, after catching up. Checked when the `writer` lock is released.
+//! 10. **Snapshots are counted.** `meta.snapshots` holds a count above zero for each
+//!     sequence number some live snapshot (or transaction base) shows, never past `state`.
+//!     Checked.
+//!
+//! # Locks
+//!
+//! Three mutexes, always taken in this order, none held across a page write or a flush
+//! except where the table says: `meta` (bookkeeping: states, allocator, chain position,
+//! header, waiting slots, snapshots, pin) → `writer` (this process's claims on the
+//! cross-process write lock) → `flush` (group-commit counters, poison). Across processes:
+//! the OFD write lock (taken with the first claim, released with the last) and the `INIT`
+//! lock (opening and closing take turns).
+//!
+//! # State table
+//!
+//! One commit, from transaction to durable, and the calls that move the engine:
+//!
+//! | state → next | call | locks held | what changes |
+//! |---|---|---|---|
+//! | begun → holding changes | `Transaction::new` → `note_active_writer(true)` | `flush` | `active_writers += 1` (a flush leader waits for it briefly) |
+//! | holding → claimed | `commit` → `claim_writer` | `writer` (+ OFD write lock, first claim) | `claims += 1`, `held` |
+//! | claimed → caught up | `commit` → `catch_up` (first claim only) | `meta` (`writer`, `flush` briefly) | other processes' commits and checkpoints read into `state`, `visible`, `not_durable` |
+//! | caught up → sequenced | `commit` → `sequence` | `meta`, then `flush` | `state` = new, `unpublished += seq`, `head`/`window_end` move, slots → `awaiting_checkpoint`, `sequenced = seq`; a policy checkpoint may run first |
+//! | sequenced → written | `commit`: record + pages `pwrite`, then `mark_written` | none for the writes; `flush`, then `meta` | `written_upto` grows over the contiguous prefix; `unpublished` → `not_durable`, `visible` |
+//! | written → released | `commit` drops its `WriterClaim` | `writer` | `claims -= 1`; the last lets the OFD lock go |
+//! | written → durable | `PendingCommit::wait` → `wait_durable` (one leader) | `flush`; none during `fdatasync`; then `meta` → `flush` | `durable = written_upto` at the flush's start; `not_durable` → `readable`; side file told |
+//! | any → poisoned | a failed write or flush → `poison` | `flush` | `poisoned` set; every waiter and later commit fails |
+//!
+//! And the calls beside commits:
+//!
+//! | call | locks held | what changes |
+//! |---|---|---|
+//! | `checkpoint_locked` | `meta` throughout (+ a writer claim); `flush` briefly | waits for every sequenced commit to be written, flushes them, writes the mapping and one header copy, flushes, the other copy, flushes; `awaiting_checkpoint` → `awaiting_readers`; frees what no reader needs |
+//! | `register_snapshot` / `forget_snapshot` | `meta` | `snapshots` count, the published pin; dropping the last snapshot of a seq frees slots only it held |
+//! | `alloc_slot` / `grow` / `reclaim` | `meta` (+ a writer claim to grow) | the allocator; growing writes zeros and flushes the new length |
+//! | `close` | `INIT` (shared), then `meta` + a writer claim | a final checkpoint by the last read-write process |
+//!
+//! Module map: `sequence.rs` gives a commit its place; `space.rs` slots, windows, growth
+//! and reuse; `checkpoint.rs` checkpoints and close; `catch_up.rs` other processes and the
+//! write lock; `group_commit.rs` written/durable tracking and the shared flush;
+//! `commit.rs` the one entry; `invariants.rs` the checks above.
+
+mod catch_up;
+mod checkpoint;
+mod commit;
+mod group_commit;
+mod invariants;
+mod sequence;
+mod space;
+
+pub(crate) use commit::CommitRequest;
+pub use group_commit::PendingCommit;
+pub(crate) use space::write_zeros;
+
+use crate::alloc::SlotAllocator;
+use crate::error::{Error, Result};
+use crate::format::{slot_offset, Header, NO_SLOT};
+use crate::io::StorageIo;
+use crate::options::{Options, Stats};
+use crate::recovery::Recovered;
+use crate::sharing::{Sharing, NO_PIN};
+use crate::state::State;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+#[derive(Default)]
+struct Counters {
+    pub commit_records: AtomicU64,
+    pub pages_written: AtomicU64,
+    pub pages_embedded: AtomicU64,
+    pub jumps: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub write_calls: AtomicU64,
+    pub bytes_preallocated: AtomicU64,
+    pub flushes: AtomicU64,
+    pub flush_micros: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub recoveries: AtomicU64,
+    pub records_replayed: AtomicU64,
+    pub conflicts: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+/// One open store: the engine's state, shared by every clone of a `Store`, its snapshots,
+/// transactions and pending commits.
+pub(crate) struct Shared {
+    io: Box<dyn StorageIo>,
+    pub page_size: u64,
+    pub opts: Options,
+    meta: Mutex<Meta>,
+    flush: Mutex<FlushState>,
+    /// Signalled when `durable` advances or a flush ends (waiters recheck, one may lead).
+    durable_changed: Condvar,
+    /// Signalled when commits are written or writers drop out (a gathering leader and
+    /// checkpoints wait on it). Two condvars keep waiters for durability asleep while
+    /// other commits are merely written.
+    written_changed: Condvar,
+    counters: Counters,
+    next_file_id: AtomicU32,
+    /// Other processes may have the store open (a file opened with `Store::open`).
+    pub sharing: Option<Sharing>,
+    /// Opened to salvage: the read error that ended the chain early.
+    stopped_by: Option<String>,
+    /// This process has left the processes sharing the store (closed).
+    departed: AtomicBool,
+    writer: Mutex<WriterClaims>,
+}
+
+/// The cross-process write lock, held while any commit of this process is on its way.
+#[derive(Default)]
+struct WriterClaims {
+    held: bool,
+    /// Commits being sequenced or written, and checkpoints running.
+    claims: usize,
+}
+
+/// Everything commits and checkpoints change, under one lock held only for bookkeeping
+/// (page writes and flushes happen outside it).
+pub(crate) struct Meta {
+    /// The latest sequenced state: commits build on it and are checked against it.
+    pub state: Arc<State>,
+    /// The latest state whose commits (and all before them) are written: what new
+    /// transactions see (a writer may build on a commit whose flush is still running: its
+    /// own commit comes later in the chain and is durable only with it). Pages are written
+    /// after sequencing, outside the lock.
+    pub visible: Arc<State>,
+    /// The latest state whose commits are all durable: what snapshots (readers) see, so a
+    /// power cut never takes back something a reader was shown.
+    pub readable: Arc<State>,
+    /// Written states not yet known durable, by sequence number (they become `readable` as
+    /// flushes, this process's or another's, cover them).
+    pub not_durable: BTreeMap<u64, Arc<State>>,
+    /// Sequenced states not yet visible (they become so as the written prefix grows).
+    pub unpublished: BTreeMap<u64, Arc<State>>,
+    pub header: Header,
+    pub alloc: SlotAllocator,
+    /// (superseded at seq, slot): still named by a record that recovery would replay.
+    pub awaiting_checkpoint: Vec<(u64, u64)>,
+    /// (superseded at seq, slot): checkpointed, but a snapshot may still read it.
+    pub awaiting_readers: Vec<(u64, u64)>,
+    /// Open snapshots by sequence number.
+    pub snapshots: BTreeMap<u64, usize>,
+    /// Where the next record goes, and the end of the run reserved for it.
+    pub head: u64,
+    pub window_end: u64,
+    pub prev_crc: u32,
+    pub session: u64,
+    pub commits_since_checkpoint: u64,
+    pub log_bytes_since_checkpoint: u64,
+    /// The reader pin this process last published (shared stores).
+    pub pin: u64,
+    /// Every free slot of the file is this process's to allocate (it opened the store
+    /// first, or alone); a process that joined others owns only what it grew.
+    pub owns_all_slots: bool,
+}
+
+/// Group-commit state: which records are written, which are durable, who is flushing.
+#[derive(Default)]
+struct FlushState {
+    /// Highest sequence number handed out: commits up to it will be written shortly.
+    sequenced: u64,
+    /// Transactions holding changes that have not been written yet: likely committers.
+    active_writers: usize,
+    /// Commits the last flush covered: more than one means committers run concurrently.
+    last_batch: u64,
+    /// How long the last group-commit flush took.
+    last_flush: Duration,
+    written_upto: u64,
+    written_ahead: BTreeSet<u64>,
+    durable: u64,
+    leader_active: bool,
+    poisoned: Option<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // No code path panics while holding these locks; if one ever did, the data is still
+    // consistent at every unlock point, so recover rather than propagate the poison.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for Shared {
+    /// Dropped without `close` (safe: the next open recovers): still leave the processes
+    /// sharing the store, so the last one removes the side file.
+    fn drop(&mut self) {
+        if self.departed.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(s) = &self.sharing {
+            if let Ok(_init) = s.lock_init() {
+                s.depart(s.alone());
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn write_counted(&self, data: &[u8], offset: u64, during: &'static str) -> Result<()> {
+        self.io.write_at(data, offset).map_err(|e| Error::io(during, e))?;
+        bump(&self.counters.bytes_written, data.len() as u64);
+        bump(&self.counters.write_calls, 1);
+        Ok(())
+    }
+}
+
+/// Which committed state a new snapshot shows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum View {
+    /// The latest durable state: for readers, who must never be shown a commit a power cut
+    /// could still take back.
+    Durable,
+    /// The latest written state, perhaps not durable yet: for a transaction that will
+    /// commit after it (its own commit is durable only with everything before it).
+    Written,
+}
+
+/// The `meta` lock; releasing it checks the invariants (debug builds).
+pub(crate) struct MetaGuard<'a> {
+    shared: &'a Shared,
+    meta: MutexGuard<'a, Meta>,
+}
+
+impl Deref for MetaGuard<'_> {
+    type Target = Meta;
+    fn deref(&self) -> &Meta {
+        &self.meta
+    }
+}
+
+impl DerefMut for MetaGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Meta {
+        &mut self.meta
+    }
+}
+
+impl Drop for MetaGuard<'_> {
+    fn drop(&mut self) {
+        self.shared.debug_assert_invariants(&self.meta);
+    }
+}
+
+impl Shared {
+    /// The engine over a recovered store. `joined`: other processes have it open; this one
+    /// owns no free slot and repairs nothing.
+    pub(crate) fn new(
+        io: Box<dyn StorageIo>,
+        opts: &Options,
+        recovered: Recovered,
+        sharing: Option<Sharing>,
+        joined: bool,
+    ) -> Result<Shared> {
+        let mut recovered = recovered;
+        let stopped_by = recovered.stopped_by.take();
+        if joined {
+            recovered.alloc = SlotAllocator::none_free(recovered.alloc.capacity());
+            recovered.awaiting_checkpoint.clear();
+        }
+        let page_size = recovered.header.page_size as u64;
+        let counters = Counters::default();
+        if recovered.records_replayed > 0 {
+            bump(&counters.recoveries, 1);
+            bump(&counters.records_replayed, recovered.records_replayed);
+        }
+        let last = recovered.state.seq;
+        let next_file_id = recovered.state.next_file_id.max(1);
+        let state = Arc::new(recovered.state);
+        let meta = Meta {
+            visible: state.clone(),
+            readable: state.clone(),
+            not_durable: BTreeMap::new(),
+            unpublished: BTreeMap::new(),
+            state,
+            header: recovered.header,
+            alloc: recovered.alloc,
+            awaiting_checkpoint: recovered
+                .awaiting_checkpoint
+                .into_iter()
+                .map(|s| (last, s))
+                .collect(),
+            awaiting_readers: Vec::new(),
+            snapshots: BTreeMap::new(),
+            head: recovered.head,
+            window_end: recovered.window_end,
+            prev_crc: recovered.prev_crc,
+            session: crate::nonce::random_u64(),
+            commits_since_checkpoint: recovered.records_replayed,
+            log_bytes_since_checkpoint: recovered.log_bytes,
+            owns_all_slots: !joined,
+            // A read-only process arrives pinning everything (see `Sharing::arrive`).
+            pin: if sharing.as_ref().is_some_and(|s| s.read_only()) {
+                0
+            } else {
+                NO_PIN
+            },
+        };
+        if let (Some(s), false) = (&sharing, joined) {
+            s.publish_progress(meta.header.generation, last)?;
+        }
+        let flush = FlushState {
+            sequenced: last,
+            written_upto: last,
+            durable: last,
+            ..FlushState::default()
+        };
+        let shared = Shared {
+            io,
+            page_size,
+            opts: opts.clone(),
+            meta: Mutex::new(meta),
+            flush: Mutex::new(flush),
+            durable_changed: Condvar::new(),
+            written_changed: Condvar::new(),
+            counters,
+            next_file_id: AtomicU32::new(next_file_id),
+            writer: Mutex::new(WriterClaims::default()),
+            sharing,
+            stopped_by,
+            departed: AtomicBool::new(false),
+        };
+        drop(shared.meta());
+        Ok(shared)
+    }
+
+    /// Take the `meta` lock (see [`MetaGuard`]).
+    fn meta(&self) -> MetaGuard<'_> {
+        MetaGuard {
+            shared: self,
+            meta: lock(&self.meta),
+        }
+    }
+
+    /// Other processes may have the store open (it was opened by path).
+    pub(crate) fn sharing(&self) -> Option<&Sharing> {
+        self.sharing.as_ref()
+    }
+
+    /// Opened with `Options::salvage`: the read error that ended the chain early.
+    pub(crate) fn stopped_by(&self) -> Option<&str> {
+        self.stopped_by.as_deref()
+    }
+
+    /// Publish the pin this process needs now (after opening, when a reader pinned
+    /// everything while it read the chain).
+    pub(crate) fn refresh_pin(&self) {
+        let _ = self.set_pin(&mut self.meta(), None);
+    }
+
+    /// Sequence number of the latest commit (durable or not yet).
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.meta().state.seq
+    }
+
+    /// Sequence number up to which every commit is durable.
+    pub(crate) fn durable_seq(&self) -> u64 {
+        lock(&self.flush).durable
+    }
+
+    /// A fresh id for a file a transaction creates (renumbered at commit if another process
+    /// took it meanwhile).
+    pub(crate) fn new_file_id(&self) -> u32 {
+        self.next_file_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (last_seq, slots_total, slots_free) = {
+            let meta = self.meta();
+            (meta.state.seq, meta.alloc.capacity(), meta.alloc.free_count())
+        };
+        Stats {
+            page_size: self.page_size,
+            commit_records: get(&c.commit_records),
+            pages_written: get(&c.pages_written),
+            pages_embedded: get(&c.pages_embedded),
+            jumps: get(&c.jumps),
+            bytes_written: get(&c.bytes_written),
+            write_calls: get(&c.write_calls),
+            bytes_preallocated: get(&c.bytes_preallocated),
+            flushes: get(&c.flushes),
+            flush_micros: get(&c.flush_micros),
+            checkpoints: get(&c.checkpoints),
+            recoveries: get(&c.recoveries),
+            records_replayed: get(&c.records_replayed),
+            conflicts: get(&c.conflicts),
+            last_seq,
+            durable_seq: self.durable_seq(),
+            slots_total,
+            slots_free,
+        }
+    }
+
+    /// Count a new snapshot of the latest state of `view` this process knows.
+    pub(crate) fn snapshot_known(&self, view: View) -> Arc<State> {
+        self.register_snapshot(&mut self.meta(), view)
+    }
+
+    /// Count a new snapshot of the latest state of `view` of any process sharing the
+    /// store (a failure to catch up with them is returned, counting nothing).
+    pub(crate) fn snapshot_latest(&self, view: View) -> Result<Arc<State>> {
+        let mut meta = self.meta();
+        self.catch_up(&mut meta, false)?;
+        Ok(self.register_snapshot(&mut meta, view))
+    }
+
+    fn register_snapshot(&self, meta: &mut Meta, view: View) -> Arc<State> {
+        let state = match view {
+            View::Durable => meta.readable.clone(),
+            View::Written => meta.visible.clone(),
+        };
+        *meta.snapshots.entry(state.seq).or_insert(0) += 1;
+        // Already pinned at or below this while catching up; if publishing fails, other
+        // processes may reuse what this reads, and the page checksums catch it.
+        let _ = self.set_pin(meta, None);
+        state
+    }
+
+    /// Count one more snapshot of a state already counted (a clone).
+    pub(crate) fn retain_snapshot(&self, seq: u64) {
+        *self.meta().snapshots.entry(seq).or_insert(0) += 1;
+    }
+
+    /// A snapshot of `seq` is gone; the last one lets go of the slots only it could read.
+    pub(crate) fn forget_snapshot(&self, seq: u64) {
+        let mut meta = self.meta();
+        if let Some(count) = meta.snapshots.get_mut(&seq) {
+            *count -= 1;
+            if *count == 0 {
+                meta.snapshots.remove(&seq);
+                let _ = self.set_pin(&mut meta, None);
+                self.release_unread(&mut meta);
+            }
+        }
+    }
+
+    /// Read the page in `slot` (the caller checks its CRC).
+    pub(crate) fn read_slot(&self, slot: u64, buf: &mut [u8]) -> Result<()> {
+        debug_assert_ne!(slot, NO_SLOT);
+        self.io
+            .read_at(buf, slot_offset(slot, self.page_size))
+            .map_err(|e| Error::io("reading a page", e))
+    }
+
+    /// Write a page of an uncommitted transaction to a slot of its own now (to bound its
+    /// memory); the slot is the transaction's until it commits or lets go of it.
+    pub(crate) fn write_early_page(&self, data: &[u8]) -> Result<u64> {
+        let slot = self.alloc_slot(&mut self.meta())?;
+        if let Err(e) = self.rewrite_early_page(slot, data) {
+            self.meta().alloc.release(slot, 1);
+            return Err(e);
+        }
+        Ok(slot)
+    }
+
+    /// Overwrite a page a transaction wrote early (private to it, so rewritten in place).
+    pub(crate) fn rewrite_early_page(&self, slot: u64, data: &[u8]) -> Result<()> {
+        self.write_counted(data, slot_offset(slot, self.page_size), "writing a page")?;
+        bump(&self.counters.pages_written, 1);
+        Ok(())
+    }
+
+    /// Give back slots a transaction wrote early and no commit maps.
+    pub(crate) fn release_slots(&self, slots: impl IntoIterator<Item = u64>) {
+        let mut meta = self.meta();
+        for slot in slots {
+            meta.alloc.release(slot, 1);
+        }
+    }
+}

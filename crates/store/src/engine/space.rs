@@ -1,0 +1,234 @@
+//! Space: free slots for pages, windows for the chain, checkpoints' extents, the reserve
+//! that keeps a full disk committable, growing the file, and reusing slots once no
+//! checkpoint-to-be and no reader needs them (invariant 6).
+
+use super::{bump, Meta, Shared};
+use crate::error::{Error, Result};
+use crate::format::{slot_offset, MAX_CHECKPOINT_EXTENTS, SLOT_BASE};
+use crate::io::StorageIo;
+use crate::recovery::recover;
+use crate::sharing::NO_PIN;
+
+impl Shared {
+    /// Alone with the store (holding `INIT`, no other process has it open): if this process
+    /// joined others, rebuild which slots are free from the file, as the first process's
+    /// recovery does, so that it owns every free slot.
+    pub(super) fn own_every_free_slot(&self) -> Result<()> {
+        let mut meta = self.meta();
+        if meta.owns_all_slots || !meta.snapshots.is_empty() {
+            return Ok(());
+        }
+        let recovered = recover(self.io.as_ref(), false)?;
+        if recovered.state.seq != meta.state.seq {
+            // Someone's commit this process has not read: leave the space as it is.
+            return Ok(());
+        }
+        let last = recovered.state.seq;
+        meta.header = recovered.header;
+        meta.alloc = recovered.alloc;
+        meta.awaiting_checkpoint = recovered
+            .awaiting_checkpoint
+            .into_iter()
+            .map(|slot| (last, slot))
+            .collect();
+        meta.awaiting_readers.clear();
+        meta.head = recovered.head;
+        meta.window_end = recovered.window_end;
+        meta.prev_crc = recovered.prev_crc;
+        meta.owns_all_slots = true;
+        Ok(())
+    }
+
+    /// Give back checkpointed slots that no snapshot, of this process or another, can
+    /// read any more.
+    pub(super) fn release_unread(&self, meta: &mut Meta) {
+        if meta.awaiting_readers.is_empty() {
+            return;
+        }
+        let own = meta.snapshots.keys().next().copied().unwrap_or(NO_PIN);
+        // Unreadable pins keep everything (a slot held too long costs only space).
+        let others = match &self.sharing {
+            Some(s) => s.others_oldest_pin().unwrap_or(0),
+            None => NO_PIN,
+        };
+        let oldest_reader = own.min(others);
+        let Meta {
+            awaiting_readers,
+            alloc,
+            ..
+        } = meta;
+        awaiting_readers.retain(|&(superseded_at, slot)| {
+            // A reader at seq s reads the slot only if it was superseded after s.
+            let still_read = oldest_reader < superseded_at;
+            if !still_read {
+                alloc.release(slot, 1);
+            }
+            still_read
+        });
+    }
+
+    /// How many slots the file holds now.
+    pub(super) fn file_capacity(&self) -> Result<u64> {
+        let len = self
+            .io
+            .size()
+            .map_err(|e| Error::io("reading the store's length", e))?;
+        Ok(len.saturating_sub(SLOT_BASE) / self.page_size)
+    }
+
+    /// Free slots that commits adding pages must leave, so that on a full disk commits
+    /// that shrink the store, and the checkpoints that free space, still find room.
+    fn reserve(&self, meta: &Meta) -> u64 {
+        let pages: u64 = meta.state.files.values().map(|f| f.pages.len() as u64 + 4).sum();
+        // About what a checkpoint of the current mapping takes.
+        8 + (pages * 24).div_ceil(self.page_size)
+    }
+
+    /// After a commit took slots for pages: keep the reserve, growing the file if need be.
+    pub(super) fn keep_reserve(&self, meta: &mut Meta) -> Result<()> {
+        let reserve = self.reserve(meta);
+        if meta.alloc.free_count() < reserve {
+            self.reclaim(meta)?;
+        }
+        if meta.alloc.free_count() < reserve {
+            self.grow(meta, reserve)?;
+        }
+        Ok(())
+    }
+
+    /// Take one free slot for a page (one a large transaction spills early, or one that did
+    /// not fit next to its commit record), checkpointing or growing the file if need be.
+    pub(super) fn alloc_slot(&self, meta: &mut Meta) -> Result<u64> {
+        if meta.alloc.free_count() > self.reserve(meta) {
+            if let Some(slot) = meta.alloc.take_run(1) {
+                return Ok(slot);
+            }
+        }
+        if self.reclaim(meta)? {
+            if let Some(slot) = meta.alloc.take_run(1) {
+                return Ok(slot);
+            }
+        }
+        self.grow(meta, 1)?;
+        meta.alloc
+            .take_run(1)
+            .ok_or_else(|| Error::Corrupt("no free slot after growing".into()))
+    }
+
+    fn alloc_run(&self, meta: &mut Meta, n: u64) -> Result<u64> {
+        if let Some(first) = meta.alloc.take_run(n) {
+            return Ok(first);
+        }
+        self.grow(meta, n)?;
+        meta.alloc
+            .take_run(n)
+            .ok_or_else(|| Error::Corrupt("no free run after growing".into()))
+    }
+
+    /// Slots for a checkpoint of `n` slots: one run if there is one, else the fewest runs
+    /// (longest first) the header can list, else grow the file.
+    pub(super) fn alloc_extents(&self, meta: &mut Meta, n: u64) -> Result<Vec<(u64, u64)>> {
+        if let Some(first) = meta.alloc.take_run(n) {
+            return Ok(vec![(first, n)]);
+        }
+        if meta.alloc.free_count() >= n {
+            let mut extents = Vec::new();
+            let mut missing = n;
+            while missing > 0 && extents.len() < MAX_CHECKPOINT_EXTENTS {
+                let Some((first, got)) = meta.alloc.take_largest(missing) else {
+                    break;
+                };
+                extents.push((first, got));
+                missing -= got;
+            }
+            if missing == 0 {
+                return Ok(extents);
+            }
+            for (first, got) in extents {
+                meta.alloc.release(first, got);
+            }
+        }
+        Ok(vec![(self.alloc_run(meta, n)?, n)])
+    }
+
+    /// Reserve a run for the records and pages that follow: a full window if one is free,
+    /// else the largest free run of at least `min` slots, else grow.
+    pub(super) fn new_window(&self, meta: &mut Meta, min: u64) -> Result<(u64, u64)> {
+        let want = self.opts.window_slots().max(min);
+        for attempt in 0..2 {
+            if let Some(first) = meta.alloc.take_run(want) {
+                return Ok((first, first + want));
+            }
+            if meta.alloc.largest_run() >= min {
+                if let Some((first, len)) = meta.alloc.take_largest(want) {
+                    return Ok((first, first + len));
+                }
+            }
+            if attempt == 0 && !self.reclaim(meta)? {
+                break;
+            }
+        }
+        let first = self.alloc_run(meta, want)?;
+        Ok((first, first + want))
+    }
+
+    /// Before growing the file, free what a checkpoint would free. Returns whether it ran.
+    fn reclaim(&self, meta: &mut Meta) -> Result<bool> {
+        if meta.awaiting_checkpoint.is_empty() {
+            return Ok(false);
+        }
+        self.checkpoint_locked(meta)?;
+        Ok(true)
+    }
+
+    /// Extend the file by writing zeros, in a large step, and flush the new size once.
+    fn grow(&self, meta: &mut Meta, at_least: u64) -> Result<()> {
+        self.with_writer(meta, |meta| self.grow_holding_writer(meta, at_least))
+    }
+
+    fn grow_holding_writer(&self, meta: &mut Meta, at_least: u64) -> Result<()> {
+        let mut old = meta.alloc.capacity();
+        if self.sharing.is_some() {
+            // Other processes grow the file too: the new slots start at its end now.
+            let len = self
+                .io
+                .size()
+                .map_err(|e| Error::io("reading the store's length", e))?;
+            let now = len.saturating_sub(SLOT_BASE) / self.page_size;
+            if now > old {
+                meta.alloc.extend_used(now);
+                old = now;
+            }
+        }
+        let step = (self.opts.growth_step / self.page_size)
+            .max(old / 8)
+            .max(at_least)
+            .max(16);
+        let new = old + step;
+        write_zeros(
+            self.io.as_ref(),
+            slot_offset(old, self.page_size),
+            slot_offset(new, self.page_size),
+        )?;
+        self.io
+            .sync_data()
+            .map_err(|e| Error::io("flushing the grown store file", e))?;
+        bump(&self.counters.bytes_preallocated, step * self.page_size);
+        bump(&self.counters.flushes, 1);
+        meta.alloc.grow(new);
+        Ok(())
+    }
+}
+
+pub(crate) fn write_zeros(io: &dyn StorageIo, from: u64, to: u64) -> Result<()> {
+    const CHUNK: u64 = 1 << 20;
+    let zeros = vec![0u8; CHUNK as usize];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(CHUNK);
+        io.write_at(&zeros[..n as usize], at)
+            .map_err(|e| Error::io("preallocating the store file", e))?;
+        at += n;
+    }
+    Ok(())
+}

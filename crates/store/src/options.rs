@@ -1,0 +1,128 @@
+//! The store's settings ([`Options`]) and counters ([`Stats`]).
+
+use crate::error::{Error, Result};
+use crate::format::valid_page_size;
+
+/// Settings. `page_size` takes effect when a store is created; the rest apply to each open.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Page size in bytes: a power of two from 512 to 65536.
+    pub page_size: u32,
+    /// Commits between mapping checkpoints ("delayed checkpoint"); 0 checkpoints only when
+    /// `log_capacity` is reached, on `checkpoint()` and on `close()`.
+    pub checkpoint_interval: u64,
+    /// Bytes of commit records since the last checkpoint that force a checkpoint: bounds
+    /// the work (and time) of recovery.
+    pub log_capacity: u64,
+    /// Bytes of page slots written at creation, so that commits do not grow the file.
+    pub initial_capacity: u64,
+    /// The file grows by at least this many bytes at a time (and at least by 1/8 of itself).
+    pub growth_step: u64,
+    /// A page write that changes at most this many bytes of the page (accumulated since the
+    /// page was last written whole) is carried in the commit record instead of a new slot.
+    /// 0 turns this off.
+    pub embed_limit: usize,
+    /// Bytes reserved ahead of the commit chain, so that consecutive commits land next to
+    /// each other (each commit is then one contiguous write).
+    pub window_bytes: u64,
+    /// Open without writing anything; commits fail with `Error::ReadOnly`.
+    pub read_only: bool,
+    /// Read-only opens only: a read error while following the chain of commits ends the
+    /// chain there instead of failing the open, so the commits before the damage can be
+    /// copied into a new store (`onesync salvage`); [`Store::salvage_stopped_by`] says where.
+    pub salvage: bool,
+    /// Negative controls only: put a defect back, so a crash test can show that it finds it.
+    #[doc(hidden)]
+    pub sabotage: Option<Sabotage>,
+}
+
+/// A defect that was fixed, put back on purpose (see [`Options::sabotage`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sabotage {
+    /// A writer taking the write lock trusts the side file's progress alone, as before issue
+    /// 14: a process that died between writing a checkpoint's header and publishing it
+    /// makes the next writer extend the old chain, which recovery then drops.
+    CheckpointPublication,
+}
+
+impl Sabotage {
+    /// The environment variable crash tests set in the processes they start.
+    pub const ENV: &'static str = "ONESYNC_SABOTAGE";
+
+    /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`), if any.
+    pub fn from_env() -> Option<Sabotage> {
+        match std::env::var(Self::ENV).as_deref() {
+            Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
+            _ => None,
+        }
+    }
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            page_size: 4096,
+            checkpoint_interval: 1000,
+            log_capacity: 64 << 20,
+            initial_capacity: 64 << 20,
+            growth_step: 64 << 20,
+            embed_limit: 64,
+            window_bytes: 1 << 20,
+            read_only: false,
+            salvage: false,
+            sabotage: None,
+        }
+    }
+}
+
+/// Counters since the store was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub page_size: u64,
+    /// Commits that changed something (each wrote one commit record).
+    pub commit_records: u64,
+    /// Whole pages written to slots.
+    pub pages_written: u64,
+    /// Pages changed only through overlays carried in commit records.
+    pub pages_embedded: u64,
+    /// Commits whose record and pages did not fit the reserved run and took two writes.
+    pub jumps: u64,
+    /// Bytes of pages, records, checkpoints and headers written (not preallocation).
+    pub bytes_written: u64,
+    /// Calls that wrote (pwrite or the I/O layer's equivalent), preallocation excluded.
+    pub write_calls: u64,
+    /// Bytes of zeros written to grow the file.
+    pub bytes_preallocated: u64,
+    /// Calls to fdatasync (or the I/O layer's equivalent).
+    pub flushes: u64,
+    /// Microseconds spent in group-commit flushes, all together.
+    pub flush_micros: u64,
+    pub checkpoints: u64,
+    /// 1 if opening replayed commit records written after the last checkpoint.
+    pub recoveries: u64,
+    /// Records replayed at open.
+    pub records_replayed: u64,
+    pub conflicts: u64,
+    pub last_seq: u64,
+    pub durable_seq: u64,
+    pub slots_total: u64,
+    pub slots_free: u64,
+}
+
+impl Options {
+    /// Slots reserved ahead of the commit chain at a time.
+    pub(crate) fn window_slots(&self) -> u64 {
+        (self.window_bytes / self.page_size as u64).max(2)
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if !valid_page_size(self.page_size) {
+            return Err(Error::InvalidArgument(format!(
+                "page size {} is not a power of two from 512 to 65536",
+                self.page_size
+            )));
+        }
+        Ok(())
+    }
+}
