@@ -21,7 +21,7 @@
 //!   after the lock is released, so the next writer runs during the flush.
 
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::c_int;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -33,22 +33,20 @@ use onesync_store::{
     CommitError, Error as StoreError, FileId, Options, PendingCommit, Snapshot, Store, Transaction,
 };
 
-use crate::api::ApiTable;
 use crate::backend::{
-    DbBackend, IoResult, JournalRoute, LockLevel, MainDbFactory, OpenRequest, Opened, PragmaCall,
+    Connection, DbBackend, FileControl, FileControlCall, IoResult, JournalRoute, LockLevel, MainDbFactory,
+    OpenRequest, Opened, Pragma, SqliteName,
 };
 use crate::ffi::{
-    SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_FCNTL_BEGIN_ATOMIC_WRITE,
-    SQLITE_FCNTL_COMMIT_ATOMIC_WRITE, SQLITE_FCNTL_COMMIT_PHASETWO, SQLITE_FCNTL_PDB, SQLITE_FCNTL_PRAGMA,
-    SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE, SQLITE_FCNTL_SYNC, SQLITE_IOCAP_BATCH_ATOMIC,
-    SQLITE_IOCAP_POWERSAFE_OVERWRITE, SQLITE_IOCAP_SAFE_APPEND, SQLITE_IOERR, SQLITE_IOERR_FSYNC,
-    SQLITE_IOERR_LOCK, SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ, SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_WRITE,
-    SQLITE_NOTADB, SQLITE_NOTFOUND, SQLITE_OK, SQLITE_OPEN_MAIN_JOURNAL, SQLITE_OPEN_SUPER_JOURNAL,
-    SQLITE_READONLY,
+    SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_IOCAP_BATCH_ATOMIC, SQLITE_IOCAP_POWERSAFE_OVERWRITE,
+    SQLITE_IOCAP_SAFE_APPEND, SQLITE_IOERR, SQLITE_IOERR_FSYNC, SQLITE_IOERR_LOCK, SQLITE_IOERR_READ,
+    SQLITE_IOERR_SHORT_READ, SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_WRITE, SQLITE_NOTADB, SQLITE_NOTFOUND,
+    SQLITE_OK, SQLITE_OPEN_MAIN_JOURNAL, SQLITE_OPEN_SUPER_JOURNAL, SQLITE_READONLY,
 };
 use crate::memfile::MemFile;
 use crate::names::{self, NameClaim, Owner, StoreKey};
 use crate::super_journal::{verdict, SuperJournal, Verdict};
+use crate::sys::api::ApiTable;
 
 /// Page size of stores this VFS creates (SQLite's default page size, so the
 /// common case maps one SQLite page to one store page).
@@ -143,7 +141,7 @@ impl MainDbFactory for StoreFactory {
             // way) is on disk.
             if flags & crate::ffi::SQLITE_OPEN_CREATE != 0 {
                 return Some(Ok(Opened {
-                    backend: Box::new(SuperJournal::new(req.base, req.name, flags, self.api)),
+                    backend: Box::new(SuperJournal::new(*req, self.api)),
                     out_flags: flags,
                 }));
             }
@@ -620,20 +618,11 @@ static CONNS: Mutex<BTreeMap<usize, ConnInfo>> = Mutex::new(BTreeMap::new());
 /// (told with SQLITE_FCNTL_PDB). The main database is always opened first; SQLite's
 /// `sqlite3_db_filename(db, "main")` is that file's name pointer, or null while the
 /// connection is still being opened (where API armor refuses the call).
-pub(crate) fn is_main_database(api: &ApiTable, db: *mut c_void, name: *const c_char) -> bool {
-    let conn = db as usize;
-    if lock(&CONNS).get(&conn).is_some_and(|c| !c.handles.is_empty()) {
+pub(crate) fn is_main_database(api: &ApiTable, db: Connection, name: SqliteName) -> bool {
+    if lock(&CONNS).get(&db.id()).is_some_and(|c| !c.handles.is_empty()) {
         return false;
     }
-    match api.vtab().and_then(|v| v.db_filename) {
-        Some(db_filename) => {
-            // SAFETY: `db` is the connection SQLite named with SQLITE_FCNTL_PDB, on the
-            // thread that holds its mutex; the result is only compared, never read.
-            let main = unsafe { db_filename(db, c"main".as_ptr()) };
-            main.is_null() || main == name
-        }
-        None => true,
-    }
+    api.is_main_db_name(db, name).unwrap_or(true)
 }
 
 /// Adds one of our handles to its connection's bookkeeping.
@@ -741,7 +730,7 @@ pub(crate) struct StoreOpen<'a> {
     pub opener: Option<&'a StoreOpener>,
     pub path: &'a Path,
     /// SQLite's name for the file (for journal routing and SQLITE_FCNTL_PDB).
-    pub name: *const c_char,
+    pub name: SqliteName,
     pub logical: String,
     pub want: Want,
     pub nolock: bool,
@@ -765,8 +754,8 @@ pub(crate) struct StoreDb {
     batch: bool,
     read_only: bool,
     nolock: bool,
-    /// SQLite's name for the file, as an integer (compared with `sqlite3_db_filename`).
-    name: usize,
+    /// SQLite's name for the file (compared with `sqlite3_db_filename`).
+    name: SqliteName,
     _claim: NameClaim,
 }
 
@@ -775,7 +764,7 @@ impl StoreDb {
     /// read-only. Errors carry the message for the user.
     pub(crate) fn open(o: StoreOpen<'_>) -> Result<(Self, bool), (c_int, String)> {
         let (store, read_only) = registry_acquire(o.path, o.want, o.opener)?;
-        let name = o.name_bytes();
+        let name = o.name.bytes().to_vec();
         let claim = names::claim(&name, Owner::Store(store.key.0.clone()));
         let handle = next_handle();
         Ok((
@@ -793,21 +782,11 @@ impl StoreDb {
                 batch: false,
                 read_only,
                 nolock: o.nolock,
-                name: o.name as usize,
+                name: o.name,
                 _claim: claim,
             },
             read_only,
         ))
-    }
-}
-
-impl StoreOpen<'_> {
-    fn name_bytes(&self) -> Vec<u8> {
-        if self.name.is_null() {
-            return Vec::new();
-        }
-        // SAFETY: `name` is the NUL-terminated filename SQLite passed to xOpen.
-        unsafe { std::ffi::CStr::from_ptr(self.name) }.to_bytes().to_vec()
     }
 }
 
@@ -1148,11 +1127,8 @@ impl StoreDb {
         }
     }
 
-    /// # Safety
-    /// `args` is what SQLite passed with `SQLITE_FCNTL_PRAGMA`.
-    unsafe fn pragma(&mut self, args: *mut *mut c_char) -> c_int {
-        // SAFETY: per the contract.
-        let call = unsafe { PragmaCall::new(args) };
+    /// `SQLITE_FCNTL_PRAGMA`: `SQLITE_NOTFOUND` for a pragma left to SQLite.
+    fn pragma(&mut self, call: &Pragma<'_>) -> c_int {
         let reply = |text: String| call.reply(&self.api, &text);
         let (name, value) = (&call.name, &call.value);
         match (name.as_deref(), value.as_deref()) {
@@ -1399,17 +1375,15 @@ impl DbBackend for StoreDb {
         Ok(elsewhere)
     }
 
-    unsafe fn file_control(&mut self, op: c_int, arg: *mut c_void) -> c_int {
-        match op {
-            SQLITE_FCNTL_PDB => {
-                // SAFETY: for SQLITE_FCNTL_PDB, `arg` is a `sqlite3**`
-                // naming the connection this file belongs to.
-                if let Some(db) = unsafe { arg.cast::<*mut c_void>().as_ref() } {
-                    self.join(*db);
+    fn file_control(&mut self, call: &FileControlCall<'_>) -> c_int {
+        match call.control {
+            FileControl::Pdb(db) => {
+                if let Some(db) = db {
+                    self.join(db);
                 }
                 SQLITE_OK
             }
-            SQLITE_FCNTL_SYNC if !arg.is_null() => match self.super_journal_named(arg.cast()) {
+            FileControl::Sync { super_journal } => match self.super_journal_named(super_journal) {
                 // Not handled: SQLite goes on to xSync.
                 Ok(()) => SQLITE_NOTFOUND,
                 Err(why) => {
@@ -1418,13 +1392,12 @@ impl DbBackend for StoreDb {
                     SQLITE_ERROR
                 }
             },
-            SQLITE_FCNTL_COMMIT_PHASETWO => match self.commit_phase_two() {
+            FileControl::CommitPhaseTwo => match self.commit_phase_two() {
                 Ok(()) => SQLITE_OK,
                 Err(code) => code,
             },
-            // SAFETY: for SQLITE_FCNTL_PRAGMA, `arg` is SQLite's char*[3].
-            SQLITE_FCNTL_PRAGMA if !arg.is_null() => unsafe { self.pragma(arg.cast()) },
-            SQLITE_FCNTL_BEGIN_ATOMIC_WRITE => {
+            FileControl::Pragma(ref pragma) => self.pragma(pragma),
+            FileControl::BeginAtomic => {
                 // The batch can be undone only if it is the whole store
                 // transaction; otherwise SQLite falls back to its journal.
                 let clean = !self.is_writer()
@@ -1438,7 +1411,7 @@ impl DbBackend for StoreDb {
                 self.batch = true;
                 SQLITE_OK
             }
-            SQLITE_FCNTL_COMMIT_ATOMIC_WRITE => {
+            FileControl::CommitAtomic => {
                 self.batch = false;
                 let mut coord = lock(&self.store.coord);
                 match Self::sequence_locked(&self.api, &mut coord, self.conn) {
@@ -1446,7 +1419,7 @@ impl DbBackend for StoreDb {
                     Err(code) => code,
                 }
             }
-            SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE => {
+            FileControl::RollbackAtomic => {
                 self.batch = false;
                 let mut coord = lock(&self.store.coord);
                 if let Some(ct) = coord.conns.get_mut(&self.conn) {
@@ -1460,7 +1433,7 @@ impl DbBackend for StoreDb {
                 }
                 SQLITE_OK
             }
-            _ => SQLITE_NOTFOUND,
+            FileControl::Other(_) => SQLITE_NOTFOUND,
         }
     }
 
@@ -1500,12 +1473,12 @@ impl DbBackend for StoreDb {
 
 impl StoreDb {
     /// SQLITE_FCNTL_PDB: the connection this file belongs to.
-    fn join(&mut self, db: *mut c_void) {
+    fn join(&mut self, db: Connection) {
         if self.joined || self.level != LockLevel::None {
             return;
         }
-        let is_main = is_main_database(&self.api, db, self.name as *const c_char);
-        self.conn = db as usize;
+        let is_main = is_main_database(&self.api, db, self.name);
+        self.conn = db.id();
         self.joined = true;
         join_connection(self.conn, self.handle, is_main, self.nolock);
         *lock(&self.store.coord)
@@ -1519,10 +1492,7 @@ impl StoreDb {
     /// with it; a super-journal of this VFS already refused anything else, but one written
     /// by another VFS (the connection's main database is not ours) is checked here, before
     /// this store commits anything: refusing rolls the whole transaction back.
-    fn super_journal_named(&self, name: *const c_char) -> Result<(), String> {
-        // SAFETY: SQLite passes the super-journal's NUL-terminated name with
-        // SQLITE_FCNTL_SYNC.
-        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+    fn super_journal_named(&self, name: &[u8]) -> Result<(), String> {
         if !self.is_writer() {
             return Ok(());
         }

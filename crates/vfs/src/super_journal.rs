@@ -15,13 +15,13 @@
 //! file is created on disk at the first `xSync`, when the list is complete.
 
 use std::collections::BTreeSet;
-use std::ffi::{c_char, c_int};
+use std::ffi::c_int;
 
-use crate::api::ApiTable;
-use crate::backend::{DbBackend, IoResult, PassThrough};
-use crate::ffi::{sqlite3_vfs, SQLITE_ERROR};
+use crate::backend::{DbBackend, IoResult, OpenRequest, PassThrough};
+use crate::ffi::SQLITE_ERROR;
 use crate::memfile::{read_at, write_at};
 use crate::names::{self, Owner, StoreKey};
+use crate::sys::api::ApiTable;
 
 /// Where a super-journal goes, from the journal names written into it so far.
 #[derive(Debug, PartialEq, Eq)]
@@ -77,11 +77,9 @@ pub(crate) fn verdict(bytes: &[u8]) -> Verdict {
 
 /// A new super-journal (SQLite opened it with `SQLITE_OPEN_CREATE`).
 pub(crate) struct SuperJournal {
-    /// The default VFS and SQLite's name for the file, as integers: both outlive the file
-    /// (SQLite frees the name after closing it), and are used only to create it on disk.
-    base: usize,
-    name: usize,
-    flags: c_int,
+    /// The default VFS and SQLite's name for the file: both outlive the file (SQLite frees
+    /// the name after closing it), and are used only to create it on disk.
+    open: OpenRequest,
     api: ApiTable,
     bytes: Vec<u8>,
     disk: Option<PassThrough>,
@@ -90,11 +88,9 @@ pub(crate) struct SuperJournal {
 }
 
 impl SuperJournal {
-    pub(crate) fn new(base: *mut sqlite3_vfs, name: *const c_char, flags: c_int, api: ApiTable) -> Self {
+    pub(crate) fn new(open: OpenRequest, api: ApiTable) -> Self {
         Self {
-            base: base as usize,
-            name: name as usize,
-            flags,
+            open,
             api,
             bytes: Vec::new(),
             disk: None,
@@ -111,15 +107,7 @@ impl SuperJournal {
     /// Creates the file on disk with what was written so far.
     fn on_disk(&mut self) -> IoResult<&mut PassThrough> {
         if self.disk.is_none() {
-            // SAFETY: `base` is the registered default VFS and `name` the filename SQLite
-            // passed to this file's xOpen, valid until the file is closed (see the fields).
-            let (mut file, _) = unsafe {
-                PassThrough::open(
-                    self.base as *mut sqlite3_vfs,
-                    self.name as *const c_char,
-                    self.flags,
-                )
-            }?;
+            let (mut file, _) = self.open.open_passthrough_file()?;
             file.write(&self.bytes, 0)?;
             self.disk = Some(file);
         }
@@ -163,9 +151,7 @@ impl DbBackend for SuperJournal {
         }
         match verdict(&self.bytes) {
             Verdict::Memory(_) => {
-                if self.in_memory.is_none() && self.name != 0 {
-                    // SAFETY: SQLite's NUL-terminated name for this file (see the fields).
-                    let name = unsafe { std::ffi::CStr::from_ptr(self.name as *const c_char) };
+                if let (None, Some(name)) = (&self.in_memory, self.open.name()) {
                     self.in_memory = Some(names::hold_memory_super_journal(name.to_bytes()));
                 }
                 Ok(())

@@ -27,7 +27,6 @@ use onesync_mvbt::{Key, Tree, Version};
 pub use args::DEFAULT_KEEP_VERSIONS;
 pub use registry::{mvbt_counters, mvbt_latest_version, mvbt_scan_stats, MvbtScanStats};
 
-use crate::api::{ApiTable, VtabConfigRoutine, VtabRoutines};
 use crate::ffi::{
     sqlite3_context, sqlite3_index_constraint, sqlite3_index_constraint_usage, sqlite3_index_info,
     sqlite3_index_orderby, sqlite3_int64, sqlite3_module, sqlite3_value, sqlite3_vtab, sqlite3_vtab_cursor,
@@ -37,7 +36,8 @@ use crate::ffi::{
     SQLITE_IOERR_DELETE, SQLITE_NOMEM, SQLITE_OK, SQLITE_REPLACE, SQLITE_TEXT, SQLITE_TRANSIENT,
     SQLITE_VTAB_CONSTRAINT_SUPPORT,
 };
-use crate::guard::guard;
+use crate::sys::api::{ApiTable, VtabConfigRoutine, VtabRoutines};
+use crate::sys::guard::guard;
 use crate::RegisterError;
 use error::VtabError;
 use registry::{SharedTree, TreeState, Writer};
@@ -180,7 +180,7 @@ struct Scan {
 ///
 /// # Safety
 /// `p` is a live `Table` of this module and no reference to it is held.
-unsafe fn set_error(p: *mut sqlite3_vtab, message: &str) {
+pub(crate) unsafe fn set_error(p: *mut sqlite3_vtab, message: &str) {
     let table = p.cast::<Table>();
     // SAFETY: per the contract; only raw-pointer field accesses.
     unsafe {
@@ -197,7 +197,10 @@ unsafe fn set_error(p: *mut sqlite3_vtab, message: &str) {
 ///
 /// # Safety
 /// `p` is a live `Table` of this module (SQLite passes back what `xCreate`/`xConnect` made).
-unsafe fn with_table(p: *mut sqlite3_vtab, f: impl FnOnce(&Table) -> Result<c_int, VtabError>) -> c_int {
+pub(crate) unsafe fn with_table(
+    p: *mut sqlite3_vtab,
+    f: impl FnOnce(&Table) -> Result<c_int, VtabError>,
+) -> c_int {
     guard(SQLITE_INTERNAL, || {
         let result = {
             // SAFETY: per the contract; `base` is the first field of the repr(C) Table.
@@ -219,7 +222,7 @@ unsafe fn with_table(p: *mut sqlite3_vtab, f: impl FnOnce(&Table) -> Result<c_in
 ///
 /// # Safety
 /// `c` is a live `Cursor` of this module.
-unsafe fn with_cursor(
+pub(crate) unsafe fn with_cursor(
     c: *mut sqlite3_vtab_cursor,
     f: impl FnOnce(&mut Scan, &Table) -> Result<c_int, VtabError>,
 ) -> c_int {
@@ -247,7 +250,7 @@ unsafe fn with_cursor(
 /// # Safety
 /// `v` is a protected or unprotected value SQLite passed to the current call;
 /// the result borrows its bytes and must not outlive that call.
-unsafe fn read_value<'a>(vt: &VtabRoutines, v: *mut sqlite3_value) -> SqlValue<'a> {
+pub(crate) unsafe fn read_value<'a>(vt: &VtabRoutines, v: *mut sqlite3_value) -> SqlValue<'a> {
     // SAFETY: (all calls) `v` is a live value of this SQLite (the contract).
     // For text and blobs the pointer is taken before the length, as SQLite
     // documents, and is valid for that many bytes until the value changes.
@@ -282,7 +285,7 @@ unsafe fn read_value<'a>(vt: &VtabRoutines, v: *mut sqlite3_value) -> SqlValue<'
 ///
 /// # Safety
 /// `ctx` is the context SQLite passed to the current `xColumn`.
-unsafe fn set_result(vt: &VtabRoutines, ctx: *mut sqlite3_context, v: &SqlValue<'_>) -> c_int {
+pub(crate) unsafe fn set_result(vt: &VtabRoutines, ctx: *mut sqlite3_context, v: &SqlValue<'_>) -> c_int {
     let len = |b: &[u8]| c_int::try_from(b.len());
     // SAFETY: (all calls) `ctx` is live (the contract); byte pointers are valid
     // for `len` bytes and copied (SQLITE_TRANSIENT) before the call returns;
@@ -339,7 +342,7 @@ unsafe extern "C" fn x_connect(
 ///
 /// # Safety
 /// The arguments of an `xCreate`/`xConnect` call of this module.
-unsafe fn construct(
+pub(crate) unsafe fn construct(
     db: *mut c_void,
     aux: *mut c_void,
     argc: c_int,
@@ -434,7 +437,7 @@ fn build_table(
 ///
 /// # Safety
 /// `p` is a live `Table` of this module, not used again.
-unsafe fn take_table(p: *mut sqlite3_vtab) -> Box<Table> {
+pub(crate) unsafe fn take_table(p: *mut sqlite3_vtab) -> Box<Table> {
     // SAFETY: per the contract; the Box was leaked by `construct`.
     let table = unsafe { Box::from_raw(p.cast::<Table>()) };
     if !table.base.zErrMsg.is_null() {
@@ -1011,7 +1014,7 @@ unsafe extern "C" fn x_rollback(p: *mut sqlite3_vtab) -> c_int {
 ///
 /// # Safety
 /// `p` is this module's table.
-unsafe fn end_transaction<T>(
+pub(crate) unsafe fn end_transaction<T>(
     p: *mut sqlite3_vtab,
     finish: impl FnOnce(&mut Tree) -> onesync_mvbt::Result<T>,
 ) -> c_int {

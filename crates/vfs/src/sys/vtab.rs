@@ -1,0 +1,1 @@
+pub use crate::mvbt_vtab::register_mvbt_module;
