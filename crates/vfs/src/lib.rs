@@ -12,7 +12,6 @@ pub mod backend;
 mod f2fs;
 mod main_file;
 mod memfile;
-#[allow(unsafe_code)]
 mod mvbt_vtab;
 mod names;
 mod store_db;
@@ -28,8 +27,8 @@ pub use backend::{
 };
 pub use f2fs::{f2fs_atomic_write_support, f2fs_stats, F2fsFactory, F2fsStats, F2FS_VFS_NAME};
 pub use mvbt_vtab::{
-    mvbt_counters, mvbt_latest_version, mvbt_scan_stats, MvbtScanStats, DEFAULT_KEEP_VERSIONS, IDX_AS_OF,
-    IDX_KEY_EQ, IDX_KEY_HIGH, IDX_KEY_LOW, MVBT_MODULE_NAME,
+    mvbt_counters, mvbt_latest_version, mvbt_scan_stats, MvbtScanStats, MvbtValue, DEFAULT_KEEP_VERSIONS,
+    IDX_AS_OF, IDX_KEY_EQ, IDX_KEY_HIGH, IDX_KEY_LOW, MVBT_MODULE_NAME,
 };
 pub use store_db::{store_stats_json, StoreFactory, StoreOpener, DEFAULT_LOGICAL_DB, STORE_PAGE_SIZE};
 pub use sys::api::{ApiTable, VtabConfigRoutine, VtabRoutines};

@@ -74,17 +74,23 @@ impl<'a> FileControlCall<'a> {
     /// documents, for the duration of the call (`'a`).
     pub(crate) unsafe fn decode(op: c_int, arg: *mut c_void) -> Self {
         let control = match op {
-            // SAFETY: for SQLITE_FCNTL_PDB, `arg` is a `sqlite3**`.
             SQLITE_FCNTL_PDB => {
-                FileControl::Pdb(unsafe { arg.cast::<*mut c_void>().as_ref() }.map(|&db| Connection::new(db)))
+                // SAFETY: for SQLITE_FCNTL_PDB, `arg` is null or a `sqlite3**`.
+                let db = unsafe { arg.cast::<*mut c_void>().as_ref() };
+                FileControl::Pdb(db.map(|&db| Connection::new(db)))
             }
-            // SAFETY: for SQLITE_FCNTL_PRAGMA, `arg` is SQLite's `char*[3]`.
-            SQLITE_FCNTL_PRAGMA if !arg.is_null() => FileControl::Pragma(unsafe { pragma(arg.cast()) }),
-            SQLITE_FCNTL_SYNC if !arg.is_null() => FileControl::Sync {
+            SQLITE_FCNTL_PRAGMA if !arg.is_null() => {
+                // SAFETY: for SQLITE_FCNTL_PRAGMA, `arg` is SQLite's `char*[3]`.
+                FileControl::Pragma(unsafe { pragma(arg.cast()) })
+            }
+            SQLITE_FCNTL_SYNC if !arg.is_null() => {
                 // SAFETY: for SQLITE_FCNTL_SYNC, a non-null `arg` is the super-journal's
                 // NUL-terminated name, valid for the call.
-                super_journal: unsafe { CStr::from_ptr(arg.cast::<c_char>()) }.to_bytes(),
-            },
+                let name = unsafe { CStr::from_ptr(arg.cast::<c_char>()) };
+                FileControl::Sync {
+                    super_journal: name.to_bytes(),
+                }
+            }
             SQLITE_FCNTL_COMMIT_PHASETWO => FileControl::CommitPhaseTwo,
             SQLITE_FCNTL_BEGIN_ATOMIC_WRITE => FileControl::BeginAtomic,
             SQLITE_FCNTL_COMMIT_ATOMIC_WRITE => FileControl::CommitAtomic,
