@@ -31,6 +31,7 @@ pub use mvbt_vtab::{
     IDX_AS_OF, IDX_KEY_EQ, IDX_KEY_HIGH, IDX_KEY_LOW, MVBT_MODULE_NAME,
 };
 pub use store_db::{store_stats_json, StoreFactory, StoreOpener, DEFAULT_LOGICAL_DB, STORE_PAGE_SIZE};
+pub use super_journal::SuperJournalNames;
 pub use sys::api::{ApiTable, VtabConfigRoutine, VtabRoutines};
 pub use sys::entry::{register_mvbt_for_new_connections, sqlite3_onesync_init, MIN_EXTENSION_SQLITE_VERSION};
 pub use sys::ffi;

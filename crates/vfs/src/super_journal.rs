@@ -17,6 +17,8 @@
 use std::collections::BTreeSet;
 use std::ffi::c_int;
 
+use onesync_codec::{DecodeError, OnDisk, Reader, Writer};
+
 use crate::backend::{DbBackend, IoResult, OpenRequest, PassThrough};
 use crate::ffi::SQLITE_ERROR;
 use crate::memfile::{read_at, write_at};
@@ -34,18 +36,48 @@ pub(crate) enum Verdict {
     Refuse(String),
 }
 
+/// The journal names a super-journal lists, in SQLite's format: each name followed by a NUL.
+/// Empty names are skipped, and a name not yet followed by its NUL (SQLite writes one name
+/// per `xWrite`) is not listed yet. Reading never fails.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SuperJournalNames(pub Vec<Vec<u8>>);
+
+impl SuperJournalNames {
+    /// The complete names in `bytes`, borrowed.
+    fn parse(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+        let complete = bytes
+            .iter()
+            .rposition(|&b| b == 0)
+            .map_or(&[][..], |end| &bytes[..end]);
+        complete.split(|&b| b == 0).filter(|name| !name.is_empty())
+    }
+}
+
+impl OnDisk for SuperJournalNames {
+    const NAME: &'static str = "super-journal";
+    type Context = ();
+
+    fn encode(&self, _: &(), w: &mut Writer) {
+        for name in &self.0 {
+            w.bytes(name).u8(0);
+        }
+    }
+
+    /// Takes every remaining byte: the names fill the file.
+    fn decode(_: &(), r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let bytes = r.take(r.remaining())?;
+        Ok(SuperJournalNames(
+            SuperJournalNames::parse(bytes).map(<[u8]>::to_vec).collect(),
+        ))
+    }
+}
+
 /// Classifies the complete (NUL-terminated) names in `bytes`.
 pub(crate) fn verdict(bytes: &[u8]) -> Verdict {
     let mut stores = BTreeSet::<StoreKey>::new();
     let mut described = Vec::new();
     let mut plain = 0;
-    let mut rest = bytes;
-    while let Some(end) = rest.iter().position(|&b| b == 0) {
-        let journal = &rest[..end];
-        rest = &rest[end + 1..];
-        if journal.is_empty() {
-            continue;
-        }
+    for journal in SuperJournalNames::parse(bytes) {
         let database = names::database_of_journal(journal).unwrap_or(journal);
         let shown = String::from_utf8_lossy(database);
         match names::owner_of_journal(journal) {
@@ -206,5 +238,33 @@ mod tests {
         ));
         // An incomplete name is not judged yet.
         assert_eq!(verdict(b"/sj-test/a-journal\0/sj-test/p-jou"), Verdict::Memory(a));
+    }
+
+    #[test]
+    fn names_in_sqlite_format() {
+        let listed = SuperJournalNames::from_bytes(&(), b"/d/a-journal\0\0/d/b-journal\0/d/c-jo").unwrap();
+        assert_eq!(
+            listed,
+            SuperJournalNames(vec![b"/d/a-journal".to_vec(), b"/d/b-journal".to_vec()])
+        );
+        assert_eq!(listed.to_bytes(&()), b"/d/a-journal\0/d/b-journal\0");
+        assert_eq!(
+            SuperJournalNames::from_bytes(&(), b"").unwrap(),
+            SuperJournalNames::default()
+        );
+    }
+
+    #[test]
+    fn decoder_survives_the_fuzz_harness() {
+        let seeds = vec![
+            b"/d/a-journal\0/d/b-journal\0".to_vec(),
+            b"/d/a-journal\0\0/d/c-jo".to_vec(),
+            Vec::new(),
+        ];
+        let report = onesync_codec::fuzz::check_decoder::<SuperJournalNames>(&(), &seeds, 5_000);
+        assert_eq!(
+            report.decoded, 5_000,
+            "every byte string lists some names: {report:?}"
+        );
     }
 }
