@@ -15,7 +15,8 @@ use crate::ffi::{
     SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_NOTFOUND, SQLITE_OK,
 };
 pub use crate::sys::file_control::{FileControl, FileControlCall, Pragma};
-pub use crate::sys::handles::{Connection, OpenRequest, SqliteName};
+pub(crate) use crate::sys::handles::SqliteName;
+pub use crate::sys::handles::{Connection, OpenRequest};
 pub use crate::sys::passthrough::PassThrough;
 
 /// A SQLite result code as the error: `Err(SQLITE_IOERR_WRITE)` etc.

@@ -246,7 +246,7 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     let explicit = param(c"vfs").is_some_and(|v| !v.is_empty());
     let r = Request {
         api: factory.api,
-        open: *req,
+        open: req.duplicate(),
         flags: req.flags(),
         path,
         logical,

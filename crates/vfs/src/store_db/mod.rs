@@ -144,7 +144,7 @@ impl MainDbFactory for StoreFactory {
             // way) is on disk.
             if flags & crate::ffi::SQLITE_OPEN_CREATE != 0 {
                 return Some(Ok(Opened {
-                    backend: Box::new(SuperJournal::new(*req, self.api)),
+                    backend: Box::new(SuperJournal::new(req.duplicate(), self.api)),
                     out_flags: flags,
                 }));
             }

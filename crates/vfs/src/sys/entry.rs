@@ -77,7 +77,7 @@ pub unsafe extern "C" fn sqlite3_onesync_init(
 static HOST_API: std::sync::OnceLock<ApiTable> = std::sync::OnceLock::new();
 
 /// For a host that links its own SQLite (e.g. rusqlite's bundled one, with
-/// [`api_table_from_sys!`]): registers the `mvbt` module on every connection
+/// [`api_table_from_sys!`](crate::api_table_from_sys)): registers the `mvbt` module on every connection
 /// that SQLite opens from now on (`sqlite3_auto_extension`). Idempotent; the
 /// first table given is the one used.
 pub fn register_mvbt_for_new_connections(api: &ApiTable) -> Result<(), RegisterError> {

@@ -69,7 +69,7 @@ impl BaseVfs {
 
 /// A file name as SQLite passed it to xOpen, xDelete or xAccess (null for an anonymous
 /// temporary file). After an xOpen name SQLite stores the URI parameters, which
-/// [`ApiTable::uri_parameter`] reads; it stays valid until that file is closed.
+/// `ApiTable::uri_parameter` reads; it stays valid until that file is closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SqliteName(*const c_char);
 
@@ -100,11 +100,6 @@ impl SqliteName {
     pub fn bytes(&self) -> &[u8] {
         self.get().map_or(&[], CStr::to_bytes)
     }
-
-    /// The pointer as a number: SQLite's identity for the file's name.
-    pub fn addr(&self) -> usize {
-        self.0 as usize
-    }
 }
 
 /// A SQLite connection (`sqlite3*`), as `SQLITE_FCNTL_PDB` names it.
@@ -132,8 +127,9 @@ impl Connection {
     }
 }
 
-/// What `xOpen` of a file asks a factory for.
-#[derive(Clone, Copy, Debug)]
+/// What `xOpen` of a file asks a factory for. Valid during that call (the name is SQLite's);
+/// this crate keeps a [`OpenRequest::duplicate`] while the file is open.
+#[derive(Debug)]
 pub struct OpenRequest {
     pub(crate) base: BaseVfs,
     pub(crate) name: SqliteName,
@@ -147,8 +143,14 @@ impl OpenRequest {
     }
 
     /// SQLite's name for the file.
-    pub fn sqlite_name(&self) -> SqliteName {
+    pub(crate) fn sqlite_name(&self) -> SqliteName {
         self.name
+    }
+
+    /// The same request, kept by this crate for as long as the file is open (SQLite's name
+    /// stays valid that long).
+    pub(crate) fn duplicate(&self) -> Self {
+        Self { ..*self }
     }
 
     /// The `SQLITE_OPEN_*` flags of the open.
@@ -157,9 +159,8 @@ impl OpenRequest {
     }
 
     /// The same file with other open flags.
-    pub(crate) fn with_flags(mut self, flags: c_int) -> Self {
-        self.flags = flags;
-        self
+    pub(crate) fn with_flags(&self, flags: c_int) -> Self {
+        Self { flags, ..*self }
     }
 
     /// A URI parameter of the open (`db`, `nolock`, `vfs`, ...).
