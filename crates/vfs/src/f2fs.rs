@@ -26,22 +26,23 @@
 //! several files is not atomic across them (the super-journal is in memory); the store
 //! backend (`onesync`) gives that.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::c_int;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::api::ApiTable;
 use crate::backend::{
-    count_passthrough_sync, DbBackend, IoResult, LockLevel, MainDbFactory, OpenRequest, Opened, PassThrough,
-    PragmaCall,
+    count_passthrough_sync, DbBackend, FileControl, FileControlCall, IoResult, LockLevel, MainDbFactory,
+    OpenRequest, Opened, PassThrough, Pragma,
 };
 use crate::ffi::{
-    SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_FCNTL_PRAGMA, SQLITE_FULL, SQLITE_IOERR_FSYNC, SQLITE_IOERR_WRITE,
-    SQLITE_NOTFOUND, SQLITE_OK, SQLITE_OPEN_READWRITE,
+    SQLITE_CANTOPEN, SQLITE_ERROR, SQLITE_FULL, SQLITE_IOERR_FSYNC, SQLITE_IOERR_WRITE, SQLITE_NOTFOUND,
+    SQLITE_OK, SQLITE_OPEN_READWRITE,
 };
+use crate::sys::api::ApiTable;
+use crate::sys::os::{fstat_dev_ino, ioctl_none, ioctl_read_u32};
 
 /// The name this backend's VFS is registered under (`?vfs=onesync-f2fs`).
 pub const F2FS_VFS_NAME: &str = "onesync-f2fs";
@@ -95,34 +96,21 @@ pub fn f2fs_atomic_write_support(path: &Path) -> Result<(), String> {
 }
 
 fn atomic_write_feature(fd: c_int) -> Result<(), String> {
-    let mut features: u32 = 0;
-    // SAFETY: F2FS_IOC_GET_FEATURES writes one u32 through the pointer, which points to a
-    // live u32; on any other filesystem the kernel rejects the request without writing.
-    let rc = unsafe { libc::ioctl(fd, F2FS_IOC_GET_FEATURES, &mut features as *mut u32) };
-    if rc != 0 {
-        let err = std::io::Error::last_os_error();
-        return Err(format!(
-            "not on F2FS (F2FS_IOC_GET_FEATURES: {err}); the onesync-f2fs VFS needs F2FS atomic \
+    let features = match ioctl_read_u32(fd, F2FS_IOC_GET_FEATURES) {
+        Ok(features) => features,
+        Err(err) => {
+            return Err(format!(
+                "not on F2FS (F2FS_IOC_GET_FEATURES: {err}); the onesync-f2fs VFS needs F2FS atomic \
              writes, use the onesync VFS (the page store) on other filesystems"
-        ));
-    }
+            ))
+        }
+    };
     if features & F2FS_FEATURE_ATOMIC_WRITE == 0 {
         return Err(format!(
             "this F2FS has no atomic writes (features {features:#x}); use the onesync VFS"
         ));
     }
     Ok(())
-}
-
-fn ioctl_none(fd: c_int, request: libc::c_ulong) -> std::io::Result<()> {
-    // SAFETY: the F2FS atomic-write requests take no argument; `fd` is the open database
-    // file's descriptor (checked against its path when the file was opened).
-    let rc = unsafe { libc::ioctl(fd, request) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 /// Opens main database files for the F2FS backend.
@@ -241,14 +229,8 @@ impl MainDbFactory for F2fsFactory {
 fn verified_fd(file: &PassThrough, path: &Path) -> Option<c_int> {
     let fd = file.unix_fd_candidate()?;
     let want = fs::metadata(path).ok()?;
-    // SAFETY: `stat` is plain data; fstat fills it or fails (EBADF for a wrong guess)
-    // without touching anything else. The descriptor is only read, not owned or closed.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; `st` is a valid, writable `struct stat`.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return None;
-    }
-    (st.st_dev == want.dev() && st.st_ino == want.ino()).then_some(fd)
+    let (dev, ino) = fstat_dev_ino(fd)?;
+    (dev == want.dev() && ino == want.ino()).then_some(fd)
 }
 
 /// A main database file whose transactions are F2FS atomic writes.
@@ -312,11 +294,8 @@ impl F2fsAtomicFile {
         }
     }
 
-    /// # Safety
-    /// `args` is what SQLite passed with `SQLITE_FCNTL_PRAGMA`.
-    unsafe fn pragma(&mut self, args: *mut *mut c_char) -> c_int {
-        // SAFETY: per the contract.
-        let call = unsafe { PragmaCall::new(args) };
+    /// `SQLITE_FCNTL_PRAGMA`: `SQLITE_NOTFOUND` for a pragma left to SQLite.
+    fn pragma(&mut self, call: &Pragma<'_>) -> c_int {
         match (call.name.as_deref(), call.value.as_deref()) {
             (Some("journal_mode"), Some("wal")) => {
                 call.reply(
@@ -398,16 +377,14 @@ impl DbBackend for F2fsAtomicFile {
         self.file.check_reserved_lock()
     }
 
-    unsafe fn file_control(&mut self, op: c_int, arg: *mut c_void) -> c_int {
-        if op == SQLITE_FCNTL_PRAGMA && !arg.is_null() {
-            // SAFETY: for SQLITE_FCNTL_PRAGMA, `arg` is SQLite's char*[3].
-            let rc = unsafe { self.pragma(arg.cast()) };
+    fn file_control(&mut self, call: &FileControlCall<'_>) -> c_int {
+        if let FileControl::Pragma(pragma) = &call.control {
+            let rc = self.pragma(pragma);
             if rc != SQLITE_NOTFOUND {
                 return rc;
             }
         }
-        // SAFETY: `arg` is passed through exactly as SQLite gave it with `op`.
-        unsafe { self.file.file_control(op, arg) }
+        self.file.file_control(call)
     }
 
     fn sector_size(&mut self) -> c_int {

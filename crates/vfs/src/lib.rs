@@ -6,199 +6,37 @@
 //! bundles its own SQLite calls [`register_static`] with an [`ApiTable`] it
 //! fills from that SQLite ([`api_table_from_sys!`]). Either way this crate
 //! reaches SQLite only through those function pointers; see README.md.
-#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_code)]
 
-mod api;
 pub mod backend;
 mod f2fs;
-pub mod ffi;
-mod file;
-mod guard;
 mod main_file;
 mod memfile;
 mod mvbt_vtab;
 mod names;
 mod store_db;
 mod super_journal;
+// The one module that talks to C: SQLite's tables, entry points and raw pointers.
+#[allow(unsafe_code)]
+mod sys;
 mod vfs;
 
-use std::ffi::{c_char, c_int, c_void};
-
-pub use api::{ApiTable, VtabConfigRoutine, VtabRoutines};
 pub use backend::{
     passthrough_io, DbBackend, FileSystem, IoResult, JournalRoute, LockLevel, MainDbFactory,
     MaskedPassThroughFactory, OpenRequest, Opened, PassThrough, PassThroughFactory, PassThroughIo,
 };
 pub use f2fs::{f2fs_atomic_write_support, f2fs_stats, F2fsFactory, F2fsStats, F2FS_VFS_NAME};
 pub use mvbt_vtab::{
-    mvbt_counters, mvbt_latest_version, mvbt_scan_stats, register_mvbt_module, MvbtScanStats,
-    DEFAULT_KEEP_VERSIONS, IDX_AS_OF, IDX_KEY_EQ, IDX_KEY_HIGH, IDX_KEY_LOW, MVBT_MODULE_NAME,
+    mvbt_counters, mvbt_latest_version, mvbt_scan_stats, MvbtScanStats, MvbtValue, DEFAULT_KEEP_VERSIONS,
+    IDX_AS_OF, IDX_KEY_EQ, IDX_KEY_HIGH, IDX_KEY_LOW, MVBT_MODULE_NAME,
 };
 pub use store_db::{store_stats_json, StoreFactory, StoreOpener, DEFAULT_LOGICAL_DB, STORE_PAGE_SIZE};
+pub use super_journal::SuperJournalNames;
+pub use sys::api::{ApiTable, VtabConfigRoutine, VtabRoutines};
+pub use sys::entry::{register_mvbt_for_new_connections, sqlite3_onesync_init, MIN_EXTENSION_SQLITE_VERSION};
+pub use sys::ffi;
+pub use sys::vfs::{register_with, stats};
+pub use sys::vtab::register_mvbt_module;
 pub use vfs::{
-    register_static, register_with, stats, RegisterError, RegisterOptions, Registered, Stats,
-    MIN_SQLITE_VERSION, VFS_NAME,
+    register_static, RegisterError, RegisterOptions, Registered, Stats, MIN_SQLITE_VERSION, VFS_NAME,
 };
-
-use ffi::{sqlite3_api_routines, SQLITE_ERROR, SQLITE_OK_LOAD_PERMANENTLY};
-use guard::guard;
-
-/// Oldest SQLite the extension loads into: `SQLITE_OK_LOAD_PERMANENTLY`
-/// (which keeps the library mapped after the loading connection closes, so
-/// the VFS's function pointers stay valid) appeared in 3.14.0.
-pub const MIN_EXTENSION_SQLITE_VERSION: i32 = 3_014_000;
-
-/// The extension entry point. SQLite derives this name from the file name
-/// `libonesync.so` (strip `lib`, take the letters before the first `.`), so
-/// `.load libonesync` finds it without naming it.
-///
-/// Registers the `onesync` VFS (not as the default) with the loading SQLite
-/// and the `mvbt` virtual table module on the loading connection and, through
-/// `sqlite3_auto_extension`, on every connection that SQLite opens later (so
-/// the CLI's `.load` then `.open` has it too), and returns
-/// `SQLITE_OK_LOAD_PERMANENTLY`.
-///
-/// # Safety
-/// Called by SQLite only: `api` is the loading SQLite's routine table, `db`
-/// null or the loading connection, and `err_msg` null or a valid out-pointer
-/// for a `sqlite3_malloc`ed message.
-#[no_mangle]
-pub unsafe extern "C" fn sqlite3_onesync_init(
-    db: *mut c_void,
-    err_msg: *mut *mut c_char,
-    api: *const sqlite3_api_routines,
-) -> c_int {
-    guard(SQLITE_ERROR, || {
-        // SAFETY: SQLite passes its own routine table (or null, handled).
-        let Some(table) = (unsafe { ApiTable::from_routines(api) }) else {
-            return SQLITE_ERROR;
-        };
-        let fail = |code: c_int, msg: &str| {
-            // SAFETY: `err_msg` is null or SQLite's out-pointer for the message.
-            if let Some(out) = unsafe { err_msg.as_mut() } {
-                *out = table.sqlite_string(msg);
-            }
-            code
-        };
-        let version = table.libversion_number();
-        if version < MIN_EXTENSION_SQLITE_VERSION {
-            return fail(
-                SQLITE_ERROR,
-                &format!("onesync needs SQLite >= {MIN_EXTENSION_SQLITE_VERSION}, this is {version}"),
-            );
-        }
-        if let Err(e) = register_static(&table) {
-            return fail(e.code, &e.to_string());
-        }
-        if !db.is_null() && table.vtab().is_some() {
-            // SAFETY: `db` is the connection loading us, of the SQLite behind `table`.
-            if let Err(e) = unsafe { register_mvbt_module(db, &table) } {
-                return fail(e.code, &e.to_string());
-            }
-            if let Some(auto_extension) = table.auto_extension {
-                // SAFETY: this SQLite's `sqlite3_auto_extension`, given an entry
-                // point with the signature SQLite calls it with; the library stays
-                // loaded (SQLITE_OK_LOAD_PERMANENTLY). Registering twice is a no-op.
-                unsafe { auto_extension(onesync_connection_init as *const c_void) };
-            }
-        }
-        SQLITE_OK_LOAD_PERMANENTLY
-    })
-}
-
-/// The routines of the host that called [`register_mvbt_for_new_connections`].
-static HOST_API: std::sync::OnceLock<ApiTable> = std::sync::OnceLock::new();
-
-/// For a host that links its own SQLite (e.g. rusqlite's bundled one, with
-/// [`api_table_from_sys!`]): registers the `mvbt` module on every connection
-/// that SQLite opens from now on (`sqlite3_auto_extension`). Idempotent; the
-/// first table given is the one used.
-pub fn register_mvbt_for_new_connections(api: &ApiTable) -> Result<(), RegisterError> {
-    let api = *HOST_API.get_or_init(|| *api);
-    if api.vtab().is_none() {
-        return Err(RegisterError {
-            code: SQLITE_ERROR,
-            message: "the API table lacks the virtual table routines".into(),
-        });
-    }
-    let Some(auto_extension) = api.auto_extension else {
-        return Err(RegisterError {
-            code: SQLITE_ERROR,
-            message: "the API table lacks sqlite3_auto_extension".into(),
-        });
-    };
-    // SAFETY: the host's `sqlite3_auto_extension`, given an entry point with the
-    // signature SQLite calls it with; this crate is linked into the host, so the
-    // function stays valid. Registering the same entry point twice is a no-op.
-    let code = unsafe { auto_extension(host_connection_init as *const c_void) };
-    if code != ffi::SQLITE_OK {
-        return Err(RegisterError {
-            code,
-            message: format!("sqlite3_auto_extension failed ({code})"),
-        });
-    }
-    Ok(())
-}
-
-/// Run by the host's SQLite for each connection it opens after
-/// [`register_mvbt_for_new_connections`]. Uses the host's table, not the
-/// `api` argument (null when the host's SQLite omits extension loading).
-///
-/// # Safety
-/// Called by SQLite only, with the same arguments as an entry point.
-unsafe extern "C" fn host_connection_init(
-    db: *mut c_void,
-    err_msg: *mut *mut c_char,
-    _api: *const sqlite3_api_routines,
-) -> c_int {
-    guard(SQLITE_ERROR, || {
-        let Some(table) = HOST_API.get() else {
-            return SQLITE_ERROR;
-        };
-        // SAFETY: SQLite's arguments, and the host's own table.
-        unsafe { register_on_new_connection(table, db, err_msg) }
-    })
-}
-
-/// Registers the `mvbt` module on the connection `db` that SQLite is opening (nothing when
-/// `db` is null or `table` lacks the virtual table routines); an error goes to `err_msg`.
-///
-/// # Safety
-/// `db` is null or a connection of the SQLite behind `table`; `err_msg` is null or SQLite's
-/// out-pointer for a message.
-unsafe fn register_on_new_connection(table: &ApiTable, db: *mut c_void, err_msg: *mut *mut c_char) -> c_int {
-    if db.is_null() || table.vtab().is_none() {
-        return ffi::SQLITE_OK;
-    }
-    // SAFETY: the caller's contract.
-    match unsafe { register_mvbt_module(db, table) } {
-        Ok(()) => ffi::SQLITE_OK,
-        Err(e) => {
-            // SAFETY: `err_msg` is null or SQLite's out-pointer for the message.
-            if let Some(out) = unsafe { err_msg.as_mut() } {
-                *out = table.sqlite_string(&e.to_string());
-            }
-            e.code
-        }
-    }
-}
-
-/// Run by SQLite for each connection it opens after the extension was
-/// loaded (`sqlite3_auto_extension`): registers the `mvbt` module there.
-///
-/// # Safety
-/// Called by SQLite only, with the same arguments as an entry point.
-unsafe extern "C" fn onesync_connection_init(
-    db: *mut c_void,
-    err_msg: *mut *mut c_char,
-    api: *const sqlite3_api_routines,
-) -> c_int {
-    guard(SQLITE_ERROR, || {
-        // SAFETY: SQLite passes its own routine table (or null, handled).
-        let Some(table) = (unsafe { ApiTable::from_routines(api) }) else {
-            return SQLITE_ERROR;
-        };
-        // SAFETY: SQLite's arguments, with its own table.
-        unsafe { register_on_new_connection(&table, db, err_msg) }
-    })
-}

@@ -18,7 +18,7 @@
 //! header (zeros for a missing or empty file, either way) and asks the sector size and
 //! device characteristics (answered alike for both).
 
-use std::ffi::{c_char, c_int, c_void, OsStr};
+use std::ffi::{c_int, c_void, OsStr};
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -28,18 +28,20 @@ use std::path::{Path, PathBuf};
 use onesync_store::layout::{HEADER_BLOCK, MAGIC};
 use onesync_store::Store;
 
-use crate::api::ApiTable;
-use crate::backend::{DbBackend, IoResult, LockLevel, OpenRequest, Opened, PassThrough, PragmaCall};
+use crate::backend::{
+    Connection, DbBackend, FileControl, FileControlCall, IoResult, LockLevel, OpenRequest, Opened,
+    PassThrough, SqliteName,
+};
 use crate::ffi::{
-    sqlite3_vfs, SQLITE_CANTOPEN, SQLITE_FCNTL_PDB, SQLITE_FCNTL_PRAGMA, SQLITE_IOCAP_POWERSAFE_OVERWRITE,
-    SQLITE_IOERR_SHMMAP, SQLITE_IOERR_SHORT_READ, SQLITE_NOTFOUND, SQLITE_OK, SQLITE_OPEN_CREATE,
-    SQLITE_OPEN_READONLY, SQLITE_OPEN_READWRITE,
+    SQLITE_CANTOPEN, SQLITE_IOCAP_POWERSAFE_OVERWRITE, SQLITE_IOERR_SHMMAP, SQLITE_IOERR_SHORT_READ,
+    SQLITE_NOTFOUND, SQLITE_OK, SQLITE_OPEN_CREATE, SQLITE_OPEN_READONLY, SQLITE_OPEN_READWRITE,
 };
 use crate::names::{self, NameClaim, Owner};
 use crate::store_db::{
     is_main_database, join_connection, leave_connection, next_handle, note_locking_mode, StoreDb,
     StoreFactory, StoreOpen, Want, DEFAULT_LOGICAL_DB,
 };
+use crate::sys::api::ApiTable;
 
 /// What is at a path before anything is opened.
 enum Probe {
@@ -97,9 +99,8 @@ fn writable(path: &Path) -> bool {
 /// What the open was asked for, kept for a decision made later.
 struct Request {
     api: ApiTable,
-    /// The default VFS and SQLite's name for the file, as integers: both outlive the file.
-    base: usize,
-    name: usize,
+    /// The default VFS and SQLite's name for the file: both outlive the file.
+    open: OpenRequest,
     flags: c_int,
     path: PathBuf,
     logical: String,
@@ -107,12 +108,8 @@ struct Request {
 }
 
 impl Request {
-    fn base(&self) -> *mut sqlite3_vfs {
-        self.base as *mut sqlite3_vfs
-    }
-
-    fn name(&self) -> *const c_char {
-        self.name as *const c_char
+    fn name(&self) -> SqliteName {
+        self.open.sqlite_name()
     }
 
     fn create(&self) -> bool {
@@ -148,9 +145,7 @@ impl Request {
 
     /// This file as a plain SQLite file on the default VFS.
     fn plain(&self) -> IoResult<(PlainDb, c_int)> {
-        // SAFETY: `base` is the registered default VFS and `name` SQLite's xOpen filename,
-        // valid until the file is closed.
-        let (file, out_flags) = unsafe { PassThrough::open(self.base(), self.name(), self.flags) }?;
+        let (file, out_flags) = self.open.with_flags(self.flags).open_passthrough_file()?;
         Ok((PlainDb::new(file, self), out_flags))
     }
 
@@ -242,10 +237,7 @@ fn replace_empty_file(path: &Path) -> std::io::Result<()> {
 pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened> {
     let name = req.name().ok_or(SQLITE_CANTOPEN)?;
     let path = PathBuf::from(OsStr::from_bytes(name.to_bytes()));
-    let param = |key: &std::ffi::CStr| {
-        // SAFETY: `req.name` is the filename SQLite passed to this xOpen.
-        unsafe { factory.api.uri_parameter(req.name, key) }
-    };
+    let param = |key: &std::ffi::CStr| req.uri_parameter(&factory.api, key);
     let logical = param(c"db")
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| DEFAULT_LOGICAL_DB.to_owned());
@@ -254,8 +246,7 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     let explicit = param(c"vfs").is_some_and(|v| !v.is_empty());
     let r = Request {
         api: factory.api,
-        base: req.base as usize,
-        name: req.name as usize,
+        open: req.duplicate(),
         flags: req.flags(),
         path,
         logical,
@@ -350,7 +341,7 @@ enum MainFile {
 impl MainFile {
     /// Decides a pending file: as the main database of `db`, or, without a connection
     /// (a SQLite that never sent SQLITE_FCNTL_PDB), as a main database.
-    fn decide(&mut self, db: Option<*mut c_void>) {
+    fn decide(&mut self, db: Option<Connection>) {
         let MainFile::Pending(pending) = self else {
             return;
         };
@@ -453,24 +444,20 @@ impl DbBackend for MainFile {
         self.active()?.check_reserved_lock()
     }
 
-    unsafe fn file_control(&mut self, op: c_int, arg: *mut c_void) -> c_int {
+    fn file_control(&mut self, call: &FileControlCall<'_>) -> c_int {
         if let MainFile::Pending(p) = self {
-            if op == SQLITE_FCNTL_PDB {
-                // SAFETY: for SQLITE_FCNTL_PDB, `arg` is a `sqlite3**`.
-                let db = unsafe { arg.cast::<*mut c_void>().as_ref() }.copied();
+            if let FileControl::Pdb(db) = call.control {
                 self.decide(db);
             } else {
                 // Hints sent while SQLite opens the file (busy handler, mmap size).
                 return match &mut p.file {
-                    // SAFETY: `arg` is passed on exactly as SQLite gave it with `op`.
-                    Some(file) => unsafe { file.file_control(op, arg) },
+                    Some(file) => file.file_control(call),
                     None => SQLITE_NOTFOUND,
                 };
             }
         }
         match self.active() {
-            // SAFETY: as above.
-            Ok(backend) => unsafe { backend.file_control(op, arg) },
+            Ok(backend) => backend.file_control(call),
             Err(code) => code,
         }
     }
@@ -555,7 +542,7 @@ impl DbBackend for MainFile {
 pub(crate) struct PlainDb {
     file: PassThrough,
     api: ApiTable,
-    name: usize,
+    name: SqliteName,
     handle: u64,
     conn: Option<usize>,
     nolock: bool,
@@ -564,16 +551,11 @@ pub(crate) struct PlainDb {
 
 impl PlainDb {
     fn new(file: PassThrough, r: &Request) -> Self {
-        let name = if r.name().is_null() {
-            Vec::new()
-        } else {
-            // SAFETY: SQLite's NUL-terminated xOpen filename.
-            unsafe { std::ffi::CStr::from_ptr(r.name()) }.to_bytes().to_vec()
-        };
+        let name = r.name().bytes().to_vec();
         Self {
             file,
             api: r.api,
-            name: r.name,
+            name: r.name(),
             handle: next_handle(),
             conn: None,
             nolock: r.nolock,
@@ -615,26 +597,23 @@ impl DbBackend for PlainDb {
         self.file.check_reserved_lock()
     }
 
-    unsafe fn file_control(&mut self, op: c_int, arg: *mut c_void) -> c_int {
-        if op == SQLITE_FCNTL_PDB && self.conn.is_none() {
-            // SAFETY: for SQLITE_FCNTL_PDB, `arg` is a `sqlite3**`.
-            if let Some(&db) = unsafe { arg.cast::<*mut c_void>().as_ref() } {
-                let is_main = is_main_database(&self.api, db, self.name as *const c_char);
-                join_connection(db as usize, self.handle, is_main, self.nolock);
-                self.conn = Some(db as usize);
+    fn file_control(&mut self, call: &FileControlCall<'_>) -> c_int {
+        match &call.control {
+            FileControl::Pdb(Some(db)) if self.conn.is_none() => {
+                let is_main = is_main_database(&self.api, *db, self.name);
+                join_connection(db.id(), self.handle, is_main, self.nolock);
+                self.conn = Some(db.id());
             }
-        }
-        if op == SQLITE_FCNTL_PRAGMA && !arg.is_null() {
-            // An unqualified locking_mode pragma of a connection whose main database is
-            // this file applies to its attached stores too.
-            // SAFETY: for SQLITE_FCNTL_PRAGMA, `arg` is SQLite's char*[3].
-            let call = unsafe { PragmaCall::new(arg.cast()) };
-            if let (Some("locking_mode"), Some(conn)) = (call.name.as_deref(), self.conn) {
-                note_locking_mode(conn, self.handle, call.value.as_deref());
+            FileControl::Pragma(pragma) => {
+                // An unqualified locking_mode pragma of a connection whose main database is
+                // this file applies to its attached stores too.
+                if let (Some("locking_mode"), Some(conn)) = (pragma.name.as_deref(), self.conn) {
+                    note_locking_mode(conn, self.handle, pragma.value.as_deref());
+                }
             }
+            _ => {}
         }
-        // SAFETY: `arg` is passed on exactly as SQLite gave it with `op`.
-        unsafe { self.file.file_control(op, arg) }
+        self.file.file_control(call)
     }
 
     fn sector_size(&mut self) -> c_int {

@@ -15,13 +15,15 @@
 //! file is created on disk at the first `xSync`, when the list is complete.
 
 use std::collections::BTreeSet;
-use std::ffi::{c_char, c_int};
+use std::ffi::c_int;
 
-use crate::api::ApiTable;
-use crate::backend::{DbBackend, IoResult, PassThrough};
-use crate::ffi::{sqlite3_vfs, SQLITE_ERROR};
+use onesync_codec::{DecodeError, OnDisk, Reader, Writer};
+
+use crate::backend::{DbBackend, IoResult, OpenRequest, PassThrough};
+use crate::ffi::SQLITE_ERROR;
 use crate::memfile::{read_at, write_at};
 use crate::names::{self, Owner, StoreKey};
+use crate::sys::api::ApiTable;
 
 /// Where a super-journal goes, from the journal names written into it so far.
 #[derive(Debug, PartialEq, Eq)]
@@ -34,18 +36,48 @@ pub(crate) enum Verdict {
     Refuse(String),
 }
 
+/// The journal names a super-journal lists, in SQLite's format: each name followed by a NUL.
+/// Empty names are skipped, and a name not yet followed by its NUL (SQLite writes one name
+/// per `xWrite`) is not listed yet. Reading never fails.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SuperJournalNames(pub Vec<Vec<u8>>);
+
+impl SuperJournalNames {
+    /// The complete names in `bytes`, borrowed.
+    fn parse(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+        let complete = bytes
+            .iter()
+            .rposition(|&b| b == 0)
+            .map_or(&[][..], |end| &bytes[..end]);
+        complete.split(|&b| b == 0).filter(|name| !name.is_empty())
+    }
+}
+
+impl OnDisk for SuperJournalNames {
+    const NAME: &'static str = "super-journal";
+    type Context = ();
+
+    fn encode(&self, _: &(), w: &mut Writer) {
+        for name in &self.0 {
+            w.bytes(name).u8(0);
+        }
+    }
+
+    /// Takes every remaining byte: the names fill the file.
+    fn decode(_: &(), r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let bytes = r.take(r.remaining())?;
+        Ok(SuperJournalNames(
+            SuperJournalNames::parse(bytes).map(<[u8]>::to_vec).collect(),
+        ))
+    }
+}
+
 /// Classifies the complete (NUL-terminated) names in `bytes`.
 pub(crate) fn verdict(bytes: &[u8]) -> Verdict {
     let mut stores = BTreeSet::<StoreKey>::new();
     let mut described = Vec::new();
     let mut plain = 0;
-    let mut rest = bytes;
-    while let Some(end) = rest.iter().position(|&b| b == 0) {
-        let journal = &rest[..end];
-        rest = &rest[end + 1..];
-        if journal.is_empty() {
-            continue;
-        }
+    for journal in SuperJournalNames::parse(bytes) {
         let database = names::database_of_journal(journal).unwrap_or(journal);
         let shown = String::from_utf8_lossy(database);
         match names::owner_of_journal(journal) {
@@ -77,11 +109,9 @@ pub(crate) fn verdict(bytes: &[u8]) -> Verdict {
 
 /// A new super-journal (SQLite opened it with `SQLITE_OPEN_CREATE`).
 pub(crate) struct SuperJournal {
-    /// The default VFS and SQLite's name for the file, as integers: both outlive the file
-    /// (SQLite frees the name after closing it), and are used only to create it on disk.
-    base: usize,
-    name: usize,
-    flags: c_int,
+    /// The default VFS and SQLite's name for the file: both outlive the file (SQLite frees
+    /// the name after closing it), and are used only to create it on disk.
+    open: OpenRequest,
     api: ApiTable,
     bytes: Vec<u8>,
     disk: Option<PassThrough>,
@@ -90,11 +120,9 @@ pub(crate) struct SuperJournal {
 }
 
 impl SuperJournal {
-    pub(crate) fn new(base: *mut sqlite3_vfs, name: *const c_char, flags: c_int, api: ApiTable) -> Self {
+    pub(crate) fn new(open: OpenRequest, api: ApiTable) -> Self {
         Self {
-            base: base as usize,
-            name: name as usize,
-            flags,
+            open,
             api,
             bytes: Vec::new(),
             disk: None,
@@ -111,15 +139,7 @@ impl SuperJournal {
     /// Creates the file on disk with what was written so far.
     fn on_disk(&mut self) -> IoResult<&mut PassThrough> {
         if self.disk.is_none() {
-            // SAFETY: `base` is the registered default VFS and `name` the filename SQLite
-            // passed to this file's xOpen, valid until the file is closed (see the fields).
-            let (mut file, _) = unsafe {
-                PassThrough::open(
-                    self.base as *mut sqlite3_vfs,
-                    self.name as *const c_char,
-                    self.flags,
-                )
-            }?;
+            let (mut file, _) = self.open.open_passthrough_file()?;
             file.write(&self.bytes, 0)?;
             self.disk = Some(file);
         }
@@ -163,9 +183,7 @@ impl DbBackend for SuperJournal {
         }
         match verdict(&self.bytes) {
             Verdict::Memory(_) => {
-                if self.in_memory.is_none() && self.name != 0 {
-                    // SAFETY: SQLite's NUL-terminated name for this file (see the fields).
-                    let name = unsafe { std::ffi::CStr::from_ptr(self.name as *const c_char) };
+                if let (None, Some(name)) = (&self.in_memory, self.open.name()) {
                     self.in_memory = Some(names::hold_memory_super_journal(name.to_bytes()));
                 }
                 Ok(())
@@ -220,5 +238,33 @@ mod tests {
         ));
         // An incomplete name is not judged yet.
         assert_eq!(verdict(b"/sj-test/a-journal\0/sj-test/p-jou"), Verdict::Memory(a));
+    }
+
+    #[test]
+    fn names_in_sqlite_format() {
+        let listed = SuperJournalNames::from_bytes(&(), b"/d/a-journal\0\0/d/b-journal\0/d/c-jo").unwrap();
+        assert_eq!(
+            listed,
+            SuperJournalNames(vec![b"/d/a-journal".to_vec(), b"/d/b-journal".to_vec()])
+        );
+        assert_eq!(listed.to_bytes(&()), b"/d/a-journal\0/d/b-journal\0");
+        assert_eq!(
+            SuperJournalNames::from_bytes(&(), b"").unwrap(),
+            SuperJournalNames::default()
+        );
+    }
+
+    #[test]
+    fn decoder_survives_the_fuzz_harness() {
+        let seeds = vec![
+            b"/d/a-journal\0/d/b-journal\0".to_vec(),
+            b"/d/a-journal\0\0/d/c-jo".to_vec(),
+            Vec::new(),
+        ];
+        let report = onesync_codec::fuzz::check_decoder::<SuperJournalNames>(&(), &seeds, 5_000);
+        assert_eq!(
+            report.decoded, 5_000,
+            "every byte string lists some names: {report:?}"
+        );
     }
 }

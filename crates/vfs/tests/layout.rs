@@ -1,8 +1,8 @@
-//! Checks the hand-declared C layouts in `src/ffi.rs` against the system's
+//! Checks the hand-declared C layouts in `src/sys/ffi.rs` against the system's
 //! `sqlite3.h` / `sqlite3ext.h` (Debian: libsqlite3-dev): a C probe prints
 //! `offsetof`/`sizeof`/constant values, and each must equal the Rust side.
 //!
-//! For `sqlite3_api_routines` the field names are read from `src/ffi.rs` in
+//! For `sqlite3_api_routines` the field names are read from `src/sys/ffi.rs` in
 //! declaration order, so a field declared in the wrong slot, or a slot
 //! missing, fails here by name.
 
@@ -28,7 +28,7 @@ macro_rules! rust_consts {
     };
 }
 
-/// `pub NAME:` fields of `pub struct $name {` in src/ffi.rs, in order.
+/// `pub NAME:` fields of `pub struct $name {` in src/sys/ffi.rs, in order.
 fn declared_fields(src: &str, name: &str) -> Vec<String> {
     let start = src
         .find(&format!("pub struct {name} {{"))
@@ -53,7 +53,7 @@ fn layouts_and_constants_match_the_sqlite_headers() {
         eprintln!("SKIPPED: {HEADER} not installed (apt-get install libsqlite3-dev)");
         return;
     }
-    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/ffi.rs")).unwrap();
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/sys/ffi.rs")).unwrap();
     let api_fields = declared_fields(&src, "sqlite3_api_routines");
     assert_eq!(
         api_fields.len(),

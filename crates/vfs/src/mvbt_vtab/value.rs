@@ -4,17 +4,11 @@
 
 use std::ops::Bound;
 
+use onesync_codec::{DecodeError, OnDisk, Reader, Writer};
+
 use super::error::VtabError;
 
-/// One SQL value, borrowing SQLite's or the tree's bytes.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum SqlValue<'a> {
-    Null,
-    Int(i64),
-    Real(f64),
-    Text(&'a [u8]),
-    Blob(&'a [u8]),
-}
+pub(crate) use crate::sys::vtab::SqlValue;
 
 const TAG_NULL: u8 = 0;
 const TAG_INT: u8 = 1;
@@ -22,37 +16,106 @@ const TAG_REAL: u8 = 2;
 const TAG_TEXT: u8 = 3;
 const TAG_BLOB: u8 = 4;
 
-/// The stored form: a type tag, then the value (integers and reals as 8
+/// A row's value as the tree stores it: a type tag, then the value (integers and reals as 8
 /// little-endian bytes, text as UTF-8, blobs as is).
-pub(crate) fn encode(v: &SqlValue<'_>) -> Vec<u8> {
-    let (tag, body): (u8, &[u8]) = match v {
-        SqlValue::Null => (TAG_NULL, &[]),
-        SqlValue::Int(i) => return [&[TAG_INT][..], &i.to_le_bytes()].concat(),
-        SqlValue::Real(r) => return [&[TAG_REAL][..], &r.to_le_bytes()].concat(),
-        SqlValue::Text(t) => (TAG_TEXT, t),
-        SqlValue::Blob(b) => (TAG_BLOB, b),
-    };
-    let mut out = Vec::with_capacity(1 + body.len());
-    out.push(tag);
-    out.extend_from_slice(body);
-    out
+///
+/// | bytes | value |
+/// | --- | --- |
+/// | `00` | NULL |
+/// | `01` + 8 bytes | INTEGER (i64, little-endian) |
+/// | `02` + 8 bytes | REAL (f64 bits, little-endian) |
+/// | `03` + UTF-8 | TEXT |
+/// | `04` + any | BLOB |
+/// | anything else | a BLOB of all its bytes (written by something other than this module) |
+///
+/// Reading never fails: every byte string is some value.
+#[derive(Clone, Debug)]
+pub enum MvbtValue {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(Vec<u8>),
+    Blob(Vec<u8>),
 }
 
-/// The inverse of [`encode`]; bytes that are not in that form (written to the
-/// tree by something other than this module) read as a BLOB of those bytes.
-pub(crate) fn decode(bytes: &[u8]) -> SqlValue<'_> {
-    let eight = |b: &[u8]| <[u8; 8]>::try_from(b).ok();
-    match bytes.split_first() {
-        Some((&TAG_NULL, [])) => SqlValue::Null,
-        Some((&TAG_INT, rest)) if rest.len() == 8 => {
-            SqlValue::Int(i64::from_le_bytes(eight(rest).unwrap_or_default()))
+/// Reals compare by their bits, so a stored NaN reads back equal to itself.
+impl PartialEq for MvbtValue {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (MvbtValue::Real(a), MvbtValue::Real(b)) => a.to_bits() == b.to_bits(),
+            _ => self.as_sql() == other.as_sql(),
         }
-        Some((&TAG_REAL, rest)) if rest.len() == 8 => {
-            SqlValue::Real(f64::from_le_bytes(eight(rest).unwrap_or_default()))
+    }
+}
+
+impl MvbtValue {
+    /// The value of stored bytes, borrowing them (the cursor's column reads).
+    pub(crate) fn parse(bytes: &[u8]) -> SqlValue<'_> {
+        let eight = |b: &[u8]| <[u8; 8]>::try_from(b).ok();
+        match bytes.split_first() {
+            Some((&TAG_NULL, [])) => SqlValue::Null,
+            Some((&TAG_INT, rest)) if rest.len() == 8 => {
+                SqlValue::Int(i64::from_le_bytes(eight(rest).unwrap_or_default()))
+            }
+            Some((&TAG_REAL, rest)) if rest.len() == 8 => {
+                SqlValue::Real(f64::from_le_bytes(eight(rest).unwrap_or_default()))
+            }
+            Some((&TAG_TEXT, rest)) if std::str::from_utf8(rest).is_ok() => SqlValue::Text(rest),
+            Some((&TAG_BLOB, rest)) => SqlValue::Blob(rest),
+            _ => SqlValue::Blob(bytes),
         }
-        Some((&TAG_TEXT, rest)) if std::str::from_utf8(rest).is_ok() => SqlValue::Text(rest),
-        Some((&TAG_BLOB, rest)) => SqlValue::Blob(rest),
-        _ => SqlValue::Blob(bytes),
+    }
+
+    /// The stored bytes of an SQL value (INSERT and UPDATE).
+    pub(crate) fn encode_sql(v: &SqlValue<'_>) -> Vec<u8> {
+        let mut w = Writer::with_capacity(9);
+        write_sql(v, &mut w);
+        w.into_bytes()
+    }
+
+    fn as_sql(&self) -> SqlValue<'_> {
+        match self {
+            MvbtValue::Null => SqlValue::Null,
+            MvbtValue::Int(i) => SqlValue::Int(*i),
+            MvbtValue::Real(r) => SqlValue::Real(*r),
+            MvbtValue::Text(t) => SqlValue::Text(t),
+            MvbtValue::Blob(b) => SqlValue::Blob(b),
+        }
+    }
+
+    fn from_sql(v: SqlValue<'_>) -> Self {
+        match v {
+            SqlValue::Null => MvbtValue::Null,
+            SqlValue::Int(i) => MvbtValue::Int(i),
+            SqlValue::Real(r) => MvbtValue::Real(r),
+            SqlValue::Text(t) => MvbtValue::Text(t.to_vec()),
+            SqlValue::Blob(b) => MvbtValue::Blob(b.to_vec()),
+        }
+    }
+}
+
+fn write_sql(v: &SqlValue<'_>, w: &mut Writer) {
+    match v {
+        SqlValue::Null => w.u8(TAG_NULL),
+        SqlValue::Int(i) => w.u8(TAG_INT).u64(*i as u64),
+        SqlValue::Real(r) => w.u8(TAG_REAL).u64(r.to_bits()),
+        SqlValue::Text(t) => w.u8(TAG_TEXT).bytes(t),
+        SqlValue::Blob(b) => w.u8(TAG_BLOB).bytes(b),
+    };
+}
+
+impl OnDisk for MvbtValue {
+    const NAME: &'static str = "mvbt row value";
+    type Context = ();
+
+    fn encode(&self, _: &(), w: &mut Writer) {
+        write_sql(&self.as_sql(), w);
+    }
+
+    /// Takes every remaining byte: a value fills its tree cell.
+    fn decode(_: &(), r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let bytes = r.take(r.remaining())?;
+        Ok(MvbtValue::from_sql(MvbtValue::parse(bytes)))
     }
 }
 
@@ -257,21 +320,59 @@ pub(crate) fn version_of(v: &SqlValue<'_>) -> Result<Option<u64>, VtabError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn round_trip() {
-        for v in [
+    fn seeds() -> Vec<SqlValue<'static>> {
+        vec![
             SqlValue::Null,
             SqlValue::Int(-5),
+            SqlValue::Int(i64::MAX),
             SqlValue::Real(2.5),
+            SqlValue::Real(f64::NAN),
             SqlValue::Text(b"hi"),
             SqlValue::Text(b""),
             SqlValue::Blob(b"\x00\x01"),
             SqlValue::Blob(b""),
-        ] {
-            assert_eq!(decode(&encode(&v)), v);
+        ]
+    }
+
+    #[test]
+    fn round_trip() {
+        for v in seeds()
+            .into_iter()
+            .filter(|v| !matches!(v, SqlValue::Real(r) if r.is_nan()))
+        {
+            assert_eq!(MvbtValue::parse(&MvbtValue::encode_sql(&v)), v);
         }
-        assert_eq!(decode(b""), SqlValue::Blob(b""));
-        assert_eq!(decode(b"\x09zz"), SqlValue::Blob(b"\x09zz"));
+        assert_eq!(MvbtValue::parse(b""), SqlValue::Blob(b""));
+        assert_eq!(MvbtValue::parse(b"\x09zz"), SqlValue::Blob(b"\x09zz"));
+    }
+
+    #[test]
+    fn stored_bytes_are_the_documented_ones() {
+        assert_eq!(MvbtValue::encode_sql(&SqlValue::Null), [0]);
+        assert_eq!(
+            MvbtValue::encode_sql(&SqlValue::Int(-2)),
+            [1, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]
+        );
+        assert_eq!(
+            MvbtValue::encode_sql(&SqlValue::Real(1.0)),
+            [2, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f]
+        );
+        assert_eq!(MvbtValue::encode_sql(&SqlValue::Text(b"ab")), [3, b'a', b'b']);
+        assert_eq!(MvbtValue::encode_sql(&SqlValue::Blob(b"\xff")), [4, 0xff]);
+        let owned = MvbtValue::from_bytes(&(), &[1, 7, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        assert_eq!(owned, MvbtValue::Int(7));
+        assert_eq!(owned.to_bytes(&()), MvbtValue::encode_sql(&SqlValue::Int(7)));
+    }
+
+    #[test]
+    fn decoder_survives_the_fuzz_harness() {
+        let seeds: Vec<Vec<u8>> = seeds().iter().map(MvbtValue::encode_sql).collect();
+        let report = onesync_codec::fuzz::check_decoder::<MvbtValue>(&(), &seeds, 5_000);
+        assert_eq!(report.inputs, 5_000);
+        assert_eq!(
+            report.decoded, 5_000,
+            "every byte string is some value: {report:?}"
+        );
     }
 
     #[test]

@@ -4,12 +4,13 @@
 use std::ffi::{c_int, c_void};
 use std::ptr;
 
-use crate::backend::{DbBackend, LockLevel};
-use crate::ffi::{
+use super::ffi::{
     sqlite3_file, sqlite3_int64, sqlite3_io_methods, SQLITE_IOERR, SQLITE_IOERR_READ, SQLITE_IOERR_SHMMAP,
     SQLITE_IOERR_WRITE, SQLITE_MISUSE, SQLITE_NOTFOUND, SQLITE_OK,
 };
-use crate::guard::guard;
+use super::file_control::FileControlCall;
+use super::guard::guard;
+use crate::backend::{DbBackend, LockLevel};
 
 /// Our `sqlite3_file` subclass. SQLite allocates `szOsFile` =
 /// `size_of::<OnesyncFile>()` bytes (8-byte aligned) and passes them to xOpen
@@ -210,8 +211,11 @@ unsafe extern "C" fn x_check_reserved_lock(file: *mut sqlite3_file, out: *mut c_
 }
 
 unsafe extern "C" fn x_file_control(file: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
-    // SAFETY: `arg` is passed on exactly as SQLite gave it with `op`.
-    let control = |b: &mut dyn DbBackend| unsafe { b.file_control(op, arg) };
+    let control = |b: &mut dyn DbBackend| {
+        // SAFETY: SQLite's arguments of this xFileControl call, used only during it.
+        let call = unsafe { FileControlCall::decode(op, arg) };
+        b.file_control(&call)
+    };
     // SAFETY: SQLite calls io methods only on files this VFS opened.
     unsafe { with(file, SQLITE_NOTFOUND, control) }
 }

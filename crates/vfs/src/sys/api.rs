@@ -8,12 +8,13 @@
 
 use std::ffi::{c_char, c_int, CStr, CString};
 
-use crate::ffi::{
+use super::ffi::{
     sqlite3_api_routines, AutoExtensionFn, CreateModuleV2Fn, DbFilenameFn, DeclareVtabFn, FreeFn,
     LibversionNumberFn, LogFn, MallocFn, ResultBlobFn, ResultDoubleFn, ResultInt64Fn, ResultNullFn,
     ResultTextFn, UriParameterFn, ValueBlobFn, ValueBytesFn, ValueDoubleFn, ValueInt64Fn, ValueTextFn,
     ValueTypeFn, VfsFindFn, VfsRegisterFn, VtabConfigFn, VtabOnConflictFn,
 };
+use super::handles::{Connection, SqliteName};
 
 /// `sqlite3_vtab_config`, as a loading SQLite hands it over (variadic) or as
 /// a host wrapper that passes one `int` (Rust cannot define a variadic function).
@@ -179,20 +180,31 @@ impl ApiTable {
         unsafe { log(code, c"%s".as_ptr(), msg.as_ptr()) };
     }
 
-    /// `sqlite3_uri_parameter(filename, key)`.
-    ///
-    /// # Safety
-    /// `filename` must be a filename SQLite passed to `xOpen` (it reads the
-    /// URI parameters stored after it).
-    pub(crate) unsafe fn uri_parameter(&self, filename: *const c_char, key: &CStr) -> Option<String> {
+    /// `sqlite3_uri_parameter(filename, key)` of a name SQLite passed to `xOpen` (it reads
+    /// the URI parameters stored after it).
+    pub(crate) fn uri_parameter(&self, filename: SqliteName, key: &CStr) -> Option<String> {
         let f = self.uri_parameter?;
+        let filename = filename.as_ptr();
         if filename.is_null() {
             return None;
         }
-        // SAFETY: per the contract; `key` is NUL-terminated.
+        // SAFETY: an xOpen filename of this SQLite, valid while its file is open;
+        // `key` is NUL-terminated.
         let value = unsafe { f(filename, key.as_ptr()) };
         // SAFETY: SQLite returns null or a NUL-terminated string inside `filename`'s block.
         (!value.is_null()).then(|| unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned())
+    }
+
+    /// Whether `name` is the main database's own name pointer of connection `conn`
+    /// (`sqlite3_db_filename(conn, "main")`, null while the connection is still being
+    /// opened, where API armor refuses the call, counts as yes). `None`: this SQLite lacks
+    /// the routine.
+    pub(crate) fn is_main_db_name(&self, conn: Connection, name: SqliteName) -> Option<bool> {
+        let db_filename = self.vtab().and_then(|v| v.db_filename)?;
+        // SAFETY: `conn` is the connection SQLite named with SQLITE_FCNTL_PDB, on the thread
+        // that holds its mutex; the result is only compared, never read.
+        let main = unsafe { db_filename(conn.as_ptr(), c"main".as_ptr()) };
+        Some(main.is_null() || main == name.as_ptr())
     }
 
     /// Copies `msg` into memory from `sqlite3_malloc`, for an `*pzErrMsg`

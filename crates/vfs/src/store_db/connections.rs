@@ -1,0 +1,174 @@
+//! SQLite connections (`sqlite3*`, from SQLITE_FCNTL_PDB): which of our handles belong to
+//! each, which is its main database, and its `locking_mode`, which decides whether a
+//! commit's flush may be waited for after the unlock.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use crate::backend::{Connection, LockLevel, SqliteName};
+use crate::sys::api::ApiTable;
+
+use super::file::StoreDb;
+use super::registry::lock;
+
+/// A handle's `locking_mode`, as far as this VFS can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    Normal,
+    Exclusive,
+    /// A database attached to a connection whose main database is not ours: an unqualified
+    /// `PRAGMA locking_mode` goes to the main database's file, which we never see.
+    Unknown,
+}
+
+pub(super) struct HandleMode {
+    pub(super) mode: Mode,
+    /// SQLite unlocked this handle since its mode was last set: proof that the mode is
+    /// really NORMAL (in EXCLUSIVE mode SQLite never unlocks; this also covers a build
+    /// whose default is EXCLUSIVE).
+    pub(super) unlocked: bool,
+    /// `nolock=1`: SQLite never calls xLock or xUnlock.
+    pub(super) nolock: bool,
+}
+
+#[derive(Default)]
+pub(super) struct ConnInfo {
+    pub(super) handles: BTreeMap<u64, HandleMode>,
+    /// Our handle that is the connection's main database, if it is ours.
+    pub(super) main: Option<u64>,
+    /// An unqualified `PRAGMA locking_mode=EXCLUSIVE` may have run: databases attached
+    /// later start exclusive.
+    pub(super) default_exclusive: bool,
+    /// SQLite sent SQLITE_FCNTL_COMMIT_PHASETWO on this connection: an unlock without it
+    /// ends a transaction that did not commit.
+    pub(super) phasetwo: bool,
+}
+
+pub(super) static CONNS: Mutex<BTreeMap<usize, ConnInfo>> = Mutex::new(BTreeMap::new());
+
+/// Whether the file SQLite opened as `name` is the main database of connection `db`
+/// (told with SQLITE_FCNTL_PDB). The main database is always opened first; SQLite's
+/// `sqlite3_db_filename(db, "main")` is that file's name pointer, or null while the
+/// connection is still being opened (where API armor refuses the call).
+pub(crate) fn is_main_database(api: &ApiTable, db: Connection, name: SqliteName) -> bool {
+    if lock(&CONNS).get(&db.id()).is_some_and(|c| !c.handles.is_empty()) {
+        return false;
+    }
+    api.is_main_db_name(db, name).unwrap_or(true)
+}
+
+/// Adds one of our handles to its connection's bookkeeping.
+pub(crate) fn join_connection(conn: usize, handle: u64, is_main: bool, nolock: bool) {
+    let mut conns = lock(&CONNS);
+    let info = conns.entry(conn).or_default();
+    let mode = if is_main {
+        info.main = Some(handle);
+        Mode::Normal
+    } else if info.main.is_none() {
+        Mode::Unknown
+    } else if info.default_exclusive {
+        Mode::Exclusive
+    } else {
+        Mode::Normal
+    };
+    info.handles.insert(
+        handle,
+        HandleMode {
+            mode,
+            unlocked: false,
+            nolock,
+        },
+    );
+}
+
+pub(crate) fn leave_connection(conn: usize, handle: u64) {
+    let mut conns = lock(&CONNS);
+    if let Some(info) = conns.get_mut(&conn) {
+        info.handles.remove(&handle);
+        if info.main == Some(handle) {
+            info.main = None;
+        }
+        if info.handles.is_empty() {
+            conns.remove(&conn);
+        }
+    }
+}
+
+/// `PRAGMA locking_mode=...` arrived at `handle`'s file: for the schema it names, or for
+/// an unqualified pragma the main database, which then applies it to every database.
+pub(crate) fn note_locking_mode(conn: usize, handle: u64, value: Option<&str>) {
+    let mode = match value {
+        Some("exclusive") => Mode::Exclusive,
+        Some("normal") => Mode::Normal,
+        _ => return,
+    };
+    let mut conns = lock(&CONNS);
+    let Some(info) = conns.get_mut(&conn) else {
+        return;
+    };
+    if let Some(h) = info.handles.get_mut(&handle) {
+        h.mode = mode;
+        h.unlocked = false;
+    }
+    // At the main database a qualified and an unqualified pragma look alike: assume the
+    // wider one for EXCLUSIVE (then every database waits at PHASETWO: correct, only
+    // slower) and the narrower one for NORMAL.
+    if info.main == Some(handle) && mode == Mode::Exclusive {
+        info.default_exclusive = true;
+        for h in info.handles.values_mut() {
+            if h.mode != Mode::Unknown {
+                h.mode = Mode::Exclusive;
+            }
+            h.unlocked = false;
+        }
+    }
+}
+
+pub(super) fn note_unlocked(conn: usize, handle: u64) {
+    if let Some(h) = lock(&CONNS)
+        .get_mut(&conn)
+        .and_then(|c| c.handles.get_mut(&handle))
+    {
+        h.unlocked = true;
+    }
+}
+
+pub(super) fn note_phasetwo(conn: usize) {
+    if let Some(c) = lock(&CONNS).get_mut(&conn) {
+        c.phasetwo = true;
+    }
+}
+
+pub(super) fn phasetwo_seen(conn: usize) -> bool {
+    lock(&CONNS).get(&conn).is_some_and(|c| c.phasetwo)
+}
+
+/// Whether SQLite will surely unlock every one of these handles right after PHASETWO.
+pub(super) fn unlocks_after_commit(conn: usize, handles: &[u64]) -> bool {
+    let conns = lock(&CONNS);
+    let Some(info) = conns.get(&conn) else {
+        return false;
+    };
+    handles.iter().all(|h| {
+        info.handles
+            .get(h)
+            .is_some_and(|m| m.mode == Mode::Normal && m.unlocked && !m.nolock)
+    })
+}
+
+impl StoreDb {
+    /// SQLITE_FCNTL_PDB: the connection this file belongs to.
+    pub(super) fn join(&mut self, db: Connection) {
+        if self.joined || self.level != LockLevel::None {
+            return;
+        }
+        let is_main = is_main_database(&self.api, db, self.name);
+        self.conn = db.id();
+        self.joined = true;
+        join_connection(self.conn, self.handle, is_main, self.nolock);
+        *lock(&self.store.coord)
+            .handles_by_conn
+            .entry(self.conn)
+            .or_default() += 1;
+    }
+}

@@ -1,0 +1,536 @@
+//! One SQLite handle on one logical file of a store: the main database file's methods
+//! (`DbBackend`: reads, writes, sizes, file controls, close).
+
+use std::ffi::c_int;
+use std::path::Path;
+use std::sync::Arc;
+
+use onesync_store::{CommitError, Error as StoreError, FileId, Snapshot, Store, Transaction};
+
+use crate::backend::{DbBackend, FileControl, FileControlCall, IoResult, LockLevel, Pragma, SqliteName};
+use crate::ffi::{
+    SQLITE_ERROR, SQLITE_IOCAP_BATCH_ATOMIC, SQLITE_IOCAP_POWERSAFE_OVERWRITE, SQLITE_IOCAP_SAFE_APPEND,
+    SQLITE_IOERR, SQLITE_IOERR_FSYNC, SQLITE_IOERR_LOCK, SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ,
+    SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_WRITE, SQLITE_NOTFOUND, SQLITE_OK,
+};
+use crate::names::{self, NameClaim, Owner};
+use crate::sys::api::ApiTable;
+
+use super::connections::{leave_connection, note_locking_mode, note_unlocked};
+use super::locking::{process_lock_key, RETRYING_WRITER};
+use super::registry::{lock, next_handle, registry_acquire, registry_release, Member, OpenStore, Want};
+use super::StoreOpener;
+
+/// What a store handle needs to know at open.
+pub(crate) struct StoreOpen<'a> {
+    pub api: ApiTable,
+    pub opener: Option<&'a StoreOpener>,
+    pub path: &'a Path,
+    /// SQLite's name for the file (for journal routing and SQLITE_FCNTL_PDB).
+    pub name: SqliteName,
+    pub logical: String,
+    pub want: Want,
+    pub nolock: bool,
+}
+
+/// One SQLite handle on one logical file.
+pub(crate) struct StoreDb {
+    pub(super) store: Arc<OpenStore>,
+    pub(super) logical: String,
+    pub(super) handle: u64,
+    /// The SQLite connection (its `sqlite3*`), grouping handles into one
+    /// write transaction.
+    pub(super) conn: usize,
+    /// Known from SQLITE_FCNTL_PDB, and registered with the connection.
+    pub(super) joined: bool,
+    pub(super) level: LockLevel,
+    /// What this handle reads while it holds SHARED and is not the writer.
+    pub(super) snapshot: Option<Snapshot>,
+    pub(super) api: ApiTable,
+    /// Inside SQLITE_FCNTL_BEGIN/COMMIT_ATOMIC_WRITE.
+    pub(super) batch: bool,
+    pub(super) read_only: bool,
+    pub(super) nolock: bool,
+    /// SQLite's name for the file (compared with `sqlite3_db_filename`).
+    pub(super) name: SqliteName,
+    pub(super) _claim: NameClaim,
+}
+
+impl StoreDb {
+    /// Opens (or creates) the store and this handle on it; returns it and whether it is
+    /// read-only. Errors carry the message for the user.
+    pub(crate) fn open(o: StoreOpen<'_>) -> Result<(Self, bool), (c_int, String)> {
+        let (store, read_only) = registry_acquire(o.path, o.want, o.opener)?;
+        let name = o.name.bytes().to_vec();
+        let claim = names::claim(&name, Owner::Store(store.key.0.clone()));
+        let handle = next_handle();
+        Ok((
+            StoreDb {
+                store,
+                logical: o.logical,
+                handle,
+                // Until SQLite tells us its connection (SQLITE_FCNTL_PDB), the
+                // handle is its own group.
+                conn: usize::MAX - handle as usize,
+                joined: false,
+                level: LockLevel::None,
+                snapshot: None,
+                api: o.api,
+                batch: false,
+                read_only,
+                nolock: o.nolock,
+                name: o.name,
+                _claim: claim,
+            },
+            read_only,
+        ))
+    }
+}
+
+/// Maps a store error to SQLite's `code` (`SQLITE_FULL` for a full disk) and tells
+/// SQLite's error log (`sqlite3_log`) what failed and why, with the OS error where there is
+/// one: SQLite's own message for an I/O error is only "disk I/O error".
+pub(super) fn store_err<'a>(
+    api: &'a ApiTable,
+    code: c_int,
+    what: &'a str,
+) -> impl Fn(StoreError) -> c_int + 'a {
+    move |e| {
+        let code = match e {
+            StoreError::NoSpace => crate::ffi::SQLITE_FULL,
+            _ => code,
+        };
+        api.log(code, &format!("onesync: {what}: {e}"));
+        code
+    }
+}
+
+/// For a commit that failed or whose flush failed: `SQLITE_IOERR_FSYNC` whatever the cause
+/// (as before this logging; a full disk is not singled out here), with the reason logged.
+pub(super) fn commit_err<'a>(api: &'a ApiTable, what: &'a str) -> impl Fn(CommitError) -> c_int + 'a {
+    move |e| {
+        api.log(SQLITE_IOERR_FSYNC, &format!("onesync: {what}: {}", e.error));
+        SQLITE_IOERR_FSYNC
+    }
+}
+
+/// Reads `buf.len()` bytes at `offset` of a file of `size` bytes with
+/// `read_page` reading whole store pages.
+pub(super) fn read_bytes(
+    size: u64,
+    page_size: u64,
+    buf: &mut [u8],
+    offset: u64,
+    mut read_page: impl FnMut(u64, &mut [u8]) -> IoResult<()>,
+) -> IoResult<()> {
+    let end = offset.saturating_add(buf.len() as u64);
+    let available = end.min(size).saturating_sub(offset) as usize;
+    let mut page = vec![0u8; page_size as usize];
+    let mut done = 0usize;
+    while done < available {
+        let at = offset + done as u64;
+        let index = at / page_size;
+        let within = (at % page_size) as usize;
+        let n = (page_size as usize - within).min(available - done);
+        read_page(index, &mut page)?;
+        buf[done..done + n].copy_from_slice(&page[within..within + n]);
+        done += n;
+    }
+    if available < buf.len() {
+        buf[available..].fill(0);
+        return Err(SQLITE_IOERR_SHORT_READ);
+    }
+    Ok(())
+}
+
+impl StoreDb {
+    pub(super) fn file_in_snapshot(&self) -> Option<(&Snapshot, Option<FileId>)> {
+        self.snapshot.as_ref().map(|s| (s, s.file(&self.logical)))
+    }
+
+    /// The connection's transaction, with this handle's file in it (created
+    /// on first use).
+    pub(super) fn with_txn<T>(
+        &self,
+        f: impl FnOnce(&mut Transaction, &mut Member) -> IoResult<T>,
+    ) -> IoResult<T> {
+        let mut coord = lock(&self.store.coord);
+        let conn = coord.conns.get_mut(&self.conn).ok_or(SQLITE_IOERR)?;
+        let member = conn.members.get_mut(&self.handle).ok_or(SQLITE_IOERR)?;
+        if conn.txn.is_none() {
+            // A write after the commit was sequenced (never expected from
+            // SQLite) starts a new transaction rather than being lost.
+            conn.txn = Some(self.store.store.begin());
+        }
+        let txn = conn.txn.as_mut().ok_or(SQLITE_IOERR)?;
+        f(txn, member)
+    }
+
+    pub(super) fn size_now(&self) -> IoResult<u64> {
+        if self.is_writer() {
+            return self.with_txn(|txn, _| {
+                Ok(txn
+                    .file(&self.logical)
+                    .map_or(0, |id| txn.file_size(id).unwrap_or(0)))
+            });
+        }
+        match self.file_in_snapshot() {
+            Some((snap, Some(id))) => {
+                snap.file_size(id)
+                    .map_err(store_err(&self.api, SQLITE_IOERR, "reading the file size"))
+            }
+            Some((_, None)) => Ok(0),
+            // No lock held: SQLite asks for the size only under a lock, but
+            // answer from the latest state rather than fail.
+            None => {
+                let snap = self.store.store.snapshot();
+                Ok(snap
+                    .file(&self.logical)
+                    .map_or(0, |id| snap.file_size(id).unwrap_or(0)))
+            }
+        }
+    }
+
+    /// `SQLITE_FCNTL_PRAGMA`: `SQLITE_NOTFOUND` for a pragma left to SQLite.
+    pub(super) fn pragma(&mut self, call: &Pragma<'_>) -> c_int {
+        let reply = |text: String| call.reply(&self.api, &text);
+        let (name, value) = (&call.name, &call.value);
+        match (name.as_deref(), value.as_deref()) {
+            (Some("journal_mode"), Some(mode @ ("wal" | "off"))) => {
+                reply(format!(
+                    "onesync: journal_mode={mode} is not supported: the onesync store commits \
+                     atomically itself and keeps the rollback journal in memory; use DELETE, \
+                     TRUNCATE, PERSIST or MEMORY"
+                ));
+                SQLITE_ERROR
+            }
+            (Some("locking_mode"), value) => {
+                // Noted, then left to SQLite (which applies it).
+                note_locking_mode(self.conn, self.handle, value);
+                SQLITE_NOTFOUND
+            }
+            (Some("onesync_stats"), _) => {
+                reply(stats_json(&self.store.store));
+                SQLITE_OK
+            }
+            (Some("onesync_commit"), _) => {
+                // This connection's last commit, and how far commits are durable: a COMMIT
+                // that has returned must have seq <= durable_seq.
+                let seq = lock(&self.store.coord).last_commit.get(&self.conn).copied();
+                reply(
+                    serde_json::json!({
+                        "seq": seq,
+                        "durable_seq": self.store.store.durable_seq(),
+                    })
+                    .to_string(),
+                );
+                SQLITE_OK
+            }
+            _ => SQLITE_NOTFOUND,
+        }
+    }
+}
+
+pub(super) fn stats_json(store: &Store) -> String {
+    let s = store.stats();
+    serde_json::json!({
+        "page_size": s.page_size,
+        "commit_records": s.commit_records,
+        "pages_written": s.pages_written,
+        "pages_embedded": s.pages_embedded,
+        "jumps": s.jumps,
+        "bytes_written": s.bytes_written,
+        "write_calls": s.write_calls,
+        "bytes_preallocated": s.bytes_preallocated,
+        "flushes": s.flushes,
+        "flush_micros": s.flush_micros,
+        "checkpoints": s.checkpoints,
+        "recoveries": s.recoveries,
+        "records_replayed": s.records_replayed,
+        "conflicts": s.conflicts,
+        "last_seq": s.last_seq,
+        "durable_seq": s.durable_seq,
+        "slots_total": s.slots_total,
+        "slots_free": s.slots_free,
+    })
+    .to_string()
+}
+
+impl DbBackend for StoreDb {
+    fn read(&mut self, buf: &mut [u8], offset: u64) -> IoResult<()> {
+        let page_size = self.store.page_size;
+        if self.is_writer() {
+            let logical = self.logical.clone();
+            return self.with_txn(|txn, _| {
+                let Some(id) = txn.file(&logical) else {
+                    buf.fill(0);
+                    return Err(SQLITE_IOERR_SHORT_READ);
+                };
+                let err = store_err(&self.api, SQLITE_IOERR_READ, "reading");
+                let size = txn.file_size(id).map_err(&err)?;
+                read_bytes(size, page_size, buf, offset, |p, page| {
+                    txn.read_page(id, p, page).map_err(&err)
+                })
+            });
+        }
+        // Not under a lock SQLite reads only to probe; use the latest state.
+        let temporary;
+        let snap = match self.snapshot.as_ref() {
+            Some(s) => s,
+            None => {
+                temporary = self.store.store.snapshot();
+                &temporary
+            }
+        };
+        let Some(id) = snap.file(&self.logical) else {
+            buf.fill(0);
+            return Err(SQLITE_IOERR_SHORT_READ);
+        };
+        let err = store_err(&self.api, SQLITE_IOERR_READ, "reading");
+        let size = snap.file_size(id).map_err(&err)?;
+        read_bytes(size, page_size, buf, offset, |p, page| {
+            snap.read_page(id, p, page).map_err(&err)
+        })
+    }
+
+    fn write(&mut self, buf: &[u8], offset: u64) -> IoResult<()> {
+        if !self.is_writer() {
+            // SQLite writes the database file only under RESERVED or higher.
+            return Err(SQLITE_IOERR_WRITE);
+        }
+        let page_size = self.store.page_size;
+        let logical = self.logical.clone();
+        self.with_txn(|txn, member| {
+            let err = store_err(&self.api, SQLITE_IOERR_WRITE, "writing");
+            let id = match txn.file(&logical) {
+                Some(id) => id,
+                None => txn.create_file(&logical).map_err(&err)?,
+            };
+            let old_size = txn.file_size(id).map_err(&err)?;
+            let end = offset + buf.len() as u64;
+            let mut page = vec![0u8; page_size as usize];
+            let mut done = 0usize;
+            while done < buf.len() {
+                let at = offset + done as u64;
+                let index = at / page_size;
+                let within = (at % page_size) as usize;
+                let n = (page_size as usize - within).min(buf.len() - done);
+                if n < page_size as usize {
+                    // Read-modify-write: SQLite's page is smaller than the store's.
+                    txn.read_page(id, index, &mut page).map_err(&err)?;
+                    page[within..within + n].copy_from_slice(&buf[done..done + n]);
+                    txn.write_page(id, index, &page).map_err(&err)?;
+                } else {
+                    txn.write_page(id, index, &buf[done..done + n]).map_err(&err)?;
+                }
+                done += n;
+            }
+            // write_page rounds the size up to whole store pages; SQLite
+            // derives its page count from the exact size.
+            let want = old_size.max(end);
+            if txn.file_size(id).map_err(&err)? != want {
+                txn.set_file_size(id, want).map_err(&err)?;
+            }
+            member.dirty = true;
+            member.wrote = true;
+            Ok(())
+        })
+    }
+
+    fn truncate(&mut self, size: u64) -> IoResult<()> {
+        if !self.is_writer() {
+            return Err(SQLITE_IOERR_TRUNCATE);
+        }
+        let logical = self.logical.clone();
+        self.with_txn(|txn, member| {
+            let err = store_err(&self.api, SQLITE_IOERR_TRUNCATE, "truncating");
+            let id = match txn.file(&logical) {
+                Some(id) => id,
+                None => txn.create_file(&logical).map_err(&err)?,
+            };
+            txn.set_file_size(id, size).map_err(&err)?;
+            member.dirty = true;
+            member.wrote = true;
+            Ok(())
+        })
+    }
+
+    fn sync(&mut self, _flags: c_int) -> IoResult<()> {
+        if !self.is_writer() {
+            return Ok(());
+        }
+        let mut coord = lock(&self.store.coord);
+        let Some(ct) = coord.conns.get_mut(&self.conn) else {
+            return Ok(());
+        };
+        if let Some(m) = ct.members.get_mut(&self.handle) {
+            m.dirty = false;
+        }
+        // One database: its sync is the commit. Several (an attached database
+        // of the same store): SQLite syncs each in turn, so the commit waits
+        // for the first unlock, after every database's phase one.
+        if ct.members.len() == 1
+            && !self.batch
+            && ct.super_journal.is_none()
+            && ct.members.values().any(|m| m.wrote)
+        {
+            Self::sequence_locked(&self.api, &mut coord, self.conn)?;
+        }
+        Ok(())
+    }
+
+    fn size(&mut self) -> IoResult<u64> {
+        self.size_now()
+    }
+
+    fn lock(&mut self, level: LockLevel) -> IoResult<()> {
+        if level <= self.level {
+            return Ok(());
+        }
+        if self.level == LockLevel::None {
+            let retrying_writer = RETRYING_WRITER.with(|r| r.replace(false));
+            if retrying_writer {
+                self.wait_for_other_writer();
+            }
+            // A reader sees the latest durable commit of any process sharing the store, so a
+            // power cut never takes back a row it was shown. A writer retrying after a stale
+            // snapshot builds on the latest written one (its commit comes later in the chain
+            // and is durable only with it).
+            let snapshot = if retrying_writer {
+                self.store.store.try_latest_snapshot()
+            } else {
+                self.store.store.try_snapshot()
+            }
+            .map_err(|_| SQLITE_IOERR_LOCK)?;
+            let mut coord = lock(&self.store.coord);
+            coord.files.entry(self.logical.clone()).or_default().shared += 1;
+            drop(coord);
+            self.snapshot = Some(snapshot);
+            self.level = LockLevel::Shared;
+        }
+        if level >= LockLevel::Reserved && self.level < LockLevel::Reserved {
+            self.become_writer()?;
+        }
+        self.level = level;
+        Ok(())
+    }
+
+    fn unlock(&mut self, level: LockLevel) -> IoResult<()> {
+        if level < self.level {
+            note_unlocked(self.conn, self.handle);
+        }
+        self.unlock_to(level)
+    }
+
+    fn check_reserved_lock(&mut self) -> IoResult<bool> {
+        let coord = lock(&self.store.coord);
+        if coord.files.get(&self.logical).is_some_and(|f| f.writer.is_some()) {
+            return Ok(true);
+        }
+        drop(coord);
+        let elsewhere = self
+            .store
+            .store
+            .locked_by_other_process(process_lock_key(&self.logical))
+            .map_err(|_| SQLITE_IOERR_LOCK)?;
+        if elsewhere {
+            self.store.note_contention();
+        }
+        Ok(elsewhere)
+    }
+
+    fn file_control(&mut self, call: &FileControlCall<'_>) -> c_int {
+        match call.control {
+            FileControl::Pdb(db) => {
+                if let Some(db) = db {
+                    self.join(db);
+                }
+                SQLITE_OK
+            }
+            FileControl::Sync { super_journal } => match self.super_journal_named(super_journal) {
+                // Not handled: SQLite goes on to xSync.
+                Ok(()) => SQLITE_NOTFOUND,
+                Err(why) => {
+                    self.api.log(SQLITE_ERROR, &why);
+                    eprintln!("{why}");
+                    SQLITE_ERROR
+                }
+            },
+            FileControl::CommitPhaseTwo => match self.commit_phase_two() {
+                Ok(()) => SQLITE_OK,
+                Err(code) => code,
+            },
+            FileControl::Pragma(ref pragma) => self.pragma(pragma),
+            FileControl::BeginAtomic => {
+                // The batch can be undone only if it is the whole store
+                // transaction; otherwise SQLite falls back to its journal.
+                let clean = !self.is_writer()
+                    || lock(&self.store.coord)
+                        .conns
+                        .get(&self.conn)
+                        .is_none_or(|c| c.members.values().all(|m| !m.wrote));
+                if !clean {
+                    return SQLITE_IOERR;
+                }
+                self.batch = true;
+                SQLITE_OK
+            }
+            FileControl::CommitAtomic => {
+                self.batch = false;
+                let mut coord = lock(&self.store.coord);
+                match Self::sequence_locked(&self.api, &mut coord, self.conn) {
+                    Ok(()) => SQLITE_OK,
+                    Err(code) => code,
+                }
+            }
+            FileControl::RollbackAtomic => {
+                self.batch = false;
+                let mut coord = lock(&self.store.coord);
+                if let Some(ct) = coord.conns.get_mut(&self.conn) {
+                    if let Some(txn) = ct.txn.take() {
+                        txn.abort();
+                    }
+                    for m in ct.members.values_mut() {
+                        m.dirty = false;
+                        m.wrote = false;
+                    }
+                }
+                SQLITE_OK
+            }
+            FileControl::Other(_) => SQLITE_NOTFOUND,
+        }
+    }
+
+    fn sector_size(&mut self) -> c_int {
+        self.store.page_size as c_int
+    }
+
+    fn device_characteristics(&mut self) -> c_int {
+        SQLITE_IOCAP_BATCH_ATOMIC | SQLITE_IOCAP_SAFE_APPEND | SQLITE_IOCAP_POWERSAFE_OVERWRITE
+    }
+
+    fn close(&mut self) -> IoResult<()> {
+        let mut result = Ok(());
+        if self.level > LockLevel::None {
+            result = self.unlock_to(LockLevel::None);
+        }
+        // A connection closes its databases together; keeping its entry past that would
+        // let the map grow with every connection ever opened.
+        let mut coord = lock(&self.store.coord);
+        coord.last_commit.remove(&self.conn);
+        if self.joined {
+            if let Some(n) = coord.handles_by_conn.get_mut(&self.conn) {
+                *n -= 1;
+                if *n == 0 {
+                    coord.handles_by_conn.remove(&self.conn);
+                }
+            }
+        }
+        drop(coord);
+        if self.joined {
+            leave_connection(self.conn, self.handle);
+        }
+        registry_release(&self.store);
+        result
+    }
+}

@@ -1,0 +1,22 @@
+//! Everything that faces C: the one place in this crate with `unsafe`.
+//!
+//! SQLite calls in through the tables built here (`sqlite3_vfs`, `sqlite3_io_methods`,
+//! `sqlite3_module`, the extension entry points), and this crate calls SQLite and the
+//! underlying VFS only through the pointers held here. Each shim turns raw arguments into
+//! safe values, runs the safe code behind it under [`guard::guard`] (no panic unwinds into
+//! C), and turns the answer back into a result code. The rest of the crate implements safe
+//! traits: [`crate::backend::DbBackend`] per open file, [`vtab::VirtualTable`] per virtual
+//! table. Every `unsafe` block here says why it is sound in a `// SAFETY:` line.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+pub mod api;
+pub mod entry;
+pub mod ffi;
+pub mod file;
+pub mod file_control;
+pub mod guard;
+pub mod handles;
+pub mod os;
+pub mod passthrough;
+pub mod vfs;
+pub mod vtab;

@@ -1,0 +1,249 @@
+//! The `sqlite3_vfs` this crate registers and its C methods: each finds the registration's
+//! [`VfsState`] (`pAppData`) and calls its safe method, or forwards to the underlying VFS.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::mem::size_of;
+use std::ptr;
+use std::sync::Mutex;
+
+use super::api::ApiTable;
+use super::ffi::{
+    sqlite3_file, sqlite3_int64, sqlite3_syscall_ptr, sqlite3_vfs, DlSymResult, SQLITE_CANTOPEN,
+    SQLITE_ERROR, SQLITE_IOERR, SQLITE_IOERR_DELETE, SQLITE_MISUSE, SQLITE_NOTFOUND, SQLITE_OK,
+};
+use super::file::{self, OnesyncFile};
+use super::guard::guard;
+use super::handles::{BaseVfs, OpenRequest, SqliteName};
+use crate::vfs::{RegisterError, RegisterOptions, Registered, Stats, VfsState, MIN_SQLITE_VERSION};
+
+/// Addresses of every `sqlite3_vfs` this crate registered, in any SQLite of
+/// the process. The lock also serialises find-then-register.
+static REGISTERED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Registers a VFS with the SQLite behind `api`. Idempotent per name: if that
+/// SQLite already has a VFS called `opts.name`, nothing changes.
+pub fn register_with(api: &ApiTable, mut opts: RegisterOptions) -> Result<Registered, RegisterError> {
+    let version = api.libversion_number();
+    if version < MIN_SQLITE_VERSION {
+        return Err(RegisterError::new(
+            SQLITE_ERROR,
+            format!("SQLite {version} is older than the required {MIN_SQLITE_VERSION}"),
+        ));
+    }
+    let name = CString::new(std::mem::take(&mut opts.name))
+        .map_err(|_| RegisterError::new(SQLITE_MISUSE, "VFS name contains NUL"))?;
+    let mut registered = REGISTERED
+        .lock()
+        .map_err(|_| RegisterError::new(SQLITE_ERROR, "registry lock poisoned"))?;
+
+    // SAFETY: `vfs_find` is this SQLite's own routine; `name` is NUL-terminated.
+    if !unsafe { (api.vfs_find)(name.as_ptr()) }.is_null() {
+        return Ok(Registered::AlreadyRegistered);
+    }
+    // SAFETY: as above; a null name asks for the default VFS.
+    let base = unsafe { (api.vfs_find)(ptr::null()) };
+    // SAFETY: a VFS returned by `vfs_find` stays registered (SQLite never
+    // frees one), so the reference is valid for the process.
+    let Some(base_ref) = (unsafe { base.as_ref() }) else {
+        return Err(RegisterError::new(SQLITE_ERROR, "SQLite has no default VFS"));
+    };
+    let sz_os_file = c_int::try_from(size_of::<OnesyncFile>())
+        .map_err(|_| RegisterError::new(SQLITE_ERROR, "file struct too large"))?;
+
+    // SAFETY: returned by `vfs_find`, so registered (SQLite never frees one); non-null.
+    let base = unsafe { BaseVfs::new(base) }
+        .ok_or_else(|| RegisterError::new(SQLITE_ERROR, "SQLite has no default VFS"))?;
+    let make_default = opts.make_default;
+    let state = Box::into_raw(Box::new(VfsState::new(base, opts)));
+    let z_name = name.into_raw();
+    let vfs = Box::into_raw(Box::new(sqlite3_vfs {
+        iVersion: 3,
+        szOsFile: sz_os_file,
+        mxPathname: base_ref.mxPathname,
+        pNext: ptr::null_mut(),
+        zName: z_name,
+        pAppData: state.cast(),
+        xOpen: Some(x_open),
+        xDelete: Some(x_delete),
+        xAccess: Some(x_access),
+        xFullPathname: Some(x_full_pathname),
+        xDlOpen: Some(x_dl_open),
+        xDlError: Some(x_dl_error),
+        xDlSym: Some(x_dl_sym),
+        xDlClose: Some(x_dl_close),
+        xRandomness: Some(x_randomness),
+        xSleep: Some(x_sleep),
+        xCurrentTime: Some(x_current_time),
+        xGetLastError: Some(x_get_last_error),
+        xCurrentTimeInt64: Some(x_current_time_int64),
+        xSetSystemCall: Some(x_set_system_call),
+        xGetSystemCall: Some(x_get_system_call),
+        xNextSystemCall: Some(x_next_system_call),
+    }));
+
+    // SAFETY: `vfs` is a fully initialised version-3 VFS that is never freed
+    // once registered; `vfs_register` is this SQLite's own routine.
+    let rc = unsafe { (api.vfs_register)(vfs, c_int::from(make_default)) };
+    if rc != SQLITE_OK {
+        // SAFETY: SQLite refused the VFS, so nothing else refers to these
+        // three allocations; each is reclaimed exactly once.
+        unsafe {
+            drop(Box::from_raw(vfs));
+            drop(Box::from_raw(state));
+            drop(CString::from_raw(z_name));
+        }
+        return Err(RegisterError::new(rc, "sqlite3_vfs_register failed"));
+    }
+    registered.push(vfs as usize);
+    Ok(Registered::New)
+}
+
+/// Counters of the VFS called `name` in the SQLite behind `api`, if that VFS
+/// was registered by this crate.
+pub fn stats(api: &ApiTable, name: &str) -> Option<Stats> {
+    let name = CString::new(name).ok()?;
+    let registered = REGISTERED.lock().ok()?;
+    // SAFETY: `vfs_find` is this SQLite's own routine; `name` is NUL-terminated.
+    let vfs = unsafe { (api.vfs_find)(name.as_ptr()) };
+    if vfs.is_null() || !registered.contains(&(vfs as usize)) {
+        return None;
+    }
+    // SAFETY: `vfs` is one this crate registered, so its pAppData is a leaked
+    // `VfsState` that lives for the rest of the process.
+    Some(unsafe { state(vfs) }?.stats())
+}
+
+/// The state of a VFS this crate registered.
+///
+/// # Safety
+/// `vfs` must be null or a VFS registered by [`register_with`].
+unsafe fn state<'a>(vfs: *mut sqlite3_vfs) -> Option<&'a VfsState> {
+    // SAFETY: per the contract, a non-null `vfs` is ours and its pAppData is a
+    // leaked `VfsState` that is never freed.
+    unsafe { vfs.as_ref()?.pAppData.cast::<VfsState>().as_ref() }
+}
+
+/// The underlying VFS of one of ours, as a pointer and a reference.
+///
+/// # Safety
+/// As for [`state`].
+unsafe fn base<'a>(vfs: *mut sqlite3_vfs) -> Option<(*mut sqlite3_vfs, &'a sqlite3_vfs)> {
+    // SAFETY: forwarded contract; the base VFS stays registered forever.
+    let base = unsafe { state(vfs) }?.base().as_ptr();
+    // SAFETY: as above.
+    unsafe { base.as_ref() }.map(|r| (base, r))
+}
+
+unsafe extern "C" fn x_open(
+    vfs: *mut sqlite3_vfs,
+    name: *const c_char,
+    file: *mut sqlite3_file,
+    flags: c_int,
+    out_flags: *mut c_int,
+) -> c_int {
+    if file.is_null() {
+        return SQLITE_MISUSE;
+    }
+    // SAFETY: `file` is SQLite's szOsFile buffer for this open. Clearing
+    // pMethods first means a failure anywhere below leaves "not opened".
+    unsafe { file::clear(file) };
+    guard(SQLITE_CANTOPEN, || {
+        // SAFETY: SQLite calls xOpen only on this VFS, which we registered.
+        let Some(state) = (unsafe { state(vfs) }) else {
+            return SQLITE_MISUSE;
+        };
+        let req = OpenRequest {
+            base: state.base(),
+            // SAFETY: `name` is exactly the filename SQLite passed to this xOpen, valid
+            // until the file is closed.
+            name: unsafe { SqliteName::new(name) },
+            flags,
+        };
+        match state.open(&req) {
+            Ok((backend, reported)) => {
+                // SAFETY: `file` is SQLite's szOsFile buffer for this open.
+                unsafe { file::install(file, backend) };
+                // SAFETY: null or a valid out-pointer, per xOpen's contract.
+                if let Some(out) = unsafe { out_flags.as_mut() } {
+                    *out = reported;
+                }
+                SQLITE_OK
+            }
+            Err(rc) => rc,
+        }
+    })
+}
+
+unsafe extern "C" fn x_delete(vfs: *mut sqlite3_vfs, name: *const c_char, sync_dir: c_int) -> c_int {
+    guard(SQLITE_IOERR_DELETE, || {
+        // SAFETY: SQLite calls xDelete only on this VFS, with a NUL-terminated name.
+        let (Some(state), false) = (unsafe { state(vfs) }, name.is_null()) else {
+            return SQLITE_MISUSE;
+        };
+        // SAFETY: SQLite's name for this call.
+        state.delete(unsafe { SqliteName::new(name) }, sync_dir != 0)
+    })
+}
+
+unsafe extern "C" fn x_access(
+    vfs: *mut sqlite3_vfs,
+    name: *const c_char,
+    flags: c_int,
+    out: *mut c_int,
+) -> c_int {
+    guard(SQLITE_IOERR, || {
+        // SAFETY: SQLite calls xAccess only on this VFS, with a NUL-terminated
+        // name and a valid out-pointer.
+        let (Some(state), false, Some(out)) =
+            (unsafe { state(vfs) }, name.is_null(), unsafe { out.as_mut() })
+        else {
+            return SQLITE_MISUSE;
+        };
+        // SAFETY: SQLite's name for this call.
+        state.access(unsafe { SqliteName::new(name) }, flags, out)
+    })
+}
+
+/// Defines a `sqlite3_vfs` method that forwards unchanged to the underlying
+/// VFS, returning `$fallback` if that VFS lacks it (or on panic).
+macro_rules! forward {
+    ($fn_name:ident, $field:ident, $min_version:expr, ($($arg:ident : $ty:ty),*) -> $ret:ty, $fallback:expr) => {
+        unsafe extern "C" fn $fn_name(vfs: *mut sqlite3_vfs $(, $arg: $ty)*) -> $ret {
+            guard($fallback, || {
+                // SAFETY: SQLite calls this only on our VFS.
+                match unsafe { base(vfs) } {
+                    Some((p, b)) if b.iVersion >= $min_version => match b.$field {
+                        // SAFETY: forwarding SQLite's arguments unchanged to the
+                        // underlying VFS, which has this method.
+                        Some(f) => unsafe { f(p $(, $arg)*) },
+                        None => $fallback,
+                    },
+                    _ => $fallback,
+                }
+            })
+        }
+    };
+}
+
+forward!(x_full_pathname, xFullPathname, 1, (name: *const c_char, n_out: c_int, out: *mut c_char) -> c_int, SQLITE_CANTOPEN);
+forward!(x_dl_open, xDlOpen, 1, (name: *const c_char) -> *mut c_void, ptr::null_mut());
+forward!(x_dl_error, xDlError, 1, (n: c_int, msg: *mut c_char) -> (), ());
+forward!(x_dl_sym, xDlSym, 1, (handle: *mut c_void, symbol: *const c_char) -> DlSymResult, None);
+forward!(x_dl_close, xDlClose, 1, (handle: *mut c_void) -> (), ());
+forward!(x_randomness, xRandomness, 1, (n: c_int, out: *mut c_char) -> c_int, 0);
+/// SQLite's busy handler sleeps here between tries for a lock (1, 2, 5, 10... ms). A try
+/// that failed only because another connection had just committed retries at once, and a
+/// sleep ends early when a connection of this process lets go of a write lock: commits take
+/// a fraction of a millisecond, so whole-millisecond sleeps would leave the database idle.
+unsafe extern "C" fn x_sleep(_vfs: *mut sqlite3_vfs, micros: c_int) -> c_int {
+    guard(0, || {
+        crate::store_db::sleep_until_lock_released(u64::try_from(micros).unwrap_or(0));
+        micros
+    })
+}
+forward!(x_current_time, xCurrentTime, 1, (out: *mut f64) -> c_int, SQLITE_ERROR);
+forward!(x_get_last_error, xGetLastError, 1, (n: c_int, out: *mut c_char) -> c_int, 0);
+forward!(x_current_time_int64, xCurrentTimeInt64, 2, (out: *mut sqlite3_int64) -> c_int, SQLITE_ERROR);
+forward!(x_set_system_call, xSetSystemCall, 3, (name: *const c_char, f: sqlite3_syscall_ptr) -> c_int, SQLITE_NOTFOUND);
+forward!(x_get_system_call, xGetSystemCall, 3, (name: *const c_char) -> sqlite3_syscall_ptr, None);
+forward!(x_next_system_call, xNextSystemCall, 3, (name: *const c_char) -> *const c_char, ptr::null());
