@@ -20,14 +20,15 @@ use anyhow::{anyhow, bail, Context, Result};
 use onesync_mvbt::{Config, Tree};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rusqlite::{params, Connection, OpenFlags};
+use rusqlite::{params, Connection};
 use serde::Serialize;
 
-use crate::bench::{open_stock, Mode};
 use crate::loopfs::{FsKind, LoopFs};
-use crate::meter::per;
+use crate::meters::per;
 use crate::output::{self, Human};
 use crate::progress::phase_bar;
+use crate::schemes::mvbt::{self as mvbt_schemes, MvbtTable};
+use crate::schemes::{stock, wal, Scheme};
 use crate::sqlite::in_transaction;
 pub use torture::{run_child, MvbtChildArgs};
 
@@ -232,52 +233,36 @@ pub fn run(args: &MvbtArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A commit scheme measured through SQL.
+/// A contender measured through SQL: an mvbt table variant, or a stock scheme.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scheme {
+pub enum Contender {
     /// The `mvbt` virtual table with one of the engine's variants.
-    Tree(Variant),
+    Tree(&'static MvbtTable),
     /// Stock WAL, synchronous=FULL, checkpointing every `n` pages.
     Wal(u32),
     /// Stock TRUNCATE rollback journal, synchronous=FULL.
     Truncate,
 }
 
-/// The ablation's engine variants (the vtable's `variant=` argument).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Variant {
-    Mvbt,
-    MvbtEmbedding,
-    MvbtLazySplit,
-    LsMvbt,
-}
-
-impl Variant {
-    fn sql_name(self) -> &'static str {
-        match self {
-            Variant::Mvbt => "mvbt",
-            Variant::MvbtEmbedding => "mvbt+embedding",
-            Variant::MvbtLazySplit => "mvbt+lazy-split",
-            Variant::LsMvbt => "ls-mvbt",
-        }
-    }
-}
-
 /// SQLite's default checkpoint interval (pages).
 const DEFAULT_CHECKPOINT: u32 = 1000;
 
-impl Scheme {
-    fn name(self) -> String {
+impl Contender {
+    fn scheme(self) -> &'static dyn Scheme {
         match self {
-            Scheme::Tree(v) => v.sql_name().to_owned(),
-            Scheme::Wal(_) => "wal".to_owned(),
-            Scheme::Truncate => "truncate".to_owned(),
+            Contender::Tree(table) => table,
+            Contender::Wal(_) => &wal::WAL,
+            Contender::Truncate => &stock::TRUNCATE,
         }
+    }
+
+    fn name(self) -> String {
+        self.scheme().name().to_owned()
     }
 
     fn checkpoint_interval(self) -> Option<u32> {
         match self {
-            Scheme::Wal(n) => Some(n),
+            Contender::Wal(n) => Some(n),
             _ => None,
         }
     }
@@ -285,21 +270,17 @@ impl Scheme {
 
 /// A scheme's open database in a run directory, with the table `kv(key, value)`.
 pub struct Subject {
-    scheme: Scheme,
+    scheme: Contender,
     conn: Connection,
     tree_path: PathBuf,
 }
 
 impl Subject {
     /// Creates the table in a fresh `dir`.
-    fn create(scheme: Scheme, dir: &Path) -> Result<Subject> {
+    fn create(scheme: Contender, dir: &Path) -> Result<Subject> {
         let subject = Subject::open(scheme, dir)?;
         match scheme {
-            Scheme::Tree(variant) => subject.conn.execute_batch(&format!(
-                "CREATE VIRTUAL TABLE kv USING mvbt(file='{}', variant='{}', keep_versions=0)",
-                subject.tree_path.display(),
-                variant.sql_name()
-            ))?,
+            Contender::Tree(table) => table.create_table(&subject.conn, &subject.tree_path)?,
             _ => subject
                 .conn
                 .execute_batch("CREATE TABLE kv(key INTEGER PRIMARY KEY, value BLOB NOT NULL)")?,
@@ -308,17 +289,16 @@ impl Subject {
     }
 
     /// Opens the scheme's database in `dir` (which may hold it already).
-    fn open(scheme: Scheme, dir: &Path) -> Result<Subject> {
+    fn open(scheme: Contender, dir: &Path) -> Result<Subject> {
         let tree_path = dir.join(TREE_FILE);
-        let conn = match scheme {
-            Scheme::Tree(_) => open_with_mvbt(&dir.join(MAIN_DB))?,
-            Scheme::Wal(interval) => {
-                let conn = open_stock(Mode::Wal, &dir.join(STOCK_DB))?;
-                conn.execute_batch(&format!("PRAGMA wal_autocheckpoint={interval}"))?;
-                conn
-            }
-            Scheme::Truncate => open_stock(Mode::Truncate, &dir.join(STOCK_DB))?,
+        let db = match scheme {
+            Contender::Tree(_) => MAIN_DB,
+            Contender::Wal(_) | Contender::Truncate => STOCK_DB,
         };
+        let conn = scheme.scheme().open(&dir.join(db))?;
+        if let Contender::Wal(interval) = scheme {
+            conn.execute_batch(&format!("PRAGMA wal_autocheckpoint={interval}"))?;
+        }
         Ok(Subject {
             scheme,
             conn,
@@ -329,7 +309,7 @@ impl Subject {
     /// Cumulative (pages or node images written, flushes, splits) of this subject.
     fn io(&self) -> Result<(f64, u64, u64)> {
         match self.scheme {
-            Scheme::Tree(_) => {
+            Contender::Tree(_) => {
                 let c = onesync::mvbt_counters(&self.tree_path)
                     .ok_or_else(|| anyhow!("the mvbt table {} is not open", self.tree_path.display()))?;
                 Ok((c.nodes_written as f64, c.fsyncs, c.splits))
@@ -340,20 +320,6 @@ impl Subject {
             }
         }
     }
-}
-
-/// Opens (creating) a database with SQLite's default VFS and the `mvbt` module registered.
-pub fn open_with_mvbt(path: &Path) -> Result<Connection> {
-    register_mvbt()?;
-    let flags =
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    Connection::open_with_flags(path, flags).with_context(|| format!("opening {}", path.display()))
-}
-
-/// Makes every connection opened from now on have the `mvbt` module (idempotent).
-pub fn register_mvbt() -> Result<()> {
-    onesync::register_mvbt_for_new_connections(&onesync::api_table_from_sys!(rusqlite::ffi))
-        .map_err(|e| anyhow!("registering the mvbt module: {e}"))
 }
 
 /// The keys present in a table, with O(1) random choice and removal.
@@ -492,7 +458,7 @@ fn fresh_place(place: &Place, prefix: &str) -> Result<(Option<LoopFs>, tempfile:
 /// `search_share` instead) on `scheme`.
 fn measure_sql(
     place: &Place,
-    scheme: Scheme,
+    scheme: Contender,
     records: u64,
     txns: u64,
     query: Query,
@@ -504,7 +470,7 @@ fn measure_sql(
     let mut rng = SmallRng::seed_from_u64(place.seed);
     let mut keys = load(&subject.conn, records, &mut rng)?;
     // The load's checkpoint and dirty blocks are not the measured transactions' cost.
-    if matches!(scheme, Scheme::Wal(_)) {
+    if matches!(scheme, Contender::Wal(_)) {
         subject.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?;
     }
     nix::unistd::sync();
@@ -538,7 +504,7 @@ fn measure_sql(
         dirty_pages_per_txn: per(pages_after - pages_before, t),
         fsyncs_per_txn: per((syncs_after - syncs_before) as f64, t),
         fs: place.fs.map(FsKind::name),
-        splits_per_txn: matches!(scheme, Scheme::Tree(_))
+        splits_per_txn: matches!(scheme, Contender::Tree(_))
             .then(|| per((splits_after - splits_before) as f64, t)),
         dev_kb_per_txn: device.map(|d| per(d.bytes_written() as f64 / 1024.0, t)),
         dev_flushes_per_txn: device.map(|d| per(d.flushes as f64, t)),
@@ -548,9 +514,9 @@ fn measure_sql(
 
 pub fn insert(args: &InsertArgs) -> Result<Vec<MvbtResult>> {
     output::check_json_path(args.place.json.as_deref())?;
-    let mut schemes = vec![Scheme::Tree(Variant::LsMvbt)];
-    schemes.extend(args.checkpoint_intervals.iter().map(|&n| Scheme::Wal(n)));
-    schemes.push(Scheme::Truncate);
+    let mut schemes = vec![Contender::Tree(&mvbt_schemes::LS_MVBT)];
+    schemes.extend(args.checkpoint_intervals.iter().map(|&n| Contender::Wal(n)));
+    schemes.push(Contender::Truncate);
     schemes
         .into_iter()
         .map(|scheme| {
@@ -577,9 +543,9 @@ pub fn mixed(args: &MixedArgs) -> Result<Vec<MvbtResult>> {
     }
     let mut results = Vec::new();
     for scheme in [
-        Scheme::Tree(Variant::LsMvbt),
-        Scheme::Wal(DEFAULT_CHECKPOINT),
-        Scheme::Truncate,
+        Contender::Tree(&mvbt_schemes::LS_MVBT),
+        Contender::Wal(DEFAULT_CHECKPOINT),
+        Contender::Truncate,
     ] {
         for &percent in &args.search_percent {
             let mut r = measure_sql(
@@ -603,12 +569,12 @@ pub fn mixed(args: &MixedArgs) -> Result<Vec<MvbtResult>> {
 pub fn ablation(args: &AblationArgs) -> Result<Vec<MvbtResult>> {
     output::check_json_path(args.place.json.as_deref())?;
     let schemes = [
-        Scheme::Tree(Variant::Mvbt),
-        Scheme::Tree(Variant::MvbtEmbedding),
-        Scheme::Tree(Variant::MvbtLazySplit),
-        Scheme::Tree(Variant::LsMvbt),
-        Scheme::Truncate,
-        Scheme::Wal(DEFAULT_CHECKPOINT),
+        Contender::Tree(&mvbt_schemes::MVBT),
+        Contender::Tree(&mvbt_schemes::MVBT_EMBEDDING),
+        Contender::Tree(&mvbt_schemes::MVBT_LAZY_SPLIT),
+        Contender::Tree(&mvbt_schemes::LS_MVBT),
+        Contender::Truncate,
+        Contender::Wal(DEFAULT_CHECKPOINT),
     ];
     let mut results = Vec::new();
     for (query, name) in [
@@ -645,14 +611,14 @@ fn copy_crash_image(from: &Path, to: &Path) -> Result<()> {
 
 /// Leaves in `image` a crashed `scheme` database of 2,000 records whose last transaction,
 /// `aborted` inserts long, was on disk but never committed.
-fn make_crash_image(scheme: Scheme, work: &Path, image: &Path, aborted: u64, seed: u64) -> Result<()> {
+fn make_crash_image(scheme: Contender, work: &Path, image: &Path, aborted: u64, seed: u64) -> Result<()> {
     let live = work.join("live");
     std::fs::create_dir_all(&live)?;
     let mut rng = SmallRng::seed_from_u64(seed);
     let subject = Subject::create(scheme, &live)?;
     let mut keys = load(&subject.conn, 2000, &mut rng)?;
     match scheme {
-        Scheme::Tree(_) => {
+        Contender::Tree(_) => {
             let tree_path = subject.tree_path.clone();
             drop(subject);
             let mut tree = Tree::open(&tree_path, Config::ls_mvbt()).context("opening the tree directly")?;
@@ -689,7 +655,7 @@ fn make_crash_image(scheme: Scheme, work: &Path, image: &Path, aborted: u64, see
 
 /// Opens a copy of the crash image and reads one row: SQLite's hot-journal rollback or WAL
 /// recovery, or the tree's Algorithm 2, happen inside. Returns the time it took.
-fn time_recovery(scheme: Scheme, image: &Path, attempt: &Path, cold: bool) -> Result<Duration> {
+fn time_recovery(scheme: Contender, image: &Path, attempt: &Path, cold: bool) -> Result<Duration> {
     copy_crash_image(image, attempt)?;
     nix::unistd::sync();
     if cold {
@@ -717,9 +683,9 @@ fn time_recovery(scheme: Scheme, image: &Path, attempt: &Path, cold: bool) -> Re
 pub fn recovery(args: &RecoveryArgs) -> Result<Vec<MvbtResult>> {
     output::check_json_path(args.place.json.as_deref())?;
     let schemes = [
-        Scheme::Tree(Variant::LsMvbt),
-        Scheme::Wal(DEFAULT_CHECKPOINT),
-        Scheme::Truncate,
+        Contender::Tree(&mvbt_schemes::LS_MVBT),
+        Contender::Wal(DEFAULT_CHECKPOINT),
+        Contender::Truncate,
     ];
     let bar = phase_bar(
         "recovery",

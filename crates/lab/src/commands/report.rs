@@ -12,9 +12,12 @@ use std::process::ExitCode;
 use anyhow::{anyhow, Context, Result};
 use plotters::prelude::*;
 
-use crate::bench::{self, BenchArgs, Mode, ModeResult, Workload};
-use crate::flash::{self, FlashResult};
+use crate::commands::bench::{self, BenchArgs, ModeResult};
+use crate::commands::flash::{self, FlashResult};
 use crate::loopfs::FsKind;
+use crate::schemes::Mode;
+use crate::schemes::{Durability, DEFAULT_COLOR};
+use crate::workloads::Workload;
 
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
@@ -104,7 +107,7 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
     // crash-safe modes (all modes are in the tables).
     let durable: Vec<ModeResult> = insert
         .iter()
-        .filter(|r| !matches!(r.mode, "wal-normal" | "memory" | "off"))
+        .filter(|r| Mode::by_name(r.mode).is_some_and(|m| m.scheme().durability() == Durability::AtCommit))
         .cloned()
         .collect();
     let charts = [
@@ -230,18 +233,10 @@ fn html_table(results: &[ModeResult]) -> String {
     out
 }
 
+/// The chart colour of the mode called `mode`.
 fn color(mode: &str) -> RGBColor {
-    match mode {
-        "onesync" => RGBColor(0x1b, 0x9e, 0x77),
-        "wal" => RGBColor(0x75, 0x70, 0xb3),
-        "wal-normal" => RGBColor(0xb8, 0xb5, 0xdc),
-        "wal-delayed" => RGBColor(0x4a, 0x45, 0x8a),
-        "memory" => RGBColor(0xb0, 0xb0, 0xb0),
-        "off" => RGBColor(0x70, 0x70, 0x70),
-        "truncate" => RGBColor(0xf0, 0x8c, 0x3c),
-        "persist" => RGBColor(0xa8, 0x48, 0x00),
-        _ => RGBColor(0xd9, 0x5f, 0x02),
-    }
+    let (r, g, b) = Mode::by_name(mode).map_or(DEFAULT_COLOR, |m| m.scheme().chart_color());
+    RGBColor(r, g, b)
 }
 
 fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
