@@ -1,11 +1,13 @@
 //! Workloads, each written once against a plain [`Connection`] (whatever scheme opened it)
 //! and used by every command that runs it: `bench` runs them all, `flash` runs partsupp,
-//! the VM's power-cut workload runs tpcb, and the tortures and the explorer run bank.
+//! the VM's power-cut workload runs tpcb, `mvbt` runs kv, and the tortures and the explorer
+//! run bank.
 
 pub mod bank;
 pub mod dbbench;
 pub mod delete;
 pub mod insert;
+pub mod kv;
 pub mod mixed;
 pub mod partsupp;
 pub mod tpcb;

@@ -11,7 +11,6 @@
 
 mod torture;
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -29,15 +28,11 @@ use crate::output::{self, Human};
 use crate::progress::phase_bar;
 use crate::schemes::mvbt::{self as mvbt_schemes, MvbtTable};
 use crate::schemes::{stock, wal, Scheme};
-use crate::sqlite::in_transaction;
+use crate::workloads::kv::{self, load, value, KeySet, Query, KEY_SPACE_FACTOR, VALUE_BYTES};
 pub use torture::{run_child, MvbtChildArgs};
 
-/// Bytes of every record's value (the paper's node-size experiment uses 128-byte records).
-const VALUE_BYTES: usize = 128;
 /// SQLite's page size, for turning stock modes' bytes written into pages.
 const SQLITE_PAGE_BYTES: f64 = 4096.0;
-/// Keys are drawn from [0, records × KEY_SPACE_FACTOR).
-const KEY_SPACE_FACTOR: i64 = 50;
 /// Main database and tree file names in a run's directory.
 const MAIN_DB: &str = "main.db";
 const TREE_FILE: &str = "kv.mvbt";
@@ -322,131 +317,6 @@ impl Subject {
     }
 }
 
-/// The keys present in a table, with O(1) random choice and removal.
-struct KeySet {
-    keys: Vec<i64>,
-    present: HashSet<i64>,
-    space: i64,
-}
-
-impl KeySet {
-    fn new(space: i64) -> KeySet {
-        KeySet {
-            keys: Vec::new(),
-            present: HashSet::new(),
-            space,
-        }
-    }
-
-    fn absent(&self, rng: &mut SmallRng) -> i64 {
-        loop {
-            let key = rng.random_range(0..self.space);
-            if !self.present.contains(&key) {
-                return key;
-            }
-        }
-    }
-
-    fn add(&mut self, key: i64) {
-        if self.present.insert(key) {
-            self.keys.push(key);
-        }
-    }
-
-    fn any(&self, rng: &mut SmallRng) -> Option<i64> {
-        (!self.keys.is_empty()).then(|| self.keys[rng.random_range(0..self.keys.len())])
-    }
-
-    fn take_any(&mut self, rng: &mut SmallRng) -> Option<i64> {
-        if self.keys.is_empty() {
-            return None;
-        }
-        let key = self.keys.swap_remove(rng.random_range(0..self.keys.len()));
-        self.present.remove(&key);
-        Some(key)
-    }
-}
-
-fn value(rng: &mut SmallRng, len: usize) -> Vec<u8> {
-    (0..len).map(|_| rng.random()).collect()
-}
-
-/// Loads `records` random keys in one transaction.
-fn load(conn: &Connection, records: u64, rng: &mut SmallRng) -> Result<KeySet> {
-    let mut keys = KeySet::new((records as i64).max(1) * KEY_SPACE_FACTOR);
-    in_transaction(conn, || -> Result<()> {
-        let mut insert = conn.prepare("INSERT INTO kv(key, value) VALUES (?1, ?2)")?;
-        for _ in 0..records {
-            let key = keys.absent(rng);
-            insert.execute(params![key, value(rng, VALUE_BYTES)])?;
-            keys.add(key);
-        }
-        Ok(())
-    })?;
-    Ok(keys)
-}
-
-/// One measured transaction kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Query {
-    /// Insert a random absent key and delete a random present one, alternately.
-    Alternate,
-    Insert,
-    Update,
-    Delete,
-    Search,
-}
-
-/// Runs one autocommit statement of kind `query` (for `Alternate`, `n` picks the half).
-fn one_transaction(
-    conn: &Connection,
-    query: Query,
-    n: u64,
-    keys: &mut KeySet,
-    rng: &mut SmallRng,
-) -> Result<()> {
-    let query = match query {
-        Query::Alternate if n.is_multiple_of(2) => Query::Insert,
-        Query::Alternate => Query::Delete,
-        q => q,
-    };
-    match query {
-        Query::Insert | Query::Alternate => {
-            let key = keys.absent(rng);
-            conn.prepare_cached("INSERT INTO kv(key, value) VALUES (?1, ?2)")?
-                .execute(params![key, value(rng, VALUE_BYTES)])?;
-            keys.add(key);
-        }
-        Query::Update => {
-            let key = keys.any(rng).ok_or_else(|| anyhow!("no key left to update"))?;
-            conn.prepare_cached("UPDATE kv SET value = ?2 WHERE key = ?1")?
-                .execute(params![key, value(rng, VALUE_BYTES)])?;
-        }
-        Query::Delete => {
-            let key = keys
-                .take_any(rng)
-                .ok_or_else(|| anyhow!("no key left to delete"))?;
-            let deleted = conn
-                .prepare_cached("DELETE FROM kv WHERE key = ?1")?
-                .execute([key])?;
-            if deleted != 1 {
-                bail!("deleting key {key} deleted {deleted} rows");
-            }
-        }
-        Query::Search => {
-            let key = keys.any(rng).ok_or_else(|| anyhow!("no key to search"))?;
-            let found: Vec<u8> = conn
-                .prepare_cached("SELECT value FROM kv WHERE key = ?1")?
-                .query_row([key], |r| r.get(0))
-                .with_context(|| format!("searching key {key}"))?;
-            if found.len() != VALUE_BYTES {
-                bail!("key {key} has a {}-byte value", found.len());
-            }
-        }
-    }
-    Ok(())
-}
-
 /// A fresh loop filesystem (with --fs) and a fresh directory for one run.
 fn fresh_place(place: &Place, prefix: &str) -> Result<(Option<LoopFs>, tempfile::TempDir)> {
     let loop_fs = output::loop_fs(place.fs, place.fs_size_mib)?;
@@ -481,9 +351,9 @@ fn measure_sql(
     let mut writes = 0u64;
     for n in 0..txns {
         if search_share > 0.0 && rng.random_bool(search_share.min(1.0)) {
-            one_transaction(&subject.conn, Query::Search, n, &mut keys, &mut rng)?;
+            kv::transaction(&subject.conn, Query::Search, n, &mut keys, &mut rng)?;
         } else {
-            one_transaction(&subject.conn, query, writes, &mut keys, &mut rng)?;
+            kv::transaction(&subject.conn, query, writes, &mut keys, &mut rng)?;
             writes += 1;
         }
         bar.inc(1);
