@@ -13,6 +13,7 @@ mod vm;
 mod vm_guest;
 mod workloads;
 
+// `crate::bench` is also the path `vm/` and `vm_guest.rs` use for Mode, Workload and tpcb.
 use commands::{
     bench, convert, explore, flash, mvbt, report, store_bench, torture, vfs_concurrency, vfs_kill_torture,
 };

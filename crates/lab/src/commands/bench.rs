@@ -24,7 +24,8 @@ use crate::output::{self, Human};
 use crate::progress::{phase_bar, phase_spinner};
 use crate::sqlite::{check_integrity, in_transaction};
 use crate::workloads::{dbbench, Params};
-// The paths `vm/` and `vm_guest.rs` use (`crate::commands::bench::...`).
+// What `vm/` and `vm_guest.rs` still reach as `crate::bench::...` (main.rs imports this
+// module as `bench`).
 pub use crate::schemes::{open_stock, Mode};
 pub use crate::workloads::tpcb::{
     money_conserved as tpcb_money_conserved, set_up as tpcb_set_up, transaction as tpcb_transaction,
