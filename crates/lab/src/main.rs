@@ -1,23 +1,20 @@
 //! `onesync`: the lab around the onesync store (workloads, meters, reports).
 #![forbid(unsafe_code)]
 
-mod bank;
-mod bench;
-mod concurrency;
-mod convert;
-mod explore;
-mod flash;
-mod kill_torture;
+mod commands;
 mod loopfs;
-mod meter;
-mod mvbt;
+mod meters;
 mod output;
-mod powercut;
 mod progress;
-mod report;
+mod schemes;
+mod sim;
 mod sqlite;
-mod store_bench;
 mod vm;
+mod workloads;
+
+use commands::{
+    bench, convert, explore, flash, mvbt, report, store_bench, torture, vfs_concurrency, vfs_kill_torture,
+};
 
 use std::process::ExitCode;
 
@@ -42,7 +39,7 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Bank transfers under simulated power cuts (and real kills) on one commit scheme;
     /// checks integrity, conservation of money and every acknowledged transfer
-    Torture(powercut::TortureArgs),
+    Torture(torture::TortureArgs),
     /// Run the standard comparison (insert on every mode, dbbench on WAL and onesync) and
     /// write report.html (SVG charts) and report.md (tables) into --out
     Report(report::ReportArgs),
@@ -60,10 +57,10 @@ enum Command {
     Salvage(convert::SalvageArgs),
     /// Kill a child running bank transfers through SQLite with SIGKILL at random moments;
     /// after each kill check integrity, conservation of money and every reported commit
-    VfsKillTorture(kill_torture::KillTortureArgs),
+    VfsKillTorture(vfs_kill_torture::KillTortureArgs),
     /// Transactions per second of one-row inserts through the onesync VFS from 1 thread and
     /// from N threads, checking each COMMIT is durable when it returns
-    VfsConcurrency(concurrency::ConcurrencyArgs),
+    VfsConcurrency(vfs_concurrency::ConcurrencyArgs),
     /// The X-FTL paper's experiments on a simulated NAND SSD with SQLite on it (partsupp, gc,
     /// fio, restart, torture): simulated time, NAND programs, erases, GC runs per mode
     Flash(flash::FlashArgs),
@@ -95,7 +92,7 @@ enum Command {
     VmTpcb(vm::guest::TpcbArgs),
     /// The child process of vfs-kill-torture (not for direct use)
     #[command(name = "__transfer-child", hide = true)]
-    TransferChild(kill_torture::TransferChildArgs),
+    TransferChild(vfs_kill_torture::TransferChildArgs),
 }
 
 fn main() -> ExitCode {
@@ -103,13 +100,13 @@ fn main() -> ExitCode {
     let outcome = match &cli.command {
         Command::Bench(args) => bench::run(args),
         Command::Report(args) => report::run(args),
-        Command::Torture(args) => powercut::run(args),
+        Command::Torture(args) => torture::run(args),
         Command::StoreBench(args) => store_bench::run(args).map(|()| ExitCode::SUCCESS),
         Command::Export(args) => convert::export(args).map(|()| ExitCode::SUCCESS),
         Command::Import(args) => convert::import(args).map(|()| ExitCode::SUCCESS),
         Command::Salvage(args) => convert::salvage(args).map(|()| ExitCode::SUCCESS),
-        Command::VfsKillTorture(args) => kill_torture::run(args),
-        Command::VfsConcurrency(args) => concurrency::run(args),
+        Command::VfsKillTorture(args) => vfs_kill_torture::run(args),
+        Command::VfsConcurrency(args) => vfs_concurrency::run(args),
         Command::Flash(args) => flash::run(args),
         Command::Mvbt(args) => mvbt::run(args),
         Command::Vm(args) => vm::run(args),
@@ -119,7 +116,7 @@ fn main() -> ExitCode {
         Command::VmSelftest(args) => vm::guest::selftest(args),
         Command::VmSelftestChild(args) => vm::guest::selftest_child(args).map(|()| ExitCode::SUCCESS),
         Command::VmTpcb(args) => vm::guest::tpcb(args).map(|()| ExitCode::SUCCESS),
-        Command::TransferChild(args) => kill_torture::run_child(args).map(|()| ExitCode::SUCCESS),
+        Command::TransferChild(args) => vfs_kill_torture::run_child(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {
         Ok(code) => code,

@@ -17,9 +17,10 @@ use onesync_vm::{make_image, GuestFs, GuestOutcome, GuestRun, PowerCut};
 
 use super::guest::{TpcbState, ACK_PREFIX, RUNNING_LINE, STATE_PREFIX};
 use super::kit;
-use crate::bench::{Mode, Workload};
 use crate::output::{self, Human};
 use crate::progress::phase_bar;
+use crate::schemes::Mode;
+use crate::workloads::Workload;
 
 /// The paper's Table 3: KB written per 100-byte insert (SQLite files + filesystem).
 const PAPER_TABLE_3: [(&str, &str, f64); 5] = [

@@ -17,8 +17,9 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use rusqlite::{Connection, OpenFlags};
 
-use crate::bench::Mode;
+use crate::schemes::{open_stock, Mode};
 use crate::sqlite::{check_integrity, open_f2fs, open_plain};
+use crate::workloads::tpcb;
 
 #[derive(clap::Args, Debug)]
 pub struct SelftestArgs {
@@ -342,13 +343,13 @@ fn batch_atomic(dir: &Path) -> Result<()> {
     let db = dir.join("batch.db");
     let journal = PathBuf::from(format!("{}-journal", db.display()));
     {
-        let conn = crate::bench::open_stock(Mode::BatchAtomic, &db)?;
+        let conn = open_stock(Mode::BatchAtomic, &db)?;
         conn.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")?;
     }
     if journal.exists() {
         fs::remove_file(&journal)?;
     }
-    let conn = crate::bench::open_stock(Mode::BatchAtomic, &db)?;
+    let conn = open_stock(Mode::BatchAtomic, &db)?;
     conn.execute_batch("INSERT INTO t VALUES (1, 'x'); BEGIN; INSERT INTO t VALUES (2, 'y'); COMMIT")?;
     ensure!(
         !journal.exists(),
@@ -463,12 +464,12 @@ pub struct TpcbState {
 }
 
 fn open_tpcb(mode: Mode, db: &Path) -> Result<Connection> {
-    crate::bench::open_stock(mode, db)
+    open_stock(mode, db)
 }
 
 fn tpcb_check(conn: &Connection) -> Result<(i64, i64)> {
     check_integrity(conn)?;
-    crate::bench::tpcb_money_conserved(conn)?;
+    tpcb::money_conserved(conn)?;
     let (rows, max_seq, distinct): (i64, i64, i64) = conn.query_row(
         "SELECT count(*), ifnull(max(mtime), -1), count(DISTINCT mtime) FROM history",
         [],
@@ -486,7 +487,7 @@ pub fn tpcb(args: &TpcbArgs) -> Result<()> {
     let exists = db.exists();
     let conn = open_tpcb(args.mode, &db)?;
     if !exists {
-        crate::sqlite::in_transaction(&conn, || crate::bench::tpcb_set_up(&conn, TPCB_ACCOUNTS))?;
+        crate::sqlite::in_transaction(&conn, || tpcb::set_up(&conn, TPCB_ACCOUNTS))?;
     }
     let state = match tpcb_check(&conn) {
         Ok((history, max_seq)) => TpcbState {
@@ -510,7 +511,7 @@ pub fn tpcb(args: &TpcbArgs) -> Result<()> {
     let mut rng = SmallRng::seed_from_u64(args.seed ^ state.max_seq as u64);
     let mut seq = state.max_seq + 1;
     loop {
-        crate::bench::tpcb_transaction(&conn, TPCB_ACCOUNTS, seq, &mut rng)?;
+        tpcb::transaction(&conn, TPCB_ACCOUNTS, seq, &mut rng)?;
         println!("{ACK_PREFIX}{seq}");
         std::io::stdout().flush()?;
         seq += 1;

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
 use super::scenario::Backend;
-use crate::bank;
+use crate::workloads::bank;
 
 /// Which promise was broken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::loopfs::{FsKind, LoopFs};
-use crate::meter::{per, Measurement, Meter};
+use crate::meters::{per, Measurement, Meter};
 use crate::output::{self, Human};
 use crate::progress::{phase_bar, phase_spinner};
 use onesync_store::{FileId, Options, Store};

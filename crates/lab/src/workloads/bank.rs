@@ -1,6 +1,7 @@
-//! The bank workload shared by the kill torture and its child: accounts whose balances only
-//! ever move between each other (money is conserved) and a ledger naming every transfer by a
-//! unique id, and the checks run on a database after the child was killed.
+//! The bank workload of every crash test (`torture`, `vfs-kill-torture` and its child,
+//! `flash torture`, `explore`): accounts whose balances only ever move between each other
+//! (money is conserved) and a ledger naming every transfer by a unique id, and the checks
+//! run on a database after a power cut or a kill.
 
 use std::collections::HashMap;
 

@@ -23,10 +23,10 @@ use rand::{Rng, SeedableRng};
 use rusqlite::params;
 use serde::Serialize;
 
-use super::open_with_mvbt;
-use crate::kill_torture::{print_line, RunningChild, COMMITTED_PREFIX, READY_LINE};
+use crate::commands::vfs_kill_torture::{print_line, RunningChild, COMMITTED_PREFIX, READY_LINE};
 use crate::output::{self, Human};
 use crate::progress::phase_bar;
+use crate::schemes::mvbt::open_with_mvbt;
 
 const ACCOUNTS: i64 = 50;
 const INITIAL_BALANCE: i64 = 1000;

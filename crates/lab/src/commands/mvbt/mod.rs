@@ -11,7 +11,6 @@
 
 mod torture;
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -20,23 +19,20 @@ use anyhow::{anyhow, bail, Context, Result};
 use onesync_mvbt::{Config, Tree};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rusqlite::{params, Connection, OpenFlags};
+use rusqlite::{params, Connection};
 use serde::Serialize;
 
-use crate::bench::{open_stock, Mode};
 use crate::loopfs::{FsKind, LoopFs};
-use crate::meter::per;
+use crate::meters::per;
 use crate::output::{self, Human};
 use crate::progress::phase_bar;
-use crate::sqlite::in_transaction;
+use crate::schemes::mvbt::{self as mvbt_schemes, MvbtTable};
+use crate::schemes::{stock, wal, Scheme};
+use crate::workloads::kv::{self, load, value, KeySet, Query, KEY_SPACE_FACTOR, VALUE_BYTES};
 pub use torture::{run_child, MvbtChildArgs};
 
-/// Bytes of every record's value (the paper's node-size experiment uses 128-byte records).
-const VALUE_BYTES: usize = 128;
 /// SQLite's page size, for turning stock modes' bytes written into pages.
 const SQLITE_PAGE_BYTES: f64 = 4096.0;
-/// Keys are drawn from [0, records × KEY_SPACE_FACTOR).
-const KEY_SPACE_FACTOR: i64 = 50;
 /// Main database and tree file names in a run's directory.
 const MAIN_DB: &str = "main.db";
 const TREE_FILE: &str = "kv.mvbt";
@@ -232,52 +228,36 @@ pub fn run(args: &MvbtArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A commit scheme measured through SQL.
+/// A contender measured through SQL: an mvbt table variant, or a stock scheme.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scheme {
+pub enum Contender {
     /// The `mvbt` virtual table with one of the engine's variants.
-    Tree(Variant),
+    Tree(&'static MvbtTable),
     /// Stock WAL, synchronous=FULL, checkpointing every `n` pages.
     Wal(u32),
     /// Stock TRUNCATE rollback journal, synchronous=FULL.
     Truncate,
 }
 
-/// The ablation's engine variants (the vtable's `variant=` argument).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Variant {
-    Mvbt,
-    MvbtEmbedding,
-    MvbtLazySplit,
-    LsMvbt,
-}
-
-impl Variant {
-    fn sql_name(self) -> &'static str {
-        match self {
-            Variant::Mvbt => "mvbt",
-            Variant::MvbtEmbedding => "mvbt+embedding",
-            Variant::MvbtLazySplit => "mvbt+lazy-split",
-            Variant::LsMvbt => "ls-mvbt",
-        }
-    }
-}
-
 /// SQLite's default checkpoint interval (pages).
 const DEFAULT_CHECKPOINT: u32 = 1000;
 
-impl Scheme {
-    fn name(self) -> String {
+impl Contender {
+    fn scheme(self) -> &'static dyn Scheme {
         match self {
-            Scheme::Tree(v) => v.sql_name().to_owned(),
-            Scheme::Wal(_) => "wal".to_owned(),
-            Scheme::Truncate => "truncate".to_owned(),
+            Contender::Tree(table) => table,
+            Contender::Wal(_) => &wal::WAL,
+            Contender::Truncate => &stock::TRUNCATE,
         }
+    }
+
+    fn name(self) -> String {
+        self.scheme().name().to_owned()
     }
 
     fn checkpoint_interval(self) -> Option<u32> {
         match self {
-            Scheme::Wal(n) => Some(n),
+            Contender::Wal(n) => Some(n),
             _ => None,
         }
     }
@@ -285,21 +265,17 @@ impl Scheme {
 
 /// A scheme's open database in a run directory, with the table `kv(key, value)`.
 pub struct Subject {
-    scheme: Scheme,
+    scheme: Contender,
     conn: Connection,
     tree_path: PathBuf,
 }
 
 impl Subject {
     /// Creates the table in a fresh `dir`.
-    fn create(scheme: Scheme, dir: &Path) -> Result<Subject> {
+    fn create(scheme: Contender, dir: &Path) -> Result<Subject> {
         let subject = Subject::open(scheme, dir)?;
         match scheme {
-            Scheme::Tree(variant) => subject.conn.execute_batch(&format!(
-                "CREATE VIRTUAL TABLE kv USING mvbt(file='{}', variant='{}', keep_versions=0)",
-                subject.tree_path.display(),
-                variant.sql_name()
-            ))?,
+            Contender::Tree(table) => table.create_table(&subject.conn, &subject.tree_path)?,
             _ => subject
                 .conn
                 .execute_batch("CREATE TABLE kv(key INTEGER PRIMARY KEY, value BLOB NOT NULL)")?,
@@ -308,17 +284,16 @@ impl Subject {
     }
 
     /// Opens the scheme's database in `dir` (which may hold it already).
-    fn open(scheme: Scheme, dir: &Path) -> Result<Subject> {
+    fn open(scheme: Contender, dir: &Path) -> Result<Subject> {
         let tree_path = dir.join(TREE_FILE);
-        let conn = match scheme {
-            Scheme::Tree(_) => open_with_mvbt(&dir.join(MAIN_DB))?,
-            Scheme::Wal(interval) => {
-                let conn = open_stock(Mode::Wal, &dir.join(STOCK_DB))?;
-                conn.execute_batch(&format!("PRAGMA wal_autocheckpoint={interval}"))?;
-                conn
-            }
-            Scheme::Truncate => open_stock(Mode::Truncate, &dir.join(STOCK_DB))?,
+        let db = match scheme {
+            Contender::Tree(_) => MAIN_DB,
+            Contender::Wal(_) | Contender::Truncate => STOCK_DB,
         };
+        let conn = scheme.scheme().open(&dir.join(db))?;
+        if let Contender::Wal(interval) = scheme {
+            conn.execute_batch(&format!("PRAGMA wal_autocheckpoint={interval}"))?;
+        }
         Ok(Subject {
             scheme,
             conn,
@@ -329,7 +304,7 @@ impl Subject {
     /// Cumulative (pages or node images written, flushes, splits) of this subject.
     fn io(&self) -> Result<(f64, u64, u64)> {
         match self.scheme {
-            Scheme::Tree(_) => {
+            Contender::Tree(_) => {
                 let c = onesync::mvbt_counters(&self.tree_path)
                     .ok_or_else(|| anyhow!("the mvbt table {} is not open", self.tree_path.display()))?;
                 Ok((c.nodes_written as f64, c.fsyncs, c.splits))
@@ -340,145 +315,6 @@ impl Subject {
             }
         }
     }
-}
-
-/// Opens (creating) a database with SQLite's default VFS and the `mvbt` module registered.
-pub fn open_with_mvbt(path: &Path) -> Result<Connection> {
-    register_mvbt()?;
-    let flags =
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    Connection::open_with_flags(path, flags).with_context(|| format!("opening {}", path.display()))
-}
-
-/// Makes every connection opened from now on have the `mvbt` module (idempotent).
-pub fn register_mvbt() -> Result<()> {
-    onesync::register_mvbt_for_new_connections(&onesync::api_table_from_sys!(rusqlite::ffi))
-        .map_err(|e| anyhow!("registering the mvbt module: {e}"))
-}
-
-/// The keys present in a table, with O(1) random choice and removal.
-struct KeySet {
-    keys: Vec<i64>,
-    present: HashSet<i64>,
-    space: i64,
-}
-
-impl KeySet {
-    fn new(space: i64) -> KeySet {
-        KeySet {
-            keys: Vec::new(),
-            present: HashSet::new(),
-            space,
-        }
-    }
-
-    fn absent(&self, rng: &mut SmallRng) -> i64 {
-        loop {
-            let key = rng.random_range(0..self.space);
-            if !self.present.contains(&key) {
-                return key;
-            }
-        }
-    }
-
-    fn add(&mut self, key: i64) {
-        if self.present.insert(key) {
-            self.keys.push(key);
-        }
-    }
-
-    fn any(&self, rng: &mut SmallRng) -> Option<i64> {
-        (!self.keys.is_empty()).then(|| self.keys[rng.random_range(0..self.keys.len())])
-    }
-
-    fn take_any(&mut self, rng: &mut SmallRng) -> Option<i64> {
-        if self.keys.is_empty() {
-            return None;
-        }
-        let key = self.keys.swap_remove(rng.random_range(0..self.keys.len()));
-        self.present.remove(&key);
-        Some(key)
-    }
-}
-
-fn value(rng: &mut SmallRng, len: usize) -> Vec<u8> {
-    (0..len).map(|_| rng.random()).collect()
-}
-
-/// Loads `records` random keys in one transaction.
-fn load(conn: &Connection, records: u64, rng: &mut SmallRng) -> Result<KeySet> {
-    let mut keys = KeySet::new((records as i64).max(1) * KEY_SPACE_FACTOR);
-    in_transaction(conn, || -> Result<()> {
-        let mut insert = conn.prepare("INSERT INTO kv(key, value) VALUES (?1, ?2)")?;
-        for _ in 0..records {
-            let key = keys.absent(rng);
-            insert.execute(params![key, value(rng, VALUE_BYTES)])?;
-            keys.add(key);
-        }
-        Ok(())
-    })?;
-    Ok(keys)
-}
-
-/// One measured transaction kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Query {
-    /// Insert a random absent key and delete a random present one, alternately.
-    Alternate,
-    Insert,
-    Update,
-    Delete,
-    Search,
-}
-
-/// Runs one autocommit statement of kind `query` (for `Alternate`, `n` picks the half).
-fn one_transaction(
-    conn: &Connection,
-    query: Query,
-    n: u64,
-    keys: &mut KeySet,
-    rng: &mut SmallRng,
-) -> Result<()> {
-    let query = match query {
-        Query::Alternate if n.is_multiple_of(2) => Query::Insert,
-        Query::Alternate => Query::Delete,
-        q => q,
-    };
-    match query {
-        Query::Insert | Query::Alternate => {
-            let key = keys.absent(rng);
-            conn.prepare_cached("INSERT INTO kv(key, value) VALUES (?1, ?2)")?
-                .execute(params![key, value(rng, VALUE_BYTES)])?;
-            keys.add(key);
-        }
-        Query::Update => {
-            let key = keys.any(rng).ok_or_else(|| anyhow!("no key left to update"))?;
-            conn.prepare_cached("UPDATE kv SET value = ?2 WHERE key = ?1")?
-                .execute(params![key, value(rng, VALUE_BYTES)])?;
-        }
-        Query::Delete => {
-            let key = keys
-                .take_any(rng)
-                .ok_or_else(|| anyhow!("no key left to delete"))?;
-            let deleted = conn
-                .prepare_cached("DELETE FROM kv WHERE key = ?1")?
-                .execute([key])?;
-            if deleted != 1 {
-                bail!("deleting key {key} deleted {deleted} rows");
-            }
-        }
-        Query::Search => {
-            let key = keys.any(rng).ok_or_else(|| anyhow!("no key to search"))?;
-            let found: Vec<u8> = conn
-                .prepare_cached("SELECT value FROM kv WHERE key = ?1")?
-                .query_row([key], |r| r.get(0))
-                .with_context(|| format!("searching key {key}"))?;
-            if found.len() != VALUE_BYTES {
-                bail!("key {key} has a {}-byte value", found.len());
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A fresh loop filesystem (with --fs) and a fresh directory for one run.
@@ -492,7 +328,7 @@ fn fresh_place(place: &Place, prefix: &str) -> Result<(Option<LoopFs>, tempfile:
 /// `search_share` instead) on `scheme`.
 fn measure_sql(
     place: &Place,
-    scheme: Scheme,
+    scheme: Contender,
     records: u64,
     txns: u64,
     query: Query,
@@ -504,7 +340,7 @@ fn measure_sql(
     let mut rng = SmallRng::seed_from_u64(place.seed);
     let mut keys = load(&subject.conn, records, &mut rng)?;
     // The load's checkpoint and dirty blocks are not the measured transactions' cost.
-    if matches!(scheme, Scheme::Wal(_)) {
+    if matches!(scheme, Contender::Wal(_)) {
         subject.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?;
     }
     nix::unistd::sync();
@@ -515,9 +351,9 @@ fn measure_sql(
     let mut writes = 0u64;
     for n in 0..txns {
         if search_share > 0.0 && rng.random_bool(search_share.min(1.0)) {
-            one_transaction(&subject.conn, Query::Search, n, &mut keys, &mut rng)?;
+            kv::transaction(&subject.conn, Query::Search, n, &mut keys, &mut rng)?;
         } else {
-            one_transaction(&subject.conn, query, writes, &mut keys, &mut rng)?;
+            kv::transaction(&subject.conn, query, writes, &mut keys, &mut rng)?;
             writes += 1;
         }
         bar.inc(1);
@@ -538,7 +374,7 @@ fn measure_sql(
         dirty_pages_per_txn: per(pages_after - pages_before, t),
         fsyncs_per_txn: per((syncs_after - syncs_before) as f64, t),
         fs: place.fs.map(FsKind::name),
-        splits_per_txn: matches!(scheme, Scheme::Tree(_))
+        splits_per_txn: matches!(scheme, Contender::Tree(_))
             .then(|| per((splits_after - splits_before) as f64, t)),
         dev_kb_per_txn: device.map(|d| per(d.bytes_written() as f64 / 1024.0, t)),
         dev_flushes_per_txn: device.map(|d| per(d.flushes as f64, t)),
@@ -548,9 +384,9 @@ fn measure_sql(
 
 pub fn insert(args: &InsertArgs) -> Result<Vec<MvbtResult>> {
     output::check_json_path(args.place.json.as_deref())?;
-    let mut schemes = vec![Scheme::Tree(Variant::LsMvbt)];
-    schemes.extend(args.checkpoint_intervals.iter().map(|&n| Scheme::Wal(n)));
-    schemes.push(Scheme::Truncate);
+    let mut schemes = vec![Contender::Tree(&mvbt_schemes::LS_MVBT)];
+    schemes.extend(args.checkpoint_intervals.iter().map(|&n| Contender::Wal(n)));
+    schemes.push(Contender::Truncate);
     schemes
         .into_iter()
         .map(|scheme| {
@@ -577,9 +413,9 @@ pub fn mixed(args: &MixedArgs) -> Result<Vec<MvbtResult>> {
     }
     let mut results = Vec::new();
     for scheme in [
-        Scheme::Tree(Variant::LsMvbt),
-        Scheme::Wal(DEFAULT_CHECKPOINT),
-        Scheme::Truncate,
+        Contender::Tree(&mvbt_schemes::LS_MVBT),
+        Contender::Wal(DEFAULT_CHECKPOINT),
+        Contender::Truncate,
     ] {
         for &percent in &args.search_percent {
             let mut r = measure_sql(
@@ -603,12 +439,12 @@ pub fn mixed(args: &MixedArgs) -> Result<Vec<MvbtResult>> {
 pub fn ablation(args: &AblationArgs) -> Result<Vec<MvbtResult>> {
     output::check_json_path(args.place.json.as_deref())?;
     let schemes = [
-        Scheme::Tree(Variant::Mvbt),
-        Scheme::Tree(Variant::MvbtEmbedding),
-        Scheme::Tree(Variant::MvbtLazySplit),
-        Scheme::Tree(Variant::LsMvbt),
-        Scheme::Truncate,
-        Scheme::Wal(DEFAULT_CHECKPOINT),
+        Contender::Tree(&mvbt_schemes::MVBT),
+        Contender::Tree(&mvbt_schemes::MVBT_EMBEDDING),
+        Contender::Tree(&mvbt_schemes::MVBT_LAZY_SPLIT),
+        Contender::Tree(&mvbt_schemes::LS_MVBT),
+        Contender::Truncate,
+        Contender::Wal(DEFAULT_CHECKPOINT),
     ];
     let mut results = Vec::new();
     for (query, name) in [
@@ -645,14 +481,14 @@ fn copy_crash_image(from: &Path, to: &Path) -> Result<()> {
 
 /// Leaves in `image` a crashed `scheme` database of 2,000 records whose last transaction,
 /// `aborted` inserts long, was on disk but never committed.
-fn make_crash_image(scheme: Scheme, work: &Path, image: &Path, aborted: u64, seed: u64) -> Result<()> {
+fn make_crash_image(scheme: Contender, work: &Path, image: &Path, aborted: u64, seed: u64) -> Result<()> {
     let live = work.join("live");
     std::fs::create_dir_all(&live)?;
     let mut rng = SmallRng::seed_from_u64(seed);
     let subject = Subject::create(scheme, &live)?;
     let mut keys = load(&subject.conn, 2000, &mut rng)?;
     match scheme {
-        Scheme::Tree(_) => {
+        Contender::Tree(_) => {
             let tree_path = subject.tree_path.clone();
             drop(subject);
             let mut tree = Tree::open(&tree_path, Config::ls_mvbt()).context("opening the tree directly")?;
@@ -689,7 +525,7 @@ fn make_crash_image(scheme: Scheme, work: &Path, image: &Path, aborted: u64, see
 
 /// Opens a copy of the crash image and reads one row: SQLite's hot-journal rollback or WAL
 /// recovery, or the tree's Algorithm 2, happen inside. Returns the time it took.
-fn time_recovery(scheme: Scheme, image: &Path, attempt: &Path, cold: bool) -> Result<Duration> {
+fn time_recovery(scheme: Contender, image: &Path, attempt: &Path, cold: bool) -> Result<Duration> {
     copy_crash_image(image, attempt)?;
     nix::unistd::sync();
     if cold {
@@ -717,9 +553,9 @@ fn time_recovery(scheme: Scheme, image: &Path, attempt: &Path, cold: bool) -> Re
 pub fn recovery(args: &RecoveryArgs) -> Result<Vec<MvbtResult>> {
     output::check_json_path(args.place.json.as_deref())?;
     let schemes = [
-        Scheme::Tree(Variant::LsMvbt),
-        Scheme::Wal(DEFAULT_CHECKPOINT),
-        Scheme::Truncate,
+        Contender::Tree(&mvbt_schemes::LS_MVBT),
+        Contender::Wal(DEFAULT_CHECKPOINT),
+        Contender::Truncate,
     ];
     let bar = phase_bar(
         "recovery",

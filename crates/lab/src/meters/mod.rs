@@ -1,5 +1,10 @@
-//! Counters sampled around a timed section: wall time, the store's own counters and,
-//! on a loop filesystem, the block device's.
+//! Meters: counters sampled around a timed section. Here wall time, the store's own
+//! counters and, on a loop filesystem, the block device's ([`Meter`]); in [`io`] a
+//! connection's write calls, bytes and syncs whatever its scheme, and the device of a run;
+//! in [`latency`] commit-latency percentiles.
+
+pub mod io;
+pub mod latency;
 
 use std::time::{Duration, Instant};
 

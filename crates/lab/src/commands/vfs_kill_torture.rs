@@ -29,15 +29,17 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use clap::ValueEnum;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
-use crate::bank;
 use crate::output::{self, Human};
 use crate::progress::phase_bar;
-use crate::sqlite::{open_onesync, open_plain, retry_while_busy, BUSY_RETRY_PAUSE};
+use crate::schemes::{Mode, Scheme, Storage};
+use crate::sqlite::{open_plain, retry_while_busy, BUSY_RETRY_PAUSE};
+use crate::workloads::bank;
 
 /// The child's line after its setup transaction committed.
 pub const READY_LINE: &str = "ready";
@@ -73,55 +75,40 @@ pub enum ChildKind {
 }
 
 impl ChildKind {
+    /// Its name on the command line.
+    fn arg(self) -> String {
+        self.to_possible_value()
+            .map(|value| value.get_name().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The commit scheme of the same name this child runs each transfer on (none for the
+    /// split-transfer control, which runs on the default VFS).
+    fn scheme(self) -> Option<&'static dyn Scheme> {
+        Mode::by_name(&self.arg()).map(Mode::scheme)
+    }
+
     fn database_name(self) -> &'static str {
-        match self {
-            ChildKind::Onesync => "bank.onesync",
-            ChildKind::PlainSplitTransfers => "bank-plain.db",
-            _ => "bank-stock.db",
+        match self.scheme().map(|scheme| scheme.storage()) {
+            Some(Storage::Store) => "bank.onesync",
+            Some(Storage::PlainFile) => "bank-stock.db",
+            None => "bank-plain.db",
         }
     }
 
     /// The child that runs `mode`.
-    pub fn for_mode(mode: crate::bench::Mode) -> ChildKind {
-        use crate::bench::Mode;
-        match mode {
-            Mode::Delete => ChildKind::Delete,
-            Mode::Truncate => ChildKind::Truncate,
-            Mode::Persist => ChildKind::Persist,
-            Mode::Wal | Mode::WalNormal | Mode::WalDelayed => ChildKind::Wal,
-            Mode::Memory => ChildKind::Memory,
-            Mode::Off => ChildKind::Off,
-            Mode::Onesync => ChildKind::Onesync,
-            Mode::Maw => ChildKind::Maw,
-            Mode::BatchAtomic => ChildKind::BatchAtomic,
-        }
-    }
-
-    /// The bench mode of a stock child.
-    fn stock_mode(self) -> Option<crate::bench::Mode> {
-        use crate::bench::Mode;
-        Some(match self {
-            ChildKind::Delete => Mode::Delete,
-            ChildKind::Truncate => Mode::Truncate,
-            ChildKind::Persist => Mode::Persist,
-            ChildKind::Wal => Mode::Wal,
-            ChildKind::Memory => Mode::Memory,
-            ChildKind::Off => Mode::Off,
-            ChildKind::Maw => Mode::Maw,
-            ChildKind::BatchAtomic => Mode::BatchAtomic,
-            ChildKind::Onesync | ChildKind::PlainSplitTransfers => return None,
-        })
+    pub fn for_mode(mode: Mode) -> ChildKind {
+        let child = mode.scheme().kill_child();
+        ChildKind::from_str(child, false)
+            .unwrap_or_else(|_| unreachable!("scheme {} names an unknown child {child}", mode.name()))
     }
 
     fn open(self, path: &Path) -> Result<Connection> {
-        if let Some(mode) = self.stock_mode() {
-            // synchronous=FULL comes with the mode's pragmas.
-            return crate::bench::open_stock(mode, path);
+        // synchronous=FULL comes with the scheme's pragmas.
+        if let Some(scheme) = self.scheme() {
+            return scheme.open(path);
         }
-        let conn = match self {
-            ChildKind::Onesync => open_onesync(path, true)?,
-            _ => open_plain(path, OpenFlags::default())?,
-        };
+        let conn = open_plain(path, OpenFlags::default())?;
         conn.execute_batch("PRAGMA synchronous = FULL")?;
         Ok(conn)
     }
@@ -243,7 +230,7 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
         "vfs-kill-torture: {} kills of {} {} child process(es) ({} thread(s) each), seed {seed}, in {}",
         args.kills,
         args.processes,
-        child_kind_arg(args.child),
+        args.child.arg(),
         args.threads,
         work.path().display()
     );
@@ -295,7 +282,7 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
         "vfs-kill-torture ({} child, {} process(es) of {} thread(s), seed {seed}): {} of {} \
          kills, {} before the child was ready, {} during transfers; {} transfers reported \
          committed, {} ledger rows; {} failure(s) in {:.1} s",
-        child_kind_arg(args.child),
+        args.child.arg(),
         args.processes,
         args.threads,
         summary.kills_done,
@@ -385,7 +372,7 @@ impl RunningChild {
         command
             .arg("__transfer-child")
             .arg(db)
-            .args(["--child", child_kind_arg(args.child)])
+            .args(["--child", &args.child.arg()])
             .args(["--threads", &args.threads.to_string()])
             .args(["--run", &run.to_string(), "--seed", &seed.to_string()]);
         RunningChild::start(command)
@@ -488,21 +475,6 @@ fn parse_child_lines(lines: &Mutex<Vec<String>>) -> Result<ChildLines> {
 fn killed_by_sigkill(status: &std::process::ExitStatus) -> bool {
     use std::os::unix::process::ExitStatusExt;
     status.signal() == Some(libc::SIGKILL)
-}
-
-fn child_kind_arg(kind: ChildKind) -> &'static str {
-    match kind {
-        ChildKind::Onesync => "onesync",
-        ChildKind::PlainSplitTransfers => "plain-split-transfers",
-        ChildKind::Delete => "delete",
-        ChildKind::Truncate => "truncate",
-        ChildKind::Persist => "persist",
-        ChildKind::Wal => "wal",
-        ChildKind::Memory => "memory",
-        ChildKind::Off => "off",
-        ChildKind::Maw => "maw",
-        ChildKind::BatchAtomic => "batch-atomic",
-    }
 }
 
 /// The child: set up the bank, print `ready`, then run transfers on `threads` connections,

@@ -20,8 +20,8 @@ use rand::{Rng, SeedableRng};
 use rusqlite::{Connection, OpenFlags};
 
 use super::scenario::{Backend, Locking, Sync};
-use crate::bank;
-use crate::kill_torture::print_line;
+use crate::commands::vfs_kill_torture::print_line;
+use crate::workloads::bank;
 
 #[derive(clap::Args, Debug)]
 pub struct WorkerArgs {

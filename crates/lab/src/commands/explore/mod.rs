@@ -35,9 +35,9 @@ use self::check::{Clause, Expect, Violation};
 use self::iolog::{Fate, Log};
 use self::run::{Outcome, Setup};
 use self::scenario::{Backend, NegativeControl, Scenario, Sync};
-use crate::bank;
 use crate::output::{self, Human};
 use crate::progress::{phase_bar, phase_spinner};
+use crate::workloads::bank;
 
 /// The explorer's registration of the onesync VFS.
 pub const EXPLORE_VFS: &str = "onesync-explore";

@@ -7,9 +7,7 @@
 //! drive's simulated clock: NAND reads, programs, erases and transfers (host CPU is not
 //! counted: the paper's gains are in the drive).
 
-mod files;
-
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -17,18 +15,18 @@ use onesync_flash::hostfs::{FlashFs, FsConfig, Journaling};
 use onesync_flash::{Counters, Geometry, Ssd, SsdConfig};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 use serde::Serialize;
 
-use crate::bank;
-use crate::bench::{partsupp_set_up, partsupp_transaction};
 use crate::output::{self, Human};
 use crate::progress::phase_bar;
+use crate::schemes::flash::{self as flash_schemes, FlashScheme};
+use crate::schemes::Scheme;
+use crate::sim::flash_files::{flash_files, FlashFiles};
 use crate::sqlite::in_transaction;
-pub use files::{flash_files, FlashFiles, FLASH_VFS};
-
-/// SQLite's page size on the drive: one flash page (8 KiB), as a flash-aware setup would.
-const SQLITE_PAGE_SIZE: u32 = 8192;
+use crate::workloads::bank;
+use crate::workloads::partsupp::Partsupp;
+use crate::workloads::Transactions;
 /// Where the database lives inside the simulated filesystem.
 const DB_NAME: &str = "/flash/test.db";
 
@@ -57,39 +55,38 @@ pub enum Experiment {
     Torture(FlashTortureArgs),
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+/// A scheme of `schemes::flash` (the command-line value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SqlMode {
-    /// Rollback journal (DELETE) on the ordered-journaling filesystem
     Rbj,
-    /// WAL (synchronous=FULL) on the ordered-journaling filesystem
     Wal,
-    /// SQLite's journal in memory, the filesystem mounted X-FTL
     Xftl,
 }
 
 impl SqlMode {
+    const ALL: [SqlMode; 3] = [SqlMode::Rbj, SqlMode::Wal, SqlMode::Xftl];
+
+    fn scheme(self) -> &'static FlashScheme {
+        match self {
+            SqlMode::Rbj => &flash_schemes::RBJ,
+            SqlMode::Wal => &flash_schemes::WAL,
+            SqlMode::Xftl => &flash_schemes::XFTL,
+        }
+    }
+
     fn name(self) -> &'static str {
-        match self {
-            SqlMode::Rbj => "rbj",
-            SqlMode::Wal => "wal",
-            SqlMode::Xftl => "xftl",
-        }
+        self.scheme().name
+    }
+}
+
+impl clap::ValueEnum for SqlMode {
+    fn value_variants<'a>() -> &'a [Self] {
+        &SqlMode::ALL
     }
 
-    fn journaling(self) -> Journaling {
-        match self {
-            SqlMode::Xftl => Journaling::XFtl,
-            _ => Journaling::Ordered,
-        }
-    }
-
-    fn journal_mode(self) -> &'static str {
-        match self {
-            SqlMode::Rbj => "DELETE",
-            SqlMode::Wal => "WAL",
-            SqlMode::Xftl => "MEMORY",
-        }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let scheme = self.scheme();
+        Some(clap::builder::PossibleValue::new(scheme.name).help(scheme.description))
     }
 }
 
@@ -332,21 +329,7 @@ fn fresh_fs(ssd: Ssd, journaling: Journaling) -> Result<FlashFs> {
 
 /// Opens the database on the installed filesystem in `mode`.
 fn open_db(mode: SqlMode) -> Result<Connection> {
-    flash_files()?;
-    let flags =
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags_and_vfs(DB_NAME, flags, FLASH_VFS)
-        .with_context(|| format!("opening {DB_NAME} on the simulated drive"))?;
-    conn.execute_batch(&format!(
-        "PRAGMA page_size={SQLITE_PAGE_SIZE}; PRAGMA synchronous=FULL;"
-    ))?;
-    let set: String = conn.query_row(&format!("PRAGMA journal_mode={}", mode.journal_mode()), [], |r| {
-        r.get(0)
-    })?;
-    if !set.eq_ignore_ascii_case(mode.journal_mode()) {
-        bail!("journal_mode={} was refused (got {set})", mode.journal_mode());
-    }
-    Ok(conn)
+    mode.scheme().connect(Path::new(DB_NAME))
 }
 
 /// Counters and clock of the installed drive.
@@ -390,22 +373,21 @@ fn point(
 /// returns the connection, ready to measure.
 fn partsupp_ready(mode: SqlMode, capacity_mib: u64, cold_fill: f64) -> Result<Connection> {
     let files = flash_files()?;
-    files.install(fresh_fs(fresh_drive(capacity_mib, false)?, mode.journaling())?);
+    files.install(fresh_fs(
+        fresh_drive(capacity_mib, false)?,
+        mode.scheme().journaling,
+    )?);
     let conn = open_db(mode)?;
     let mut rng = SmallRng::seed_from_u64(1);
-    in_transaction(&conn, || partsupp_set_up(&conn, &mut rng))?;
-    if mode == SqlMode::Wal {
+    in_transaction(&conn, || Partsupp { pages: 0 }.set_up(&conn, 0, &mut rng))?;
+    if mode.scheme().has_log {
         // Start measuring from a checkpointed log, as a long-running WAL database would be.
         conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))?;
     }
     if cold_fill > 0.0 {
         // Room for the mode's own files: a full WAL (1,000 frames), a rollback journal, or
         // nothing beyond the database; and some slack.
-        let hot_room = match mode {
-            SqlMode::Wal => 1_100,
-            SqlMode::Rbj => 120,
-            SqlMode::Xftl => 40,
-        };
+        let hot_room = mode.scheme().hot_room_blocks;
         files.with(|fs| {
             let blocks = (fs.free_blocks().saturating_sub(hot_room) as f64 * cold_fill) as u64;
             fill_cold(fs, blocks)
@@ -438,7 +420,7 @@ pub fn partsupp(args: &PartsuppArgs) -> Result<Vec<FlashResult>> {
             let mut rng = SmallRng::seed_from_u64(pages);
             let before = drive_now(&files)?;
             for _ in 0..args.txns {
-                partsupp_transaction(&conn, pages, &mut rng)?;
+                Partsupp { pages }.run(&conn, 0, &mut rng)?;
                 bar.inc(1);
             }
             let after = drive_now(&files)?;
@@ -466,12 +448,12 @@ fn gc_point(mode: SqlMode, args: &GcArgs, fill: f64, txns: u64) -> Result<FlashR
     let start = drive_now(&files)?;
     let mut warm = 0;
     while drive_now(&files)?.0.since(&start.0).gc_runs < 20 && warm < 20_000 {
-        partsupp_transaction(&conn, args.pages, &mut rng)?;
+        Partsupp { pages: args.pages }.run(&conn, 0, &mut rng)?;
         warm += 1;
     }
     let before = drive_now(&files)?;
     for _ in 0..txns {
-        partsupp_transaction(&conn, args.pages, &mut rng)?;
+        Partsupp { pages: args.pages }.run(&conn, 0, &mut rng)?;
     }
     let after = drive_now(&files)?;
     Ok(point(mode.name(), "gc", 0.0, txns, before, after))
@@ -572,12 +554,12 @@ fn restart_one(mode: SqlMode, args: &RestartArgs) -> Result<FlashResult> {
     let conn = partsupp_ready(mode, args.capacity_mib, 0.0)?;
     let mut rng = SmallRng::seed_from_u64(3);
     for _ in 0..args.txns {
-        partsupp_transaction(&conn, 5, &mut rng)?;
+        Partsupp { pages: 5 }.run(&conn, 0, &mut rng)?;
     }
     // Cut the power in the middle of the next commit: after about two thirds of the NAND
     // operations a commit of this mode takes.
     let before = drive_now(&files)?;
-    partsupp_transaction(&conn, 5, &mut rng)?;
+    Partsupp { pages: 5 }.run(&conn, 0, &mut rng)?;
     let after = drive_now(&files)?;
     let ops = after.0.since(&before.0);
     let per_commit = ops.nand_programs + ops.nand_reads + ops.nand_erases;
@@ -585,7 +567,7 @@ fn restart_one(mode: SqlMode, args: &RestartArgs) -> Result<FlashResult> {
     // The cut strikes in this transaction or, if it needed fewer operations, the next one.
     let mut interrupted = false;
     for _ in 0..100 {
-        if partsupp_transaction(&conn, 5, &mut rng).is_err() {
+        if (Partsupp { pages: 5 }).run(&conn, 0, &mut rng).is_err() {
             interrupted = true;
             break;
         }
@@ -599,7 +581,7 @@ fn restart_one(mode: SqlMode, args: &RestartArgs) -> Result<FlashResult> {
     let t0 = ssd.now_us();
     let (ssd, _recovery) = ssd.restart().map_err(|e| anyhow!("restarting the drive: {e}"))?;
     let t1 = ssd.now_us();
-    let (fs, _mount) = FlashFs::mount(ssd, FsConfig::with_journaling(mode.journaling()))
+    let (fs, _mount) = FlashFs::mount(ssd, FsConfig::with_journaling(mode.scheme().journaling))
         .map_err(|e| anyhow!("mounting after the cut: {e}"))?;
     let t2 = fs.ssd().now_us();
     let base = (fs.ssd().counters(), t0);
@@ -678,7 +660,7 @@ fn torture(args: &FlashTortureArgs) -> Result<ExitCode> {
     let fs_config = || FsConfig {
         // Small dirty limit: transactions reach the drive before their commit.
         dirty_limit_blocks: 1,
-        ..FsConfig::with_journaling(args.mode.journaling())
+        ..FsConfig::with_journaling(args.mode.scheme().journaling)
     };
     let bar = phase_bar("power cuts", args.power_cuts);
     for cut in 1..=args.power_cuts {

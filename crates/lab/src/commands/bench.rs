@@ -1,0 +1,308 @@
+//! `onesync bench WORKLOAD --mode M1,M2,...`: one workload run on every commit scheme in the
+//! same run, each on a fresh database (and with `--fs`, a fresh filesystem), with the same
+//! meters: transactions per second, commit latency percentiles, and per transaction the
+//! write calls, bytes written and fsync-family calls, plus with `--fs` the block device's
+//! write requests, KiB and flushes.
+//!
+//! What differs between the schemes (how a connection is opened, where the write counters
+//! come from) is the scheme's (`schemes/`); what a transaction does is the workload's
+//! (`workloads/`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use serde::Serialize;
+
+use crate::loopfs::{DevCounters, FsKind};
+use crate::meters::io::{DeviceProbe, IoCounters};
+use crate::meters::latency::{percentiles, thinned, Latency};
+use crate::output::{self, Human};
+use crate::progress::{phase_bar, phase_spinner};
+use crate::schemes::Mode;
+use crate::sqlite::{check_integrity, in_transaction};
+use crate::workloads::{dbbench, Params, Workload};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// What each transaction does
+    #[arg(value_enum)]
+    pub workload: Workload,
+
+    /// Modes to run, in order (the first is the baseline of the ratios)
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "delete,wal,onesync")]
+    pub mode: Vec<Mode>,
+
+    /// Measured transactions per mode
+    #[arg(long, value_name = "N", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub txns: u64,
+
+    /// Run in a fresh subdirectory of D per mode [default: the system's temporary directory]
+    #[arg(long, value_name = "D", conflicts_with = "fs")]
+    pub dir: Option<PathBuf>,
+
+    /// Run each mode on a freshly made filesystem of this kind on a loop device, and read
+    /// the device's counters (needs root)
+    #[arg(long, value_enum, value_name = "FS")]
+    pub fs: Option<FsKind>,
+
+    /// Read this block device's counters (/sys/block/NAME/stat) around each mode's run,
+    /// syncing --dir's filesystem first: for a filesystem the lab did not make (in the VM,
+    /// `--dir /mnt --device vda`)
+    #[arg(long, value_name = "NAME", requires = "dir", conflicts_with = "fs")]
+    pub device: Option<String>,
+
+    /// Size of each loop image for --fs, in MiB
+    #[arg(long, value_name = "MIB", default_value_t = 1024, requires = "fs")]
+    pub fs_size_mib: u64,
+
+    /// Seed of the rows and accounts chosen
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Threads for dbbench (one connection each; the transactions are split among them)
+    #[arg(long, value_name = "T", default_value_t = 4,
+          value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub threads: u64,
+
+    /// dbbench: every thread on one shared table (overlapping) instead of its own
+    #[arg(long)]
+    pub shared_table: bool,
+
+    /// partsupp: rows (pages) each transaction updates
+    #[arg(long, value_name = "K", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=20))]
+    pub pages: u64,
+
+    /// mixed: point searches per update (0: updates only)
+    #[arg(long, value_name = "R", default_value_t = 1.0)]
+    pub searches_per_write: f64,
+
+    /// Write {"results":[...]} (one object per mode) to FILE, or to stdout with "-" (then
+    /// nothing else goes to stdout)
+    #[arg(long, value_name = "FILE|-")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct ModeResult {
+    pub mode: &'static str,
+    pub workload: Workload,
+    pub fs: Option<&'static str>,
+    pub txns: u64,
+    pub tps: f64,
+    pub latency_us: Latency,
+    pub per_txn: PerTxn,
+    /// Sorted commit latencies in microseconds, thinned to at most 500 points (for a CDF).
+    #[serde(skip)]
+    pub latency_sample_us: Vec<f64>,
+}
+
+#[derive(Serialize, Debug, Clone, Copy)]
+pub struct PerTxn {
+    pub write_calls: f64,
+    pub bytes_written: f64,
+    pub fsyncs: f64,
+    pub dev_writes: Option<f64>,
+    pub dev_kb: Option<f64>,
+    pub dev_flushes: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Results<'a> {
+    results: &'a [ModeResult],
+}
+
+/// Runs the workload on every mode of `args`, in order.
+pub fn measure(args: &BenchArgs) -> Result<Vec<ModeResult>> {
+    if args.mode.is_empty() {
+        bail!("--mode lists no modes");
+    }
+    if !(args.searches_per_write >= 0.0 && args.searches_per_write.is_finite()) {
+        bail!(
+            "--searches-per-write must be a number of at least 0, not {}",
+            args.searches_per_write
+        );
+    }
+    args.mode
+        .iter()
+        .map(|&mode| run_mode(args, mode).with_context(|| format!("mode {}", mode.name())))
+        .collect()
+}
+
+pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+    let results = measure(args)?;
+    output::emit(
+        args.json.as_deref(),
+        &Results { results: &results },
+        &table(args, &results),
+        Human::Stdout,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The knobs of `args` the workloads take, for dbbench table `table`.
+fn params(args: &BenchArgs, table: u64) -> Params {
+    Params {
+        pages: args.pages,
+        searches_per_write: args.searches_per_write,
+        table,
+    }
+}
+
+fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
+    let scheme = mode.scheme();
+    // Declared first so it is unmounted after the work directory is gone.
+    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib)?;
+    let work = output::work_dir("onesync-bench-", loop_fs.as_ref(), args.dir.as_deref())?;
+    let db = work.path().join(scheme.database_file("bench"));
+    let conn = scheme.open(&db)?;
+    let workload = args.workload.transactions(params(args, 0));
+    let spinner = phase_spinner("setup", mode.name());
+    let mut setup_rng = SmallRng::seed_from_u64(0);
+    in_transaction(&conn, || workload.set_up(&conn, args.txns, &mut setup_rng))?;
+    spinner.finish_and_clear();
+
+    let mut rng = SmallRng::seed_from_u64(args.seed);
+    let mut latencies = Vec::with_capacity(args.txns as usize);
+    let io_before = IoCounters::sample(&conn, scheme)?;
+    let probe = match (&loop_fs, &args.device) {
+        (Some(l), _) => Some(DeviceProbe::Loop(l)),
+        (None, Some(device)) => Some(DeviceProbe::Named {
+            device,
+            dir: work.path(),
+        }),
+        (None, None) => None,
+    };
+    let dev_before = probe.as_ref().map(DeviceProbe::counters).transpose()?;
+    let bar = phase_bar(mode.name(), args.txns);
+    let started;
+    if args.workload == Workload::Dbbench {
+        let start = std::sync::Barrier::new(args.threads as usize + 1);
+        let (began, per_thread) = std::thread::scope(|scope| -> Result<_> {
+            let workers: Vec<_> = (0..args.threads)
+                .map(|t| {
+                    let share = args.txns / args.threads + u64::from(t < args.txns % args.threads);
+                    let (start, bar, db) = (&start, &bar, &db);
+                    let table = if args.shared_table { 0 } else { t % dbbench::TABLES };
+                    let workload = args.workload.transactions(params(args, table));
+                    let seed = args.seed ^ (t + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    scope.spawn(move || -> Result<Vec<Duration>> {
+                        let opened = scheme.open(db);
+                        start.wait();
+                        let conn = opened?;
+                        let mut rng = SmallRng::seed_from_u64(seed);
+                        let mut times = Vec::with_capacity(share as usize);
+                        for n in 0..share {
+                            let t = Instant::now();
+                            workload.run(&conn, n, &mut rng)?;
+                            times.push(t.elapsed());
+                            bar.inc(1);
+                        }
+                        Ok(times)
+                    })
+                })
+                .collect();
+            start.wait();
+            let began = Instant::now();
+            let mut all = Vec::new();
+            for w in workers {
+                all.push(w.join().map_err(|_| anyhow!("a dbbench thread panicked"))??);
+            }
+            Ok((began, all))
+        })?;
+        started = began;
+        latencies = per_thread.into_iter().flatten().collect();
+    } else {
+        started = Instant::now();
+        for n in 0..args.txns {
+            let t = Instant::now();
+            workload
+                .run(&conn, n, &mut rng)
+                .with_context(|| format!("transaction {n} of {}", args.txns))?;
+            latencies.push(t.elapsed());
+            bar.inc(1);
+        }
+    }
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+    let dev = match (&probe, dev_before) {
+        (Some(p), Some(before)) => Some(p.counters()?.delta(&before)),
+        _ => None,
+    };
+    let io = IoCounters::sample(&conn, scheme)?.minus(io_before);
+    check_integrity(&conn)?;
+    workload.check(&conn)?;
+    drop(conn);
+    let txns = args.txns as f64;
+    let per = |v: u64| v as f64 / txns;
+    Ok(ModeResult {
+        mode: mode.name(),
+        workload: args.workload,
+        // The filesystem whose device was measured (none measured: none named).
+        fs: match (&loop_fs, &args.device) {
+            (Some(l), _) => Some(l.kind().name()),
+            (None, Some(_)) => crate::loopfs::fs_name_of(work.path()),
+            (None, None) => None,
+        },
+        txns: args.txns,
+        tps: txns / elapsed.as_secs_f64(),
+        latency_us: percentiles(&mut latencies),
+        latency_sample_us: thinned(&latencies),
+        per_txn: PerTxn {
+            write_calls: per(io.write_calls),
+            bytes_written: per(io.bytes_written),
+            fsyncs: per(io.syncs),
+            dev_writes: dev.map(|d: DevCounters| per(d.write_ios)),
+            dev_kb: dev.map(|d| d.bytes_written() as f64 / 1024.0 / txns),
+            dev_flushes: dev.map(|d| per(d.flushes)),
+        },
+    })
+}
+
+pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
+    let mut out = format!(
+        "bench {} ({} transactions per mode, {}):\n",
+        args.workload.name(),
+        args.txns,
+        match (args.fs, &args.device) {
+            (Some(kind), _) => format!("a fresh {} on a loop device per mode", kind.name()),
+            (None, Some(device)) => format!("a fresh directory per mode, device {device}"),
+            (None, None) => "a fresh directory per mode".to_owned(),
+        }
+    );
+    out.push_str(&format!(
+        "{:<12} {:>9} {:>6} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>7}",
+        "mode", "txn/s", "vs 1st", "p50 us", "p99 us", "p99.9 us", "writes", "KiB", "fsyncs", ""
+    ));
+    if args.fs.is_some() || args.device.is_some() {
+        out.push_str(&format!("{:>9} {:>8} {:>9}", "dev wr", "dev KiB", "dev flush"));
+    }
+    out.push('\n');
+    let base = results.first().map(|r| r.tps).unwrap_or(1.0);
+    for r in results {
+        out.push_str(&format!(
+            "{:<12} {:>9.0} {:>6.2} {:>8.0} {:>8.0} {:>9.0} {:>9.2} {:>7.2} {:>8.3} {:>7}",
+            r.mode,
+            r.tps,
+            r.tps / base,
+            r.latency_us.p50,
+            r.latency_us.p99,
+            r.latency_us.p999,
+            r.per_txn.write_calls,
+            r.per_txn.bytes_written / 1024.0,
+            r.per_txn.fsyncs,
+            ""
+        ));
+        if let (Some(w), Some(k), Some(f)) = (r.per_txn.dev_writes, r.per_txn.dev_kb, r.per_txn.dev_flushes) {
+            out.push_str(&format!("{w:>9.2} {k:>8.2} {f:>9.3}"));
+        }
+        out.push('\n');
+    }
+    out.push_str("(writes, KiB and fsyncs per transaction; dev: the block device's write requests, KiB and flushes per transaction)\n");
+    out
+}

@@ -1,0 +1,12 @@
+//! One module per CLI command (`main.rs` only parses and dispatches).
+
+pub mod bench;
+pub mod convert;
+pub mod explore;
+pub mod flash;
+pub mod mvbt;
+pub mod report;
+pub mod store_bench;
+pub mod torture;
+pub mod vfs_concurrency;
+pub mod vfs_kill_torture;

@@ -1,0 +1,76 @@
+//! What a connection wrote, whatever its scheme: the counting shim's counters for a plain
+//! file, the store's own counters (`PRAGMA onesync_stats`) for a onesync store (it does its
+//! I/O itself; the few bytes per transaction it writes to its side file for other processes
+//! are not included). And the block device under a run.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use rusqlite::Connection;
+
+use crate::loopfs::{DevCounters, LoopFs};
+use crate::schemes::{Scheme, Storage};
+
+/// Write calls, bytes written and sync calls, cumulative.
+#[derive(Clone, Copy, Default)]
+pub struct IoCounters {
+    pub write_calls: u64,
+    pub bytes_written: u64,
+    pub syncs: u64,
+}
+
+impl IoCounters {
+    /// The counters of `conn`, opened by `scheme`.
+    pub fn sample(conn: &Connection, scheme: &dyn Scheme) -> Result<IoCounters> {
+        match scheme.storage() {
+            Storage::Store => {
+                #[derive(serde::Deserialize)]
+                struct Store {
+                    write_calls: u64,
+                    bytes_written: u64,
+                    flushes: u64,
+                }
+                let json: String = conn.query_row("PRAGMA onesync_stats", [], |r| r.get(0))?;
+                let s: Store = serde_json::from_str(&json).context("parsing PRAGMA onesync_stats")?;
+                Ok(IoCounters {
+                    write_calls: s.write_calls,
+                    bytes_written: s.bytes_written,
+                    syncs: s.flushes,
+                })
+            }
+            Storage::PlainFile => {
+                let io = onesync::passthrough_io();
+                Ok(IoCounters {
+                    write_calls: io.write_calls,
+                    bytes_written: io.bytes_written,
+                    syncs: io.syncs,
+                })
+            }
+        }
+    }
+
+    pub fn minus(self, before: IoCounters) -> IoCounters {
+        IoCounters {
+            write_calls: self.write_calls.saturating_sub(before.write_calls),
+            bytes_written: self.bytes_written.saturating_sub(before.bytes_written),
+            syncs: self.syncs.saturating_sub(before.syncs),
+        }
+    }
+}
+
+/// Where a run's block-device counters come from.
+pub enum DeviceProbe<'a> {
+    /// The loop device the lab made for the run.
+    Loop(&'a LoopFs),
+    /// A device named on the command line, holding the filesystem of `dir`.
+    Named { device: &'a str, dir: &'a Path },
+}
+
+impl DeviceProbe<'_> {
+    pub fn counters(&self) -> Result<DevCounters> {
+        match self {
+            DeviceProbe::Loop(l) => l.counters(),
+            DeviceProbe::Named { device, dir } => crate::loopfs::synced_counters(device, dir),
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Commit schemes: one file per way of making a SQLite transaction durable and atomic, each
+//! an implementation of [`Scheme`]. Every command asks the scheme what differs (how to open
+//! a connection, where its counters come from, what a power cut may do to it) instead of
+//! matching on the mode.
+//!
+//! Adding a scheme: one file here implementing [`Scheme`], and one line in [`Mode`]'s
+//! registry ([`Mode::scheme`], [`Mode::ALL`]) to offer it on the command line.
+
+pub mod batch_atomic;
+mod counting_vfs;
+pub mod flash;
+pub mod maw;
+pub mod mvbt;
+pub mod onesync;
+pub mod stock;
+pub mod wal;
+
+use std::path::Path;
+
+use anyhow::Result;
+use clap::builder::PossibleValue;
+use rusqlite::Connection;
+use serde::{Serialize, Serializer};
+
+/// What a database of a scheme is on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storage {
+    /// A plain SQLite file (with its journal or log beside it): metered by the counting shim,
+    /// power-cut on simulated files.
+    PlainFile,
+    /// A onesync store: metered by its own counters (`PRAGMA onesync_stats`), power-cut on
+    /// the store's simulated disk.
+    Store,
+}
+
+/// What a scheme promises about a transaction whose COMMIT returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Survives a power cut.
+    AtCommit,
+    /// Atomic, but may be lost to a power cut until a later checkpoint (WAL, synchronous=NORMAL).
+    AfterCheckpoint,
+    /// Not crash-safe: a power cut may leave half a transaction (a negative control).
+    None,
+}
+
+/// An RGB colour for charts.
+pub type Rgb = (u8, u8, u8);
+
+/// Chart colour of schemes without their own.
+pub const DEFAULT_COLOR: Rgb = (0xd9, 0x5f, 0x02);
+
+/// A commit scheme.
+pub trait Scheme: Sync {
+    /// The name on the command line and in the JSON output.
+    fn name(&self) -> &'static str;
+
+    /// One line for `--help`.
+    fn description(&self) -> &'static str;
+
+    /// Statements run on every new connection, in order (journal mode, synchronous, ...).
+    fn pragmas(&self) -> &'static [&'static str];
+
+    /// Opens (creating if need be) the database at `path` through the scheme's VFS, before
+    /// its pragmas.
+    fn connect(&self, path: &Path) -> Result<Connection>;
+
+    /// What its database is on disk.
+    fn storage(&self) -> Storage {
+        Storage::PlainFile
+    }
+
+    /// What it promises at COMMIT.
+    fn durability(&self) -> Durability {
+        Durability::AtCommit
+    }
+
+    /// The `vfs-kill-torture --child` that runs it (WAL variants share `wal`).
+    fn kill_child(&self) -> &'static str {
+        self.name()
+    }
+
+    /// Its colour in the report's charts.
+    fn chart_color(&self) -> Rgb {
+        DEFAULT_COLOR
+    }
+}
+
+impl dyn Scheme {
+    /// Opens (creating if need be) the database at `path`, with the scheme's pragmas.
+    pub fn open(&self, path: &Path) -> Result<Connection> {
+        let conn = self.connect(path)?;
+        apply_pragmas(&conn, self.pragmas())?;
+        Ok(conn)
+    }
+
+    /// `stem` with the extension of the scheme's database (`.onesync` for a store, else `.db`).
+    pub fn database_file(&self, stem: &str) -> String {
+        match self.storage() {
+            Storage::Store => format!("{stem}.onesync"),
+            Storage::PlainFile => format!("{stem}.db"),
+        }
+    }
+}
+
+/// Runs `pragmas` on `conn` (journal_mode answers with a row; the others with nothing).
+pub fn apply_pragmas(conn: &Connection, pragmas: &[&str]) -> Result<()> {
+    for pragma in pragmas {
+        let mut stmt = conn.prepare(pragma)?;
+        let mut rows = stmt.query([])?;
+        while rows.next()?.is_some() {}
+    }
+    Ok(())
+}
+
+/// The commit schemes offered on the command line (`--mode`): the registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Delete,
+    Truncate,
+    Persist,
+    Wal,
+    WalNormal,
+    WalDelayed,
+    Memory,
+    Off,
+    Onesync,
+    Maw,
+    BatchAtomic,
+}
+
+impl Mode {
+    /// Every mode, in the order `--help` lists them.
+    pub const ALL: [Mode; 11] = [
+        Mode::Delete,
+        Mode::Truncate,
+        Mode::Persist,
+        Mode::Wal,
+        Mode::WalNormal,
+        Mode::WalDelayed,
+        Mode::Memory,
+        Mode::Off,
+        Mode::Onesync,
+        Mode::Maw,
+        Mode::BatchAtomic,
+    ];
+
+    /// The scheme this mode names.
+    pub fn scheme(self) -> &'static dyn Scheme {
+        match self {
+            Mode::Delete => &stock::DELETE,
+            Mode::Truncate => &stock::TRUNCATE,
+            Mode::Persist => &stock::PERSIST,
+            Mode::Wal => &wal::WAL,
+            Mode::WalNormal => &wal::WAL_NORMAL,
+            Mode::WalDelayed => &wal::WAL_DELAYED,
+            Mode::Memory => &stock::MEMORY,
+            Mode::Off => &stock::OFF,
+            Mode::Onesync => &onesync::ONESYNC,
+            Mode::Maw => &maw::MAW,
+            Mode::BatchAtomic => &batch_atomic::BATCH_ATOMIC,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.scheme().name()
+    }
+
+    /// The mode called `name`, if any.
+    pub fn by_name(name: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|mode| mode.name() == name)
+    }
+}
+
+impl clap::ValueEnum for Mode {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Mode::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let scheme = self.scheme();
+        Some(PossibleValue::new(scheme.name()).help(scheme.description()))
+    }
+}
+
+impl Serialize for Mode {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+/// Opens (creating if need be) a mode's database at `path`, with the mode's pragmas.
+pub fn open_stock(mode: Mode, path: &Path) -> Result<Connection> {
+    mode.scheme().open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mode_is_found_by_its_name() {
+        for mode in Mode::ALL {
+            assert_eq!(Mode::by_name(mode.name()), Some(mode));
+        }
+    }
+}
