@@ -64,8 +64,30 @@ pub(crate) const FORMAT_VERSION: u32 = 1;
 pub(crate) const SLOT_HEADER: usize = 40;
 pub(crate) const LEAF_CELL_FIXED: usize = 26;
 pub(crate) const INTERNAL_CELL: usize = 32;
-pub(crate) const INFINITY: u64 = u64::MAX;
+pub(crate) use crate::node::INFINITY;
 pub(crate) const HEADER_NODE: u64 = 0;
+
+// What cells and nodes take on disk lives here, beside their byte tables.
+impl Cell {
+    /// Bytes the cell takes in a leaf or an internal node.
+    pub fn size_in(&self, leaf: bool) -> usize {
+        if leaf {
+            LEAF_CELL_FIXED + self.value.len()
+        } else {
+            INTERNAL_CELL
+        }
+    }
+}
+
+impl Node {
+    pub fn cell_size(&self, cell: &Cell) -> usize {
+        cell.size_in(self.leaf)
+    }
+    /// Bytes the node's cells take.
+    pub fn used(&self) -> usize {
+        self.cells.iter().map(|c| self.cell_size(c)).sum()
+    }
+}
 /// Offset of the CRC field; the CRC covers everything after it.
 const CRC_AT: usize = 4;
 const CRC_FROM: usize = 8;

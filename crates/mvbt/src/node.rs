@@ -1,7 +1,8 @@
 //! Cells and nodes as the tree works with them: life spans, the (key, sv) order, ending
-//! cells for a split, routing. Their bytes are in `format.rs`.
+//! cells for a split, routing. Their bytes, and so their sizes, are in `format.rs`.
 
-use crate::format::{INFINITY, INTERNAL_CELL, LEAF_CELL_FIXED};
+/// The end of a life span that has not ended (stored as such on disk).
+pub(crate) const INFINITY: u64 = u64::MAX;
 
 /// One cell: a leaf's key/value or an internal node's router, with its life span [sv, ev).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,14 +30,6 @@ impl Cell {
             value: Vec::new(),
         }
     }
-    /// Bytes the cell takes in a leaf or an internal node.
-    pub fn size_in(&self, leaf: bool) -> usize {
-        if leaf {
-            LEAF_CELL_FIXED + self.value.len()
-        } else {
-            INTERNAL_CELL
-        }
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,9 +40,6 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    pub fn cell_size(&self, cell: &Cell) -> usize {
-        cell.size_in(self.leaf)
-    }
     /// Inserts `cell` at its place in (key, sv) order.
     pub fn insert_sorted(&mut self, cell: Cell) {
         let at = self
@@ -86,9 +76,6 @@ impl Node {
         self.cells
             .iter()
             .position(|c| c.child == child && c.alive_at(version))
-    }
-    pub fn used(&self) -> usize {
-        self.cells.iter().map(|c| self.cell_size(c)).sum()
     }
     pub fn sort(&mut self) {
         self.cells.sort_by_key(|c| (c.key, c.sv));
