@@ -10,7 +10,6 @@
 
 pub mod backend;
 mod f2fs;
-mod main_file;
 mod memfile;
 mod mvbt_vtab;
 mod names;
@@ -35,8 +34,15 @@ pub use super_journal::SuperJournalNames;
 pub use sys::api::{ApiTable, VtabConfigRoutine, VtabRoutines};
 pub use sys::entry::{register_mvbt_for_new_connections, sqlite3_onesync_init, MIN_EXTENSION_SQLITE_VERSION};
 pub use sys::ffi;
-pub use sys::vfs::{register_with, stats};
 pub use sys::vtab::register_mvbt_module;
 pub use vfs::{
-    register_static, RegisterError, RegisterOptions, Registered, Stats, MIN_SQLITE_VERSION, VFS_NAME,
+    register_static, register_with, stats, RegisterError, RegisterOptions, Registered, Stats,
+    MIN_SQLITE_VERSION, VFS_NAME,
 };
+
+/// The composition root's half of loading: the virtual table modules registered on a connection
+/// (by [`register_mvbt_module`] and the extension's per-connection entry points). `sys` calls
+/// this instead of naming the tables itself.
+pub(crate) fn register_modules(target: &sys::vtab::ModuleTarget<'_>) -> Result<(), RegisterError> {
+    target.register::<mvbt_vtab::MvbtTable>(MVBT_MODULE_NAME)
+}

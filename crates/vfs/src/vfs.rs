@@ -8,7 +8,6 @@
 //! VFS that was the default at registration.
 
 use std::ffi::{c_int, CStr};
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -17,7 +16,7 @@ use crate::backend::{
 };
 use crate::f2fs::{F2fsFactory, F2FS_VFS_NAME};
 use crate::ffi::{
-    SQLITE_IOERR_DELETE_NOENT, SQLITE_OK, SQLITE_OPEN_CREATE, SQLITE_OPEN_DELETEONCLOSE,
+    SQLITE_ERROR, SQLITE_IOERR_DELETE_NOENT, SQLITE_OK, SQLITE_OPEN_CREATE, SQLITE_OPEN_DELETEONCLOSE,
     SQLITE_OPEN_EXCLUSIVE, SQLITE_OPEN_MAIN_DB, SQLITE_OPEN_MAIN_JOURNAL, SQLITE_OPEN_SUBJOURNAL,
     SQLITE_OPEN_SUPER_JOURNAL, SQLITE_OPEN_TEMP_JOURNAL,
 };
@@ -25,7 +24,9 @@ use crate::memfile::{is_journal_name, MemFile, MemStore};
 use crate::store_db::StoreFactory;
 use crate::sys::api::ApiTable;
 use crate::sys::handles::{BaseVfs, SqliteName};
-use crate::sys::vfs::register_with;
+use crate::sys::traits::VfsMethods;
+pub use crate::sys::traits::{RegisterError, Registered};
+use crate::sys::vfs::{register_vfs, registered_state};
 
 /// The name the extension entry point registers.
 pub const VFS_NAME: &str = "onesync";
@@ -69,39 +70,6 @@ impl Default for RegisterOptions {
         }
     }
 }
-
-/// Outcome of a successful registration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Registered {
-    /// A new VFS was registered.
-    New,
-    /// That SQLite already had a VFS of this name; nothing was changed.
-    AlreadyRegistered,
-}
-
-/// Why registration failed: a SQLite result code and a message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RegisterError {
-    pub code: c_int,
-    pub message: String,
-}
-
-impl RegisterError {
-    pub(crate) fn new(code: c_int, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for RegisterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "onesync vfs: {} (SQLite code {})", self.message, self.code)
-    }
-}
-
-impl std::error::Error for RegisterError {}
 
 /// Counters of one registered VFS.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -151,6 +119,27 @@ pub(crate) struct VfsState {
     counters: Counters,
 }
 
+/// Registers a VFS with the SQLite behind `api`. Idempotent per name: if that
+/// SQLite already has a VFS called `opts.name`, nothing changes.
+pub fn register_with(api: &ApiTable, mut opts: RegisterOptions) -> Result<Registered, RegisterError> {
+    let version = api.libversion_number();
+    if version < MIN_SQLITE_VERSION {
+        return Err(RegisterError::new(
+            SQLITE_ERROR,
+            format!("SQLite {version} is older than the required {MIN_SQLITE_VERSION}"),
+        ));
+    }
+    let name = std::mem::take(&mut opts.name);
+    let make_default = opts.make_default;
+    register_vfs(api, name, make_default, |base| VfsState::new(base, opts))
+}
+
+/// Counters of the VFS called `name` in the SQLite behind `api`, if that VFS
+/// was registered by this crate.
+pub fn stats(api: &ApiTable, name: &str) -> Option<Stats> {
+    registered_state::<VfsState>(api, name).map(VfsState::stats)
+}
+
 /// Registers the `onesync` VFS (not as the default) with the SQLite behind
 /// `api`: the static path, for a host that links SQLite itself and fills the
 /// table from it (see [`api_table_from_sys!`](crate::api_table_from_sys)).
@@ -177,7 +166,7 @@ pub fn register_static(api: &ApiTable) -> Result<Registered, RegisterError> {
 }
 
 impl VfsState {
-    pub(crate) fn new(base: BaseVfs, opts: RegisterOptions) -> Self {
+    fn new(base: BaseVfs, opts: RegisterOptions) -> Self {
         Self {
             base,
             journals: Arc::new(MemStore::default()),
@@ -188,12 +177,7 @@ impl VfsState {
         }
     }
 
-    /// The underlying VFS.
-    pub(crate) fn base(&self) -> BaseVfs {
-        self.base
-    }
-
-    pub(crate) fn stats(&self) -> Stats {
+    fn stats(&self) -> Stats {
         let c = &self.counters;
         Stats {
             journal_opens: c.journal_opens.load(Relaxed),
@@ -209,7 +193,7 @@ impl VfsState {
 
     /// `xOpen`: the backend that serves a file of kind `req.flags()`, and the flags to
     /// report.
-    pub(crate) fn open(&self, req: &OpenRequest) -> IoResult<(Box<dyn DbBackend>, c_int)> {
+    fn open(&self, req: &OpenRequest) -> IoResult<(Box<dyn DbBackend>, c_int)> {
         let state = self;
         let flags = req.flags();
         if let Some(files) = &state.files {
@@ -267,7 +251,7 @@ impl VfsState {
     }
 
     /// `xDelete` of `name`: a result code.
-    pub(crate) fn delete(&self, name: SqliteName, sync_dir: bool) -> c_int {
+    fn delete(&self, name: SqliteName, sync_dir: bool) -> c_int {
         let state = self;
         let key = name.bytes();
         if let Some(files) = &state.files {
@@ -311,7 +295,7 @@ impl VfsState {
     }
 
     /// `xAccess` of `name`: a result code, the answer in `out`.
-    pub(crate) fn access(&self, name: SqliteName, flags: c_int, out: &mut c_int) -> c_int {
+    fn access(&self, name: SqliteName, flags: c_int, out: &mut c_int) -> c_int {
         let state = self;
         let key = name.bytes();
         if let Some(files) = &state.files {
@@ -350,5 +334,27 @@ impl VfsState {
             Err(rc) => return rc,
         }
         state.base.access(name, flags, out)
+    }
+}
+
+impl VfsMethods for VfsState {
+    fn base(&self) -> BaseVfs {
+        self.base
+    }
+
+    fn open(&self, req: &OpenRequest) -> IoResult<(Box<dyn DbBackend>, c_int)> {
+        VfsState::open(self, req)
+    }
+
+    fn delete(&self, name: SqliteName, sync_dir: bool) -> c_int {
+        VfsState::delete(self, name, sync_dir)
+    }
+
+    fn access(&self, name: SqliteName, flags: c_int, out: &mut c_int) -> c_int {
+        VfsState::access(self, name, flags, out)
+    }
+
+    fn sleep(micros: u64) {
+        crate::store_db::sleep_until_lock_released(micros);
     }
 }

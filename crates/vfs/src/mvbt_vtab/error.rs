@@ -1,29 +1,15 @@
 //! Errors of the `mvbt` module: an SQLite result code and the message that
 //! goes to `zErrMsg`.
 
-use std::ffi::c_int;
-
 use crate::ffi::{
     SQLITE_BUSY, SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CORRUPT, SQLITE_ERROR, SQLITE_INTERNAL, SQLITE_IOERR,
     SQLITE_MISMATCH,
 };
 
-#[derive(Debug)]
-pub(crate) struct VtabError {
-    pub code: c_int,
-    pub message: String,
-}
+pub(crate) use crate::sys::vtab::VtabError;
 
+/// The `mvbt` module's own errors (the type is the one the `sqlite3_module` shims report).
 impl VtabError {
-    pub fn new(code: c_int, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-    pub fn error(message: impl Into<String>) -> Self {
-        Self::new(SQLITE_ERROR, message)
-    }
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(SQLITE_INTERNAL, message)
     }

@@ -24,7 +24,6 @@ mod value;
 use std::ffi::{c_int, CStr};
 
 pub use args::DEFAULT_KEEP_VERSIONS;
-pub(crate) use error::VtabError;
 pub use registry::{mvbt_counters, mvbt_latest_version, mvbt_scan_stats, MvbtScanStats};
 pub(crate) use table::MvbtTable;
 pub use value::MvbtValue;

@@ -30,6 +30,7 @@ mod commit;
 mod connections;
 mod file;
 mod locking;
+mod main_file;
 mod registry;
 
 use std::os::unix::ffi::OsStrExt;
@@ -106,7 +107,7 @@ pub(crate) fn not_a_store_message(path: &Path, why: &str) -> String {
 
 impl MainDbFactory for StoreFactory {
     fn open(&self, req: &OpenRequest) -> IoResult<Opened> {
-        crate::main_file::open(self, req)
+        main_file::open(self, req)
     }
 
     fn private_journals(&self) -> bool {

@@ -7,8 +7,8 @@ use std::ffi::{c_char, c_int, c_void};
 use super::api::ApiTable;
 use super::ffi::{self, sqlite3_api_routines, SQLITE_ERROR, SQLITE_OK_LOAD_PERMANENTLY};
 use super::guard::guard;
+use super::traits::RegisterError;
 use super::vtab::register_mvbt_module;
-use crate::vfs::{register_static, RegisterError};
 
 /// Oldest SQLite the extension loads into: `SQLITE_OK_LOAD_PERMANENTLY`
 /// (which keeps the library mapped after the loading connection closes, so
@@ -54,7 +54,7 @@ pub unsafe extern "C" fn sqlite3_onesync_init(
                 &format!("onesync needs SQLite >= {MIN_EXTENSION_SQLITE_VERSION}, this is {version}"),
             );
         }
-        if let Err(e) = register_static(&table) {
+        if let Err(e) = crate::register_static(&table) {
             return fail(e.code, &e.to_string());
         }
         if !db.is_null() && table.vtab().is_some() {

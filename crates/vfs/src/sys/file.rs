@@ -10,7 +10,7 @@ use super::ffi::{
 };
 use super::file_control::FileControlCall;
 use super::guard::guard;
-use crate::backend::{DbBackend, LockLevel};
+use super::traits::{DbBackend, LockLevel};
 
 /// Our `sqlite3_file` subclass. SQLite allocates `szOsFile` =
 /// `size_of::<OnesyncFile>()` bytes (8-byte aligned) and passes them to xOpen

@@ -12,7 +12,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use super::api::ApiTable;
 use super::ffi::{sqlite3_vfs, SQLITE_IOERR, SQLITE_IOERR_DELETE};
 use super::passthrough::PassThrough;
-use crate::backend::{IoResult, Opened};
+use super::traits::{IoResult, Opened};
 
 /// The VFS that was the default when ours was registered: every file this crate does not
 /// serve itself goes there.

@@ -5,7 +5,7 @@
 //! underlying VFS only through the pointers held here. Each shim turns raw arguments into
 //! safe values, runs the safe code behind it under [`guard::guard`] (no panic unwinds into
 //! C), and turns the answer back into a result code. The rest of the crate implements safe
-//! traits: [`crate::backend::DbBackend`] per open file, [`vtab::VirtualTable`] per virtual
+//! traits: [`traits::DbBackend`] per open file, [`vtab::VirtualTable`] per virtual
 //! table. Every `unsafe` block here says why it is sound in a `// SAFETY:` line.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
@@ -18,5 +18,6 @@ pub mod guard;
 pub mod handles;
 pub mod os;
 pub mod passthrough;
+pub mod traits;
 pub mod vfs;
 pub mod vtab;

@@ -1,15 +1,14 @@
 //! A file of the underlying VFS, served through its own `sqlite3_io_methods`.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::ffi::{
     sqlite3_file, sqlite3_io_methods, SQLITE_IOERR, SQLITE_IOERR_SHMMAP, SQLITE_NOTFOUND, SQLITE_OK,
 };
 use super::file_control::FileControlCall;
 use super::handles::{BaseVfs, SqliteName};
-use crate::backend::{
-    check, count_passthrough_sync, count_passthrough_write, DbBackend, IoResult, LockLevel,
-};
+use super::traits::{check, DbBackend, IoResult, LockLevel};
 
 /// A file of the underlying VFS, every method forwarded unchanged.
 pub struct PassThrough {
@@ -233,5 +232,45 @@ impl DbBackend for PassThrough {
             Some(f) => check(unsafe { f(self.file()) }),
             None => Ok(()),
         }
+    }
+}
+
+/// I/O through pass-through files (of every VFS this crate registered in this process):
+/// what the lab's shim counts for stock SQLite modes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassThroughIo {
+    pub write_calls: u64,
+    pub bytes_written: u64,
+    /// `xSync` calls (each an fsync or fdatasync in SQLite's unix VFS), and `xDelete` calls
+    /// that sync the directory (an fsync of it).
+    pub syncs: u64,
+}
+
+static PT_WRITE_CALLS: AtomicU64 = AtomicU64::new(0);
+static PT_BYTES_WRITTEN: AtomicU64 = AtomicU64::new(0);
+static PT_SYNCS: AtomicU64 = AtomicU64::new(0);
+
+/// A write through a pass-through file.
+pub(crate) fn count_passthrough_write(bytes: usize) {
+    PT_WRITE_CALLS.fetch_add(1, Relaxed);
+    PT_BYTES_WRITTEN.fetch_add(bytes as u64, Relaxed);
+}
+
+/// A flush a backend did itself on a pass-through file (e.g. an F2FS atomic commit).
+pub(crate) fn count_passthrough_sync() {
+    PT_SYNCS.fetch_add(1, Relaxed);
+}
+
+/// A file deleted with its directory synced (SQLite's unix VFS fsyncs the directory).
+pub(crate) fn count_directory_sync() {
+    PT_SYNCS.fetch_add(1, Relaxed);
+}
+
+/// The totals so far (take differences around what you measure).
+pub fn passthrough_io() -> PassThroughIo {
+    PassThroughIo {
+        write_calls: PT_WRITE_CALLS.load(Relaxed),
+        bytes_written: PT_BYTES_WRITTEN.load(Relaxed),
+        syncs: PT_SYNCS.load(Relaxed),
     }
 }

@@ -1,6 +1,8 @@
 //! The `sqlite3_vfs` this crate registers and its C methods: each finds the registration's
-//! [`VfsState`] (`pAppData`) and calls its safe method, or forwards to the underlying VFS.
+//! state (`pAppData`, a [`VfsMethods`]) and calls its safe method, or forwards to the
+//! underlying VFS.
 
+use std::any::TypeId;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::mem::size_of;
 use std::ptr;
@@ -14,24 +16,22 @@ use super::ffi::{
 use super::file::{self, OnesyncFile};
 use super::guard::guard;
 use super::handles::{BaseVfs, OpenRequest, SqliteName};
-use crate::vfs::{RegisterError, RegisterOptions, Registered, Stats, VfsState, MIN_SQLITE_VERSION};
+use super::traits::{RegisterError, Registered, VfsMethods};
 
 /// Addresses of every `sqlite3_vfs` this crate registered, in any SQLite of
-/// the process. The lock also serialises find-then-register.
-static REGISTERED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// the process, with the type of its state. The lock also serialises find-then-register.
+static REGISTERED: Mutex<Vec<(usize, TypeId)>> = Mutex::new(Vec::new());
 
-/// Registers a VFS with the SQLite behind `api`. Idempotent per name: if that
-/// SQLite already has a VFS called `opts.name`, nothing changes.
-pub fn register_with(api: &ApiTable, mut opts: RegisterOptions) -> Result<Registered, RegisterError> {
-    let version = api.libversion_number();
-    if version < MIN_SQLITE_VERSION {
-        return Err(RegisterError::new(
-            SQLITE_ERROR,
-            format!("SQLite {version} is older than the required {MIN_SQLITE_VERSION}"),
-        ));
-    }
-    let name = CString::new(std::mem::take(&mut opts.name))
-        .map_err(|_| RegisterError::new(SQLITE_MISUSE, "VFS name contains NUL"))?;
+/// Registers a VFS called `name` with the SQLite behind `api`, served by the state
+/// `make_state` builds from the underlying VFS (the default one). Idempotent per name: if
+/// that SQLite already has a VFS called `name`, nothing changes.
+pub(crate) fn register_vfs<S: VfsMethods>(
+    api: &ApiTable,
+    name: String,
+    make_default: bool,
+    make_state: impl FnOnce(BaseVfs) -> S,
+) -> Result<Registered, RegisterError> {
+    let name = CString::new(name).map_err(|_| RegisterError::new(SQLITE_MISUSE, "VFS name contains NUL"))?;
     let mut registered = REGISTERED
         .lock()
         .map_err(|_| RegisterError::new(SQLITE_ERROR, "registry lock poisoned"))?;
@@ -53,8 +53,7 @@ pub fn register_with(api: &ApiTable, mut opts: RegisterOptions) -> Result<Regist
     // SAFETY: returned by `vfs_find`, so registered (SQLite never frees one); non-null.
     let base = unsafe { BaseVfs::new(base) }
         .ok_or_else(|| RegisterError::new(SQLITE_ERROR, "SQLite has no default VFS"))?;
-    let make_default = opts.make_default;
-    let state = Box::into_raw(Box::new(VfsState::new(base, opts)));
+    let state = Box::into_raw(Box::new(make_state(base)));
     let z_name = name.into_raw();
     let vfs = Box::into_raw(Box::new(sqlite3_vfs {
         iVersion: 3,
@@ -63,22 +62,22 @@ pub fn register_with(api: &ApiTable, mut opts: RegisterOptions) -> Result<Regist
         pNext: ptr::null_mut(),
         zName: z_name,
         pAppData: state.cast(),
-        xOpen: Some(x_open),
-        xDelete: Some(x_delete),
-        xAccess: Some(x_access),
-        xFullPathname: Some(x_full_pathname),
-        xDlOpen: Some(x_dl_open),
-        xDlError: Some(x_dl_error),
-        xDlSym: Some(x_dl_sym),
-        xDlClose: Some(x_dl_close),
-        xRandomness: Some(x_randomness),
-        xSleep: Some(x_sleep),
-        xCurrentTime: Some(x_current_time),
-        xGetLastError: Some(x_get_last_error),
-        xCurrentTimeInt64: Some(x_current_time_int64),
-        xSetSystemCall: Some(x_set_system_call),
-        xGetSystemCall: Some(x_get_system_call),
-        xNextSystemCall: Some(x_next_system_call),
+        xOpen: Some(x_open::<S>),
+        xDelete: Some(x_delete::<S>),
+        xAccess: Some(x_access::<S>),
+        xFullPathname: Some(x_full_pathname::<S>),
+        xDlOpen: Some(x_dl_open::<S>),
+        xDlError: Some(x_dl_error::<S>),
+        xDlSym: Some(x_dl_sym::<S>),
+        xDlClose: Some(x_dl_close::<S>),
+        xRandomness: Some(x_randomness::<S>),
+        xSleep: Some(x_sleep::<S>),
+        xCurrentTime: Some(x_current_time::<S>),
+        xGetLastError: Some(x_get_last_error::<S>),
+        xCurrentTimeInt64: Some(x_current_time_int64::<S>),
+        xSetSystemCall: Some(x_set_system_call::<S>),
+        xGetSystemCall: Some(x_get_system_call::<S>),
+        xNextSystemCall: Some(x_next_system_call::<S>),
     }));
 
     // SAFETY: `vfs` is a fully initialised version-3 VFS that is never freed
@@ -94,47 +93,47 @@ pub fn register_with(api: &ApiTable, mut opts: RegisterOptions) -> Result<Regist
         }
         return Err(RegisterError::new(rc, "sqlite3_vfs_register failed"));
     }
-    registered.push(vfs as usize);
+    registered.push((vfs as usize, TypeId::of::<S>()));
     Ok(Registered::New)
 }
 
-/// Counters of the VFS called `name` in the SQLite behind `api`, if that VFS
-/// was registered by this crate.
-pub fn stats(api: &ApiTable, name: &str) -> Option<Stats> {
+/// The state of the VFS called `name` in the SQLite behind `api`, if that VFS was
+/// registered by [`register_vfs`] with a state of type `S`.
+pub(crate) fn registered_state<S: VfsMethods>(api: &ApiTable, name: &str) -> Option<&'static S> {
     let name = CString::new(name).ok()?;
     let registered = REGISTERED.lock().ok()?;
     // SAFETY: `vfs_find` is this SQLite's own routine; `name` is NUL-terminated.
     let vfs = unsafe { (api.vfs_find)(name.as_ptr()) };
-    if vfs.is_null() || !registered.contains(&(vfs as usize)) {
+    if vfs.is_null() || !registered.contains(&(vfs as usize, TypeId::of::<S>())) {
         return None;
     }
-    // SAFETY: `vfs` is one this crate registered, so its pAppData is a leaked
-    // `VfsState` that lives for the rest of the process.
-    Some(unsafe { state(vfs) }?.stats())
+    // SAFETY: `vfs` is one this crate registered with a state of type `S`, so its
+    // pAppData is a leaked `S` that lives for the rest of the process.
+    unsafe { state::<S>(vfs) }
 }
 
 /// The state of a VFS this crate registered.
 ///
 /// # Safety
-/// `vfs` must be null or a VFS registered by [`register_with`].
-unsafe fn state<'a>(vfs: *mut sqlite3_vfs) -> Option<&'a VfsState> {
+/// `vfs` must be null or a VFS registered by [`register_vfs`] with a state of type `S`.
+unsafe fn state<'a, S: VfsMethods>(vfs: *mut sqlite3_vfs) -> Option<&'a S> {
     // SAFETY: per the contract, a non-null `vfs` is ours and its pAppData is a
-    // leaked `VfsState` that is never freed.
-    unsafe { vfs.as_ref()?.pAppData.cast::<VfsState>().as_ref() }
+    // leaked `S` that is never freed.
+    unsafe { vfs.as_ref()?.pAppData.cast::<S>().as_ref() }
 }
 
 /// The underlying VFS of one of ours, as a pointer and a reference.
 ///
 /// # Safety
 /// As for [`state`].
-unsafe fn base<'a>(vfs: *mut sqlite3_vfs) -> Option<(*mut sqlite3_vfs, &'a sqlite3_vfs)> {
+unsafe fn base<'a, S: VfsMethods>(vfs: *mut sqlite3_vfs) -> Option<(*mut sqlite3_vfs, &'a sqlite3_vfs)> {
     // SAFETY: forwarded contract; the base VFS stays registered forever.
-    let base = unsafe { state(vfs) }?.base().as_ptr();
+    let base = unsafe { state::<S>(vfs) }?.base().as_ptr();
     // SAFETY: as above.
     unsafe { base.as_ref() }.map(|r| (base, r))
 }
 
-unsafe extern "C" fn x_open(
+unsafe extern "C" fn x_open<S: VfsMethods>(
     vfs: *mut sqlite3_vfs,
     name: *const c_char,
     file: *mut sqlite3_file,
@@ -148,8 +147,8 @@ unsafe extern "C" fn x_open(
     // pMethods first means a failure anywhere below leaves "not opened".
     unsafe { file::clear(file) };
     guard(SQLITE_CANTOPEN, || {
-        // SAFETY: SQLite calls xOpen only on this VFS, which we registered.
-        let Some(state) = (unsafe { state(vfs) }) else {
+        // SAFETY: SQLite calls xOpen only on this VFS, which we registered with a state `S`.
+        let Some(state) = (unsafe { state::<S>(vfs) }) else {
             return SQLITE_MISUSE;
         };
         let req = OpenRequest {
@@ -174,10 +173,14 @@ unsafe extern "C" fn x_open(
     })
 }
 
-unsafe extern "C" fn x_delete(vfs: *mut sqlite3_vfs, name: *const c_char, sync_dir: c_int) -> c_int {
+unsafe extern "C" fn x_delete<S: VfsMethods>(
+    vfs: *mut sqlite3_vfs,
+    name: *const c_char,
+    sync_dir: c_int,
+) -> c_int {
     guard(SQLITE_IOERR_DELETE, || {
         // SAFETY: SQLite calls xDelete only on this VFS, with a NUL-terminated name.
-        let (Some(state), false) = (unsafe { state(vfs) }, name.is_null()) else {
+        let (Some(state), false) = (unsafe { state::<S>(vfs) }, name.is_null()) else {
             return SQLITE_MISUSE;
         };
         // SAFETY: SQLite's name for this call.
@@ -185,7 +188,7 @@ unsafe extern "C" fn x_delete(vfs: *mut sqlite3_vfs, name: *const c_char, sync_d
     })
 }
 
-unsafe extern "C" fn x_access(
+unsafe extern "C" fn x_access<S: VfsMethods>(
     vfs: *mut sqlite3_vfs,
     name: *const c_char,
     flags: c_int,
@@ -194,9 +197,9 @@ unsafe extern "C" fn x_access(
     guard(SQLITE_IOERR, || {
         // SAFETY: SQLite calls xAccess only on this VFS, with a NUL-terminated
         // name and a valid out-pointer.
-        let (Some(state), false, Some(out)) =
-            (unsafe { state(vfs) }, name.is_null(), unsafe { out.as_mut() })
-        else {
+        let (Some(state), false, Some(out)) = (unsafe { state::<S>(vfs) }, name.is_null(), unsafe {
+            out.as_mut()
+        }) else {
             return SQLITE_MISUSE;
         };
         // SAFETY: SQLite's name for this call.
@@ -208,10 +211,10 @@ unsafe extern "C" fn x_access(
 /// VFS, returning `$fallback` if that VFS lacks it (or on panic).
 macro_rules! forward {
     ($fn_name:ident, $field:ident, $min_version:expr, ($($arg:ident : $ty:ty),*) -> $ret:ty, $fallback:expr) => {
-        unsafe extern "C" fn $fn_name(vfs: *mut sqlite3_vfs $(, $arg: $ty)*) -> $ret {
+        unsafe extern "C" fn $fn_name<S: VfsMethods>(vfs: *mut sqlite3_vfs $(, $arg: $ty)*) -> $ret {
             guard($fallback, || {
                 // SAFETY: SQLite calls this only on our VFS.
-                match unsafe { base(vfs) } {
+                match unsafe { base::<S>(vfs) } {
                     Some((p, b)) if b.iVersion >= $min_version => match b.$field {
                         // SAFETY: forwarding SQLite's arguments unchanged to the
                         // underlying VFS, which has this method.
@@ -235,9 +238,9 @@ forward!(x_randomness, xRandomness, 1, (n: c_int, out: *mut c_char) -> c_int, 0)
 /// that failed only because another connection had just committed retries at once, and a
 /// sleep ends early when a connection of this process lets go of a write lock: commits take
 /// a fraction of a millisecond, so whole-millisecond sleeps would leave the database idle.
-unsafe extern "C" fn x_sleep(_vfs: *mut sqlite3_vfs, micros: c_int) -> c_int {
+unsafe extern "C" fn x_sleep<S: VfsMethods>(_vfs: *mut sqlite3_vfs, micros: c_int) -> c_int {
     guard(0, || {
-        crate::store_db::sleep_until_lock_released(u64::try_from(micros).unwrap_or(0));
+        S::sleep(u64::try_from(micros).unwrap_or(0));
         micros
     })
 }

@@ -16,8 +16,26 @@ use super::ffi::{
     SQLITE_VTAB_CONSTRAINT_SUPPORT,
 };
 use super::guard::guard;
-use crate::mvbt_vtab::{MvbtTable, VtabError, MVBT_MODULE_NAME};
-use crate::RegisterError;
+use super::traits::RegisterError;
+
+/// A virtual table's error: an SQLite result code and the message that goes to `zErrMsg`.
+#[derive(Debug)]
+pub(crate) struct VtabError {
+    pub code: c_int,
+    pub message: String,
+}
+
+impl VtabError {
+    pub fn new(code: c_int, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn error(message: impl Into<String>) -> Self {
+        Self::new(SQLITE_ERROR, message)
+    }
+}
 
 /// One SQL value, borrowing SQLite's or the table's bytes.
 #[derive(Clone, Debug, PartialEq)]
@@ -215,8 +233,31 @@ impl<T: VirtualTable> Module<T> {
 /// used only as SQLite allows (e.g. not concurrently from another thread in
 /// a non-serialized build).
 pub unsafe fn register_mvbt_module(db: *mut c_void, api: &ApiTable) -> Result<(), RegisterError> {
-    // SAFETY: the caller's contract.
-    unsafe { register_module::<MvbtTable>(db, api, MVBT_MODULE_NAME) }
+    // SAFETY: the caller's contract is `ModuleTarget::new`'s.
+    let target = unsafe { ModuleTarget::new(db, api) };
+    crate::register_modules(&target)
+}
+
+/// A connection to register virtual table modules on: what the crate root's
+/// [`crate::register_modules`] is handed, so that it names the tables and `sys` does not.
+pub(crate) struct ModuleTarget<'a> {
+    db: *mut c_void,
+    api: &'a ApiTable,
+}
+
+impl<'a> ModuleTarget<'a> {
+    /// # Safety
+    /// As for [`register_mvbt_module`], for as long as the target is used.
+    unsafe fn new(db: *mut c_void, api: &'a ApiTable) -> Self {
+        Self { db, api }
+    }
+
+    /// Registers the module of `T` as `name` on the connection.
+    pub(crate) fn register<T: VirtualTable>(&self, name: &str) -> Result<(), RegisterError> {
+        // SAFETY: `db` and `api` met `register_module`'s contract when `self` was made
+        // (`ModuleTarget::new`), and `self` borrows no longer than that.
+        unsafe { register_module::<T>(self.db, self.api, name) }
+    }
 }
 
 /// Registers the module of `T` as `name` on connection `db`.

@@ -28,6 +28,10 @@ use std::path::{Path, PathBuf};
 use onesync_store::layout::{HEADER_BLOCK, MAGIC};
 use onesync_store::Store;
 
+use super::{
+    is_main_database, join_connection, leave_connection, next_handle, note_locking_mode, StoreDb,
+    StoreFactory, StoreOpen, Want, DEFAULT_LOGICAL_DB,
+};
 use crate::backend::{
     Connection, DbBackend, FileControl, FileControlCall, IoResult, LockLevel, OpenRequest, Opened,
     PassThrough, SqliteName,
@@ -37,10 +41,6 @@ use crate::ffi::{
     SQLITE_NOTFOUND, SQLITE_OK, SQLITE_OPEN_CREATE, SQLITE_OPEN_READONLY, SQLITE_OPEN_READWRITE,
 };
 use crate::names::{self, NameClaim, Owner};
-use crate::store_db::{
-    is_main_database, join_connection, leave_connection, next_handle, note_locking_mode, StoreDb,
-    StoreFactory, StoreOpen, Want, DEFAULT_LOGICAL_DB,
-};
 use crate::sys::api::ApiTable;
 
 /// What is at a path before anything is opened.
@@ -216,7 +216,7 @@ fn replace_empty_file(path: &Path) -> std::io::Result<()> {
     ));
     let built = (|| -> std::io::Result<()> {
         let opts = onesync_store::Options {
-            page_size: crate::store_db::STORE_PAGE_SIZE,
+            page_size: super::STORE_PAGE_SIZE,
             ..onesync_store::Options::default()
         };
         Store::create(&temp, &opts)
