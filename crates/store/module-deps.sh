@@ -1,8 +1,9 @@
 #!/bin/sh
-# Module dependency listing of crates/store/src: for each top-level module (engine/ as one),
+# Module dependency listing of crates/store/src: for each top-level module (a folder as one),
 # the crate modules its code names (use crate::x, crate::x::y), comments and tests excluded.
 cd "${1:-crates/store/src}"
-for f in *.rs engine; do
+for f in *.rs */; do
+  f=${f%/}
   m=${f%.rs}
   [ "$m" = lib ] && continue
   files=$f; [ -d "$f" ] && files=$(ls $f/*.rs)
