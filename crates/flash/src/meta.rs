@@ -222,7 +222,7 @@ mod tests {
         }
     }
 
-    fn checkpoint_page() -> MetaPage {
+    pub(super) fn checkpoint_page() -> MetaPage {
         MetaPage {
             header: Header {
                 kind: Kind::Checkpoint,
@@ -303,22 +303,7 @@ mod golden {
             entries: Entries::Log(vec![(5, 77), (6, u32::MAX), (1 << 20, 3)]),
         }
         .to_bytes(&256);
-        let ckpt = MetaPage {
-            header: Header {
-                kind: Kind::Checkpoint,
-                idx: 0,
-                npages: 8,
-                log_block: 1,
-                log_page: 17,
-                seq: 1 << 40,
-                gen: 77,
-                tx: 0,
-                aux: (1 << 40) + 8,
-                data_seq: 5,
-            },
-            entries: Entries::Checkpoint(vec![7, u32::MAX, 0, 123_456]),
-        }
-        .to_bytes(&512);
+        let ckpt = super::tests::checkpoint_page().to_bytes(&512);
         assert_eq!(
             [fingerprint(&commit), fingerprint(&ckpt)],
             [(256, 1475992302), (512, 440669656)],

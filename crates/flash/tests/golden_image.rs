@@ -5,26 +5,11 @@
 //! replay the same way. Written before the encoders moved onto `onesync_codec`, so any byte
 //! the move changed shows here.
 
-use onesync_flash::hostfs::{FlashFs, FsConfig, Journaling};
-use onesync_flash::{Geometry, Ssd, SsdConfig};
+mod small_fs;
 
-fn small_drive() -> Ssd {
-    let mut cfg = SsdConfig::with_capacity_mib(8);
-    cfg.geometry = Geometry {
-        pages_per_block: 16,
-        blocks: 96,
-        ..cfg.geometry
-    };
-    Ssd::new(cfg).expect("drive")
-}
-
-fn config(journaling: Journaling) -> FsConfig {
-    FsConfig {
-        journal_blocks: 64,
-        dirty_limit_blocks: 6,
-        ..FsConfig::with_journaling(journaling)
-    }
-}
+use onesync_flash::hostfs::{FlashFs, Journaling};
+use onesync_flash::Ssd;
+use small_fs::{config, small_drive};
 
 /// (CRC-32C of the image, pages that are not all zeros).
 type Fingerprint = (u32, usize);

@@ -1,33 +1,16 @@
 //! The host filesystem on the simulated drive: durability of fsynced files across power
 //! cuts in every journaling mode, X-FTL abort, journal replay, and bad input.
 
+mod small_fs;
+
 use std::collections::HashMap;
 
 use onesync_flash::hostfs::{FileId, FlashFs, FsConfig, FsError, Journaling};
-use onesync_flash::{Geometry, Ssd, SsdConfig};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use small_fs::{config, small_drive};
 
 const MODES: [Journaling; 3] = [Journaling::Ordered, Journaling::Data, Journaling::XFtl];
-
-/// A small drive with small blocks, so garbage collection runs often.
-fn small_drive() -> Ssd {
-    let mut cfg = SsdConfig::with_capacity_mib(8);
-    cfg.geometry = Geometry {
-        pages_per_block: 16,
-        blocks: 96,
-        ..cfg.geometry
-    };
-    Ssd::new(cfg).expect("drive")
-}
-
-fn config(journaling: Journaling) -> FsConfig {
-    FsConfig {
-        journal_blocks: 64,
-        dirty_limit_blocks: 6,
-        ..FsConfig::with_journaling(journaling)
-    }
-}
 
 fn restart(fs: FlashFs, journaling: Journaling) -> FlashFs {
     let (ssd, _) = fs.into_ssd().restart().expect("drive restarts");
