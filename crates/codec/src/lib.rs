@@ -310,6 +310,50 @@ mod tests {
         assert_eq!((err.offset, err.problem), (0, Problem::BadMagic));
     }
 
+    /// A decoder that indexes past what it checked: the harness must catch it.
+    #[derive(Debug, PartialEq)]
+    struct Careless(u8);
+
+    impl OnDisk for Careless {
+        const NAME: &'static str = "careless";
+        type Context = ();
+        fn encode(&self, _: &(), w: &mut Writer) {
+            w.u8(1).u8(self.0);
+        }
+        fn decode(_: &(), r: &mut Reader<'_>) -> Result<Careless, DecodeError> {
+            let all = r.all();
+            r.skip(all.len())?;
+            Ok(Careless(all[all[0] as usize]))
+        }
+    }
+
+    /// A decoder whose values do not survive re-encoding: the harness must catch it too.
+    #[derive(Debug, PartialEq)]
+    struct Lossy(u16);
+
+    impl OnDisk for Lossy {
+        const NAME: &'static str = "lossy";
+        type Context = ();
+        fn encode(&self, _: &(), w: &mut Writer) {
+            w.u8(self.0 as u8);
+        }
+        fn decode(_: &(), r: &mut Reader<'_>) -> Result<Lossy, DecodeError> {
+            Ok(Lossy(r.u16()?))
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "careless decoder failed on input")]
+    fn the_fuzz_harness_catches_a_decoder_that_panics() {
+        fuzz::check_decoder::<Careless>(&(), &[vec![1, 7]], 2_000);
+    }
+
+    #[test]
+    #[should_panic(expected = "lossy decoder failed on input")]
+    fn the_fuzz_harness_catches_a_value_that_does_not_round_trip() {
+        fuzz::check_decoder::<Lossy>(&(), &[vec![0x34, 0x12]], 2_000);
+    }
+
     #[test]
     fn the_fuzz_harness_passes_a_sound_decoder() {
         let seed = Pair { a: 1, b: 2 }.to_bytes(&());
