@@ -212,13 +212,8 @@ impl Shared {
             meta.header = header;
             meta.head = header.log.first_slot;
             meta.window_end = header.log.window_end;
-            meta.prev_crc = header.log.seed;
-            meta.commits_since_checkpoint = 0;
-            meta.log_bytes_since_checkpoint = 0;
-            // This process's superseded slots are covered by that checkpoint.
-            let covered_slots = std::mem::take(&mut meta.awaiting_checkpoint);
-            meta.awaiting_readers.extend(covered_slots);
-            self.release_unread(meta);
+            // This process's superseded slots are covered by that checkpoint too.
+            self.rebase_on_checkpoint(meta, header.log.seed);
         }
         // Slots past the length this process knew belong to others, but it may be the one to
         // free some of them (the extents of another process's checkpoint it replaces).

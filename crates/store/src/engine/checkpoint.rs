@@ -181,12 +181,19 @@ impl Shared {
                 return Err(e);
             }
         }
-        meta.prev_crc = header.log.seed;
+        self.rebase_on_checkpoint(meta, header.log.seed);
+        Ok(())
+    }
+
+    /// A durable checkpoint became the chain's base, written by this process or read from
+    /// another's: the log restarts at its seed, and the slots superseded before it now wait
+    /// only for readers (invariant 6).
+    pub(super) fn rebase_on_checkpoint(&self, meta: &mut Meta, log_seed: u32) {
+        meta.prev_crc = log_seed;
         meta.commits_since_checkpoint = 0;
         meta.log_bytes_since_checkpoint = 0;
         let covered = std::mem::take(&mut meta.awaiting_checkpoint);
         meta.awaiting_readers.extend(covered);
         self.release_unread(meta);
-        Ok(())
     }
 }
