@@ -12,6 +12,7 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use onesync_device::{DeviceCounters, DeviceModel, EmulatedDevice, Preset};
 use tempfile::TempDir;
 
 const MIB: u64 = 1024 * 1024;
@@ -161,11 +162,88 @@ impl DevCounters {
     }
 }
 
+/// The device under a loop filesystem, when it is emulated (`--emulate`, or the
+/// `--flush-us/--write-us/--mbps` figures by hand).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Emulation {
+    /// The preset's name, or "custom".
+    pub name: String,
+    pub model: DeviceModel,
+}
+
+impl Emulation {
+    pub fn preset(preset: Preset) -> Emulation {
+        Emulation {
+            name: preset.name().to_owned(),
+            model: preset.model(),
+        }
+    }
+}
+
+impl fmt::Display for Emulation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "an emulated {} device ({})", self.name, self.model)
+    }
+}
+
+/// The command-line options that put `--fs` on an emulated device.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct EmulateArgs {
+    /// Make the --fs filesystem on an emulated device with a volatile write cache and this
+    /// device's flush latency, write latency and bandwidth (FUSE + a loop device; needs root)
+    #[arg(long, value_enum, value_name = "PRESET", requires = "fs")]
+    pub emulate: Option<Preset>,
+
+    /// Emulated flush latency in µs (alone: a device with only this cost; with --emulate:
+    /// overrides the preset's)
+    #[arg(long, value_name = "US", requires = "fs")]
+    pub flush_us: Option<u64>,
+
+    /// Emulated latency of each write request in µs
+    #[arg(long, value_name = "US", requires = "fs")]
+    pub write_us: Option<u64>,
+
+    /// Emulated write bandwidth in MB/s (0: unlimited)
+    #[arg(long, value_name = "MBPS", requires = "fs")]
+    pub mbps: Option<u64>,
+}
+
+impl EmulateArgs {
+    /// The emulated device these options ask for, if any.
+    pub fn emulation(&self) -> Option<Emulation> {
+        let by_hand = self.flush_us.is_some() || self.write_us.is_some() || self.mbps.is_some();
+        let mut emulation = match self.emulate {
+            Some(preset) => Emulation::preset(preset),
+            None if by_hand => Emulation {
+                name: "custom".to_owned(),
+                model: DeviceModel::FREE,
+            },
+            None => return None,
+        };
+        if by_hand && self.emulate.is_some() {
+            emulation.name.push('*');
+        }
+        if let Some(us) = self.flush_us {
+            emulation.model.flush_latency = Duration::from_micros(us);
+        }
+        if let Some(us) = self.write_us {
+            emulation.model.write_latency = Duration::from_micros(us);
+        }
+        if let Some(mbps) = self.mbps {
+            emulation.model.bytes_per_second = mbps * 1_000_000;
+        }
+        Some(emulation)
+    }
+}
+
 /// A fresh filesystem on a sparse image file attached to a loop device, mounted in a
 /// temporary directory. Dropping it unmounts, detaches and deletes everything (best effort:
 /// failures are reported on stderr, and a still-mounted directory is left in place).
 pub struct LoopFs {
     kind: FsKind,
+    /// The emulated device the image lives on, if any; dropped after the loop device lets go.
+    device: Option<EmulatedDevice>,
+    emulation: Option<Emulation>,
     /// Holds the image file and the mount point. `None` once handed back in `Drop`.
     work_dir: Option<TempDir>,
     mount_point: PathBuf,
@@ -179,7 +257,10 @@ pub struct LoopFs {
 impl LoopFs {
     /// Makes a `size_bytes` sparse image in a temporary directory (under `$TMPDIR`, or /tmp),
     /// attaches it to a free loop device, makes a `kind` filesystem on it and mounts it.
-    pub fn create(kind: FsKind, size_bytes: u64) -> Result<LoopFs> {
+    /// The image is on an emulated device when `emulation` is given.
+    /// mkfs and mount run on a free device (they are setup, not measurement); the device's
+    /// model applies from the first request after `create_on` returns.
+    pub fn create_on(kind: FsKind, size_bytes: u64, emulation: Option<&Emulation>) -> Result<LoopFs> {
         check_prerequisites(kind)?;
         if size_bytes < kind.min_size_bytes() {
             bail!(
@@ -193,18 +274,29 @@ impl LoopFs {
             .prefix("onesync-loopfs-")
             .tempdir()
             .context("making a temporary directory for the loop image")?;
-        let image_path = work_dir.path().join("disk.img");
+        let device = emulation
+            .map(|_| EmulatedDevice::start(DeviceModel::FREE, size_bytes, 1))
+            .transpose()
+            .context("starting the emulated device")?;
+        let image_path = match &device {
+            Some(device) => device.image_path(),
+            None => work_dir.path().join("disk.img"),
+        };
         let mount_point = work_dir.path().join("mnt");
         fs::create_dir(&mount_point)
             .with_context(|| format!("making mount point {}", mount_point.display()))?;
-        // set_len on a fresh file leaves it sparse: only what the filesystem writes takes space.
-        File::create(&image_path)
-            .and_then(|image| image.set_len(size_bytes))
-            .with_context(|| format!("making sparse image {}", image_path.display()))?;
+        if device.is_none() {
+            // set_len on a fresh file leaves it sparse: only what the filesystem writes takes space.
+            File::create(&image_path)
+                .and_then(|image| image.set_len(size_bytes))
+                .with_context(|| format!("making sparse image {}", image_path.display()))?;
+        }
 
         // From here on, an early return drops `loop_fs`, which undoes whatever was done.
         let mut loop_fs = LoopFs {
             kind,
+            device,
+            emulation: emulation.cloned(),
             work_dir: Some(work_dir),
             mount_point,
             device_path: None,
@@ -232,7 +324,33 @@ impl LoopFs {
             .arg(&device_path)
             .arg(&loop_fs.mount_point))?;
         loop_fs.mounted = true;
+        if let (Some(device), Some(emulation)) = (&loop_fs.device, emulation) {
+            // What mkfs and mount left in the cache is written before the clock starts.
+            synced_counters(&loop_fs.device_name, &loop_fs.mount_point)?;
+            device.set_model(emulation.model);
+        }
         Ok(loop_fs)
+    }
+
+    pub fn emulation(&self) -> Option<&Emulation> {
+        self.emulation.as_ref()
+    }
+
+    /// The emulated device's own counters after a sync (as [`LoopFs::counters`]), if any.
+    pub fn device_counters(&self) -> Result<Option<DeviceCounters>> {
+        let Some(device) = &self.device else {
+            return Ok(None);
+        };
+        synced_counters(&self.device_name, &self.mount_point)?;
+        Ok(Some(device.counters()))
+    }
+
+    /// "ext4 on loop3" or "ext4 on loop3, an emulated nvme device (...)".
+    pub fn describe(&self) -> String {
+        match &self.emulation {
+            Some(emulation) => format!("{} on {}, {emulation}", self.kind, self.device_name),
+            None => format!("{} on {}", self.kind, self.device_name),
+        }
     }
 
     pub fn kind(&self) -> FsKind {
@@ -299,8 +417,13 @@ impl Drop for LoopFs {
                     "onesync: warning: could not detach {}: {error:#}",
                     device_path.display()
                 );
+            } else if self.device.is_some() {
+                // The emulated device can only be unmounted once the loop device has let go
+                // of its image, which the kernel finishes after losetup returns.
+                wait_for_detach(&self.device_name);
             }
         }
+        drop(self.device.take());
         if let Some(work_dir) = self.work_dir.take() {
             if self.mounted {
                 // Deleting would walk into the still-mounted filesystem: leave it for a human.
@@ -312,6 +435,17 @@ impl Drop for LoopFs {
             } else if let Err(error) = work_dir.close() {
                 eprintln!("onesync: warning: could not remove the loop image directory: {error}");
             }
+        }
+    }
+}
+
+/// Waits (up to 5 s) until loop device `name` has no backing file any more.
+pub fn wait_for_detach(name: &str) {
+    let backing = Path::new("/sys/block").join(name).join("loop/backing_file");
+    for _ in 0..250 {
+        match fs::read_to_string(&backing) {
+            Ok(file) if !file.trim().is_empty() => thread::sleep(Duration::from_millis(20)),
+            _ => return,
         }
     }
 }
@@ -466,7 +600,7 @@ mod tests {
         if !can_make(kind) {
             return;
         }
-        let loop_fs = LoopFs::create(kind, 512 * MIB).unwrap();
+        let loop_fs = LoopFs::create_on(kind, 512 * MIB, None).unwrap();
         let mount_point = loop_fs.mount_point().to_owned();
         let device_name = loop_fs.device_name().to_owned();
         assert!(device_name.starts_with("loop"), "{device_name}");
@@ -529,7 +663,7 @@ mod tests {
         if !can_make(FsKind::Xfs) {
             return;
         }
-        let error = LoopFs::create(FsKind::Xfs, 64 * MIB).err().unwrap();
+        let error = LoopFs::create_on(FsKind::Xfs, 64 * MIB, None).err().unwrap();
         assert!(error.to_string().contains("at least 300 MiB"), "{error:#}");
     }
 
@@ -538,7 +672,7 @@ mod tests {
         if !can_make(FsKind::Ext4) {
             return;
         }
-        let loop_fs = LoopFs::create(FsKind::Ext4, 16 * MIB).unwrap();
+        let loop_fs = LoopFs::create_on(FsKind::Ext4, 16 * MIB, None).unwrap();
         let mut file = File::create(loop_fs.mount_point().join("x")).unwrap();
         file.write_all(b"hello").unwrap();
         drop(file);

@@ -8,12 +8,13 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use tempfile::TempDir;
 
-use crate::loopfs::{FsKind, LoopFs};
+use crate::loopfs::{Emulation, FsKind, LoopFs};
 use crate::progress::phase_spinner;
 
-/// A fresh `kind` filesystem of `size_mib` MiB on a loop device, if `kind` is given. Keep it
-/// alive longer than the work directory made in it (declare it first).
-pub fn loop_fs(kind: Option<FsKind>, size_mib: u64) -> Result<Option<LoopFs>> {
+/// A fresh `kind` filesystem of `size_mib` MiB on a loop device, if `kind` is given, on an
+/// emulated device if `emulation` is given. Keep it alive longer than the work directory
+/// made in it (declare it first).
+pub fn loop_fs(kind: Option<FsKind>, size_mib: u64, emulation: Option<&Emulation>) -> Result<Option<LoopFs>> {
     let Some(kind) = kind else {
         return Ok(None);
     };
@@ -21,7 +22,7 @@ pub fn loop_fs(kind: Option<FsKind>, size_mib: u64) -> Result<Option<LoopFs>> {
         .checked_mul(1 << 20)
         .ok_or_else(|| anyhow!("--fs-size-mib {size_mib} is too large"))?;
     let spinner = phase_spinner("loopfs", "making the filesystem");
-    let made = LoopFs::create(kind, size)?;
+    let made = LoopFs::create_on(kind, size, emulation)?;
     spinner.finish_and_clear();
     Ok(Some(made))
 }

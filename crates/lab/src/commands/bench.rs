@@ -60,6 +60,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "MIB", default_value_t = 1024, requires = "fs")]
     pub fs_size_mib: u64,
 
+    #[command(flatten)]
+    pub emulate: crate::loopfs::EmulateArgs,
+
     /// Seed of the rows and accounts chosen
     #[arg(long, value_name = "S", default_value_t = 1)]
     pub seed: u64,
@@ -93,6 +96,8 @@ pub struct ModeResult {
     pub mode: &'static str,
     pub workload: Workload,
     pub fs: Option<&'static str>,
+    /// The emulated device under the filesystem (preset name), if any.
+    pub device: Option<String>,
     pub txns: u64,
     pub tps: f64,
     pub latency_us: Latency,
@@ -110,6 +115,9 @@ pub struct PerTxn {
     pub dev_writes: Option<f64>,
     pub dev_kb: Option<f64>,
     pub dev_flushes: Option<f64>,
+    /// The same two as the emulated device counted them (to check against /sys/block).
+    pub emulated_kb: Option<f64>,
+    pub emulated_flushes: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -157,7 +165,7 @@ fn params(args: &BenchArgs, table: u64) -> Params {
 fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
     let scheme = mode.scheme();
     // Declared first so it is unmounted after the work directory is gone.
-    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib)?;
+    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib, args.emulate.emulation().as_ref())?;
     let work = output::work_dir("onesync-bench-", loop_fs.as_ref(), args.dir.as_deref())?;
     let db = work.path().join(scheme.database_file("bench"));
     let conn = scheme.open(&db)?;
@@ -179,6 +187,11 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
         (None, None) => None,
     };
     let dev_before = probe.as_ref().map(DeviceProbe::counters).transpose()?;
+    let emulated_before = loop_fs
+        .as_ref()
+        .map(|l| l.device_counters())
+        .transpose()?
+        .flatten();
     let bar = phase_bar(mode.name(), args.txns);
     let started;
     if args.workload == Workload::Dbbench {
@@ -234,6 +247,10 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
         (Some(p), Some(before)) => Some(p.counters()?.delta(&before)),
         _ => None,
     };
+    let emulated = match (&loop_fs, emulated_before) {
+        (Some(l), Some(before)) => l.device_counters()?.map(|after| after.delta(&before)),
+        _ => None,
+    };
     let io = IoCounters::sample(&conn, scheme)?.minus(io_before);
     check_integrity(&conn)?;
     workload.check(&conn)?;
@@ -249,6 +266,10 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
             (None, Some(_)) => crate::loopfs::fs_name_of(work.path()),
             (None, None) => None,
         },
+        device: loop_fs
+            .as_ref()
+            .and_then(|l| l.emulation())
+            .map(|e| e.name.clone()),
         txns: args.txns,
         tps: txns / elapsed.as_secs_f64(),
         latency_us: percentiles(&mut latencies),
@@ -260,8 +281,23 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
             dev_writes: dev.map(|d: DevCounters| per(d.write_ios)),
             dev_kb: dev.map(|d| d.bytes_written() as f64 / 1024.0 / txns),
             dev_flushes: dev.map(|d| per(d.flushes)),
+            emulated_kb: emulated.map(|e| e.bytes_written as f64 / 1024.0 / txns),
+            emulated_flushes: emulated.map(|e| per(e.flushes)),
         },
     })
+}
+
+/// How far `measured` is from `reference`, in percent of `reference`.
+fn percent_off(measured: f64, reference: f64) -> f64 {
+    if reference == 0.0 {
+        if measured == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    } else {
+        (measured - reference) / reference * 100.0
+    }
 }
 
 pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
@@ -270,7 +306,11 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
         args.workload.name(),
         args.txns,
         match (args.fs, &args.device) {
-            (Some(kind), _) => format!("a fresh {} on a loop device per mode", kind.name()),
+            (Some(kind), _) => match args.emulate.emulation() {
+                Some(emulation) =>
+                    format!("a fresh {} on a loop device on {emulation} per mode", kind.name()),
+                None => format!("a fresh {} on a loop device per mode", kind.name()),
+            },
             (None, Some(device)) => format!("a fresh directory per mode, device {device}"),
             (None, None) => "a fresh directory per mode".to_owned(),
         }
@@ -304,5 +344,20 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
         out.push('\n');
     }
     out.push_str("(writes, KiB and fsyncs per transaction; dev: the block device's write requests, KiB and flushes per transaction)\n");
+    for r in results {
+        if let (Some(dev_kb), Some(dev_flushes), Some(kb), Some(flushes)) = (
+            r.per_txn.dev_kb,
+            r.per_txn.dev_flushes,
+            r.per_txn.emulated_kb,
+            r.per_txn.emulated_flushes,
+        ) {
+            out.push_str(&format!(
+                "{}: the emulated device counted {kb:.2} KiB and {flushes:.3} flushes per transaction ({:+.2} % and {:+.2} % of /sys/block's)\n",
+                r.mode,
+                percent_off(kb, dev_kb),
+                percent_off(flushes, dev_flushes)
+            ));
+        }
+    }
     out
 }

@@ -56,6 +56,9 @@ pub struct StoreBenchArgs {
     #[arg(long, value_name = "MIB", default_value_t = 4096, requires = "fs")]
     pub fs_size_mib: u64,
 
+    #[command(flatten)]
+    pub emulate: crate::loopfs::EmulateArgs,
+
     /// Commits in each of the single-thread and 4-thread phases, and pwrite+fdatasync
     /// iterations in the raw baseline
     #[arg(long, value_name = "N", default_value_t = 10_000,
@@ -156,7 +159,7 @@ pub fn run(args: &StoreBenchArgs) -> Result<()> {
     // Fail before a long run, not after it, when the JSON could not be written anyway.
     output::check_json_path(args.json.as_deref())?;
     // Declared before the work directory so it is dropped (unmounted) after it.
-    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib)?;
+    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib, args.emulate.emulation().as_ref())?;
     let work_dir = output::work_dir("onesync-store-bench-", loop_fs.as_ref(), args.dir.as_deref())?;
     let parent = work_dir.path().parent().map(Path::to_owned).unwrap_or_default();
 
@@ -166,7 +169,7 @@ pub fn run(args: &StoreBenchArgs) -> Result<()> {
         .context("removing the benchmark's work directory")?;
 
     let place = match &loop_fs {
-        Some(loop_fs) => format!("{} on {}", loop_fs.kind(), loop_fs.device_name()),
+        Some(loop_fs) => loop_fs.describe(),
         None => parent.display().to_string(),
     };
     output::emit(

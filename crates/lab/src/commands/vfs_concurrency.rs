@@ -52,6 +52,9 @@ pub struct ConcurrencyArgs {
     #[arg(long, value_name = "MIB", default_value_t = 1024, requires = "fs")]
     pub fs_size_mib: u64,
 
+    #[command(flatten)]
+    pub emulate: crate::loopfs::EmulateArgs,
+
     /// Wait for the write lock with SQLite's busy handler (busy_timeout: sleeps of 1, 2, 5,
     /// 10... ms) instead of retrying after --retry-pause-us
     #[arg(long)]
@@ -96,7 +99,7 @@ struct Phase {
 
 pub fn run(args: &ConcurrencyArgs) -> Result<ExitCode> {
     // Declared before the work directory so it is unmounted after the directory goes.
-    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib)?;
+    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib, args.emulate.emulation().as_ref())?;
     let work = output::work_dir("onesync-concurrency-", loop_fs.as_ref(), args.dir.as_deref())?;
     let db = work.path().join("concurrency.onesync");
     // This connection stays open for the whole run: it keeps the store open between phases

@@ -80,6 +80,9 @@ pub struct Place {
     #[arg(long, value_name = "MIB", default_value_t = 256, requires = "fs")]
     pub fs_size_mib: u64,
 
+    #[command(flatten)]
+    pub emulate: crate::loopfs::EmulateArgs,
+
     /// Seed of the keys and values
     #[arg(long, value_name = "S", default_value_t = 1)]
     pub seed: u64,
@@ -319,7 +322,7 @@ impl Subject {
 
 /// A fresh loop filesystem (with --fs) and a fresh directory for one run.
 fn fresh_place(place: &Place, prefix: &str) -> Result<(Option<LoopFs>, tempfile::TempDir)> {
-    let loop_fs = output::loop_fs(place.fs, place.fs_size_mib)?;
+    let loop_fs = output::loop_fs(place.fs, place.fs_size_mib, place.emulate.emulation().as_ref())?;
     let dir = output::work_dir(prefix, loop_fs.as_ref(), place.dir.as_deref())?;
     Ok((loop_fs, dir))
 }

@@ -66,6 +66,7 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
         device: None,
         fs,
         fs_size_mib: 1024,
+        emulate: Default::default(),
         seed: 1,
         threads: 4,
         shared_table: false,
