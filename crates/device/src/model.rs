@@ -69,15 +69,16 @@ impl fmt::Display for DeviceModel {
 /// counts here is that a commit's writes fit many times over.
 pub const DEFAULT_CACHE_CAPACITY_BYTES: u64 = 256 << 20;
 
-/// Named devices, from the flush latencies measured in the field (figures collected in
-/// issue 16 of this project):
+/// Named devices, from the flush latencies measured in the field (collected in issue 16 of
+/// this project):
 /// - enterprise NVMe with power-loss protection acknowledges a flush from its capacitor-backed
-///   cache in ~12–58 µs;
-/// - consumer NVMe without it must write its cache to flash: ~0.25–2 ms (Samsung 990 Pro
-///   ~0.9 ms);
+///   cache in ~12–58 µs, and consumer NVMe without it must write its cache to flash first:
+///   ~0.25–2 ms, the Samsung 990 Pro ~0.9 ms (16 KiB write + fdatasync, fio; Mark Callaghan,
+///   "SSDs, power loss protection and fsync latency", Small Datum blog, January 2026);
 /// - a SATA SSD with its write cache on: ~3.5 ms;
-/// - eMMC and UFS in phones: several ms;
-/// - a 7,200 rpm disk: 8–13 ms (a rotation and a seek).
+/// - eMMC and UFS in phones: several ms (the seeds' MAW and X-FTL papers measured their
+///   gains on such devices);
+/// - a 7,200 rpm disk: 8–13 ms (a rotation is 8.3 ms, plus a seek).
 ///
 /// Write latencies and bandwidths are the order of magnitude of each class's data sheets
 /// (NVMe ~1.5–3 GB/s, SATA ~450 MB/s, eMMC ~100 MB/s random-ish, disk ~150 MB/s); a write
