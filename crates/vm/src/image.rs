@@ -75,3 +75,16 @@ pub fn make_image(path: &Path, fs: GuestFs, size_mib: u64) -> Result<()> {
         .with_context(|| format!("making sparse image {}", path.display()))?;
     run_to_completion(Command::new(mkfs).args(fs.mkfs_flags()).arg(path))
 }
+
+/// Formats the existing file at `path` with `fs`, keeping its size: for an image that cannot
+/// be truncated or resized, such as an emulated device's (`onesync-device`).
+pub fn format_image(path: &Path, fs: GuestFs) -> Result<()> {
+    let mkfs = find_program(fs.mkfs_program()).ok_or_else(|| {
+        anyhow!(
+            "{} not found: apt-get install {}",
+            fs.mkfs_program(),
+            fs.package()
+        )
+    })?;
+    run_to_completion(Command::new(mkfs).args(fs.mkfs_flags()).arg(path))
+}

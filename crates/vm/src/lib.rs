@@ -39,7 +39,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 
 pub use elf::check_static_x86_64;
-pub use image::{make_image, GuestFs};
+pub use image::{format_image, make_image, GuestFs};
 
 use console::{BootEnd, Console};
 use process::find_program;

@@ -13,7 +13,8 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use serde_json::Value;
 
-use onesync_vm::{make_image, GuestFs, GuestOutcome, GuestRun, PowerCut};
+use onesync_device::{DeviceModel, EmulatedDevice, Preset};
+use onesync_vm::{format_image, make_image, GuestFs, GuestOutcome, GuestRun, PowerCut};
 
 use super::guest::{TpcbState, ACK_PREFIX, RUNNING_LINE, STATE_PREFIX};
 use super::kit;
@@ -101,6 +102,11 @@ pub struct VmBenchArgs {
     /// Give up on a VM boot after this long
     #[arg(long, value_name = "S", default_value_t = 3600)]
     pub timeout_secs: u64,
+    /// Put each image on an emulated device with this preset's flush latency, write latency
+    /// and bandwidth (onesync-device; needs root and /dev/fuse): the guest's writes and
+    /// flushes become qemu's writes and fdatasync on the device's image file
+    #[arg(long, value_enum, value_name = "PRESET")]
+    pub emulate: Option<Preset>,
     /// Write {"results":[...]} to FILE, or to stdout with "-"
     #[arg(long, value_name = "FILE|-")]
     pub json: Option<std::path::PathBuf>,
@@ -141,8 +147,20 @@ pub fn bench(args: &VmBenchArgs) -> Result<ExitCode> {
         if modes.is_empty() {
             continue;
         }
-        let image = work.path().join(format!("{}.img", fs.name()));
-        make_image(&image, fs, args.size_mib)?;
+        // Declared before the boot that uses its image; dropped (unmounted) after it.
+        let device = match args.emulate {
+            Some(preset) => Some(emulated_image(preset, fs, args.size_mib)?),
+            None => None,
+        };
+        let image = match &device {
+            Some(device) => device.image_path(),
+            None => {
+                let image = work.path().join(format!("{}.img", fs.name()));
+                make_image(&image, fs, args.size_mib)?;
+                image
+            }
+        };
+        let before = device.as_ref().map(EmulatedDevice::counters);
         let txns = args.txns.to_string();
         let mode_list = modes.join(",");
         eprintln!(
@@ -173,9 +191,26 @@ pub fn bench(args: &VmBenchArgs) -> Result<ExitCode> {
         let rows = parsed["results"]
             .as_array()
             .ok_or_else(|| anyhow!("the guest's JSON has no results array"))?;
-        results.extend(rows.iter().cloned());
+        if let (Some(device), Some(before), Some(preset)) = (&device, before, args.emulate) {
+            // The whole boot (mount, every mode's setup and run, unmount) as the device saw it:
+            // evidence that the guest's flushes reached it.
+            let after = device.counters();
+            eprintln!(
+                "vm bench: the emulated {} device under {} saw {} flushes and {:.1} MiB written",
+                preset.name(),
+                fs.name(),
+                after.flushes.saturating_sub(before.flushes),
+                after.bytes_written.saturating_sub(before.bytes_written) as f64 / (1u64 << 20) as f64
+            );
+        }
+        results.extend(rows.iter().cloned().map(|mut row| {
+            if let Some(preset) = args.emulate {
+                row["device"] = Value::from(preset.name());
+            }
+            row
+        }));
     }
-    let text = bench_table(&results, &workload);
+    let text = bench_table(&results, &workload, args.emulate);
     output::emit(
         args.json.as_deref(),
         &BenchResults { results },
@@ -183,6 +218,19 @@ pub fn bench(args: &VmBenchArgs) -> Result<ExitCode> {
         Human::Stdout,
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// An emulated device with `preset`'s timing whose image is formatted with `fs` (mkfs runs on
+/// a free device: setup, not measurement).
+fn emulated_image(preset: Preset, fs: GuestFs, size_mib: u64) -> Result<EmulatedDevice> {
+    let size = size_mib
+        .checked_mul(1 << 20)
+        .ok_or_else(|| anyhow!("an image of {size_mib} MiB is too large"))?;
+    let device = EmulatedDevice::start(DeviceModel::FREE, size, 1)
+        .context("starting the emulated device for the guest's disk")?;
+    format_image(&device.image_path(), fs)?;
+    device.set_model(preset.model());
+    Ok(device)
 }
 
 /// The one JSON object among the guest's stdout lines.
@@ -211,13 +259,26 @@ fn dev_kb(results: &[Value], fs: &str, mode: &str) -> Option<f64> {
         .map(|r| per_txn(r, "dev_kb"))
 }
 
-fn bench_table(results: &[Value], workload: &str) -> String {
-    let mut out =
-        format!("vm bench {workload}: per transaction, as the guest's block device saw it (TCG: no times)\n");
+fn bench_table(results: &[Value], workload: &str, emulate: Option<Preset>) -> String {
+    let mut out = match emulate {
+        None => format!(
+            "vm bench {workload}: per transaction, as the guest's block device saw it (TCG: no times)\n"
+        ),
+        Some(preset) => format!(
+            "vm bench {workload} on an emulated {} device ({}): per transaction, as the guest's \
+             block device saw it; txn/s and p99.9 are the guest's clock under TCG (a slow CPU)\n",
+            preset.name(),
+            preset.model()
+        ),
+    };
     out.push_str(&format!(
-        "{:<6} {:<13} {:>9} {:>9} {:>9} {:>10} {:>10} {:>12}\n",
+        "{:<6} {:<13} {:>9} {:>9} {:>9} {:>10} {:>10} {:>12}",
         "fs", "mode", "dev KiB", "dev wr", "flushes", "sql KiB", "fsyncs", "paper KB"
     ));
+    if emulate.is_some() {
+        out.push_str(&format!(" {:>9} {:>11}", "txn/s", "p99.9 us"));
+    }
+    out.push('\n');
     for r in results {
         let fs = r["fs"].as_str().unwrap_or("?");
         let mode = r["mode"].as_str().unwrap_or("?");
@@ -226,7 +287,7 @@ fn bench_table(results: &[Value], workload: &str) -> String {
             .find(|(f, m, _)| *f == fs && *m == mode)
             .map_or("-".to_owned(), |(_, _, kb)| format!("{kb:.0}"));
         out.push_str(&format!(
-            "{:<6} {:<13} {:>9.2} {:>9.2} {:>9.3} {:>10.2} {:>10.3} {:>12}\n",
+            "{:<6} {:<13} {:>9.2} {:>9.2} {:>9.3} {:>10.2} {:>10.3} {:>12}",
             fs,
             mode,
             per_txn(r, "dev_kb"),
@@ -236,6 +297,14 @@ fn bench_table(results: &[Value], workload: &str) -> String {
             per_txn(r, "fsyncs"),
             paper
         ));
+        if emulate.is_some() {
+            out.push_str(&format!(
+                " {:>9.0} {:>11.0}",
+                r["tps"].as_f64().unwrap_or(f64::NAN),
+                r["latency_us"]["p999"].as_f64().unwrap_or(f64::NAN)
+            ));
+        }
+        out.push('\n');
     }
     if let Some(maw) = dev_kb(results, "f2fs", "maw") {
         for fs in ["f2fs", "ext4"] {

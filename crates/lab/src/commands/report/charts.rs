@@ -230,3 +230,77 @@ pub fn line_chart(
     }
     Ok(svg)
 }
+
+/// One line per mode through (flush latency, value) points, both axes log scale: how each
+/// scheme's figure moves with the device's flush latency. `points` holds (mode, x, y).
+pub fn sweep_chart(title: &str, y_desc: &str, points: &[(&'static str, f64, f64)]) -> Result<String> {
+    let mut lines: Vec<(&'static str, Vec<(f64, f64)>)> = Vec::new();
+    for &(mode, x, y) in points {
+        match lines.iter_mut().find(|(m, _)| *m == mode) {
+            Some((_, line)) => line.push((x, y)),
+            None => lines.push((mode, vec![(x, y)])),
+        }
+    }
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    let xs = points.iter().map(|p| p.1).filter(|&v| positive(v));
+    let ys = points.iter().map(|p| p.2).filter(|&v| positive(v));
+    let (x_lo, x_hi) = xs.fold((f64::INFINITY, 0.0f64), |(a, b), v| (a.min(v), b.max(v)));
+    let (y_lo, y_hi) = ys.fold((f64::INFINITY, 0.0f64), |(a, b), v| (a.min(v), b.max(v)));
+    // A log axis needs a positive, non-empty range, also for one preset or no data.
+    let (x_lo, x_hi) = if x_lo.is_finite() {
+        (x_lo / 2.0, x_hi * 2.0)
+    } else {
+        (1.0, 10.0)
+    };
+    let (y_lo, y_hi) = if y_lo.is_finite() {
+        (y_lo / 2.0, y_hi * 2.0)
+    } else {
+        (1.0, 10.0)
+    };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 380)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d((x_lo..x_hi).log_scale(), (y_lo..y_hi).log_scale())
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc("device flush latency, microseconds (log scale)")
+            .y_desc(y_desc)
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .draw()
+            .map_err(plot_err)?;
+        for (mode, line) in &lines {
+            let c = color(mode);
+            let width = if *mode == "onesync" { 3 } else { 2 };
+            let kept: Vec<(f64, f64)> = line
+                .iter()
+                .copied()
+                .filter(|&(x, y)| positive(x) && positive(y))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(kept.iter().copied(), c.stroke_width(width)))
+                .map_err(plot_err)?
+                .label(*mode)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
+            chart
+                .draw_series(kept.iter().map(|&p| Circle::new(p, 4, c.filled())))
+                .map_err(plot_err)?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}

@@ -4,9 +4,11 @@
 //! on a fresh loop-mounted ext4 per mode when it can (root and mkfs.ext4), else in a
 //! temporary directory, and writes `report.html` (SVG bar charts of transactions per second,
 //! KiB and flushes per transaction, and the commit latency CDF; drawn in `charts.rs`) and
-//! `report.md` (the tables).
+//! `report.md` (the tables). With `--emulate PRESET,...` it compares the schemes across
+//! emulated devices instead (`emulated.rs`).
 
 mod charts;
+mod emulated;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -29,14 +31,20 @@ pub struct ReportArgs {
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
 
-    /// Transactions per mode
-    #[arg(long, value_name = "N", default_value_t = 3000,
+    /// Transactions per mode [default: 3000; 1000 with --emulate]
+    #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    pub txns: u64,
+    pub txns: Option<u64>,
 
     /// Run in a temporary directory even when a loop ext4 could be made
-    #[arg(long)]
+    #[arg(long, conflicts_with = "emulate")]
     pub no_fs: bool,
+
+    /// Instead of the standard comparison, compare the crash-safe modes across these
+    /// emulated devices (each mode on a fresh ext4 on the device; needs root and /dev/fuse):
+    /// tables per device, and TPS and p99.9 latency against flush latency
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "PRESET,...")]
+    pub emulate: Vec<onesync_device::Preset>,
 
     /// Leave out the simulated-flash (X-FTL) experiments
     #[arg(long)]
@@ -56,12 +64,16 @@ const INSERT_MODES: [Mode; 8] = [
 
 pub fn run(args: &ReportArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    if !args.emulate.is_empty() {
+        return emulated::run(&args.out, &args.emulate, args.txns.unwrap_or(1000));
+    }
+    let txns = args.txns.unwrap_or(3000);
     let fs =
         (!args.no_fs && crate::loopfs::check_prerequisites(FsKind::Ext4).is_ok()).then_some(FsKind::Ext4);
     let bench_args = |workload: Workload, modes: &[Mode]| BenchArgs {
         workload,
         mode: modes.to_vec(),
-        txns: args.txns,
+        txns,
         dir: None,
         device: None,
         fs,
@@ -85,14 +97,12 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
 
     let mut md = format!(
         "# onesync report\n\nEvery mode ran the same workload in the same run, on {place}.\n\n\
-         ## insert ({} transactions per mode: one 100-byte INSERT each)\n\n",
-        args.txns
+         ## insert ({txns} transactions per mode: one 100-byte INSERT each)\n\n"
     );
     md.push_str(&markdown_table(&insert));
     let _ = write!(
         md,
-        "\n## dbbench, 4 threads ({} transactions in all: inserts, updates, deletes, searches)\n\n",
-        args.txns
+        "\n## dbbench, 4 threads ({txns} transactions in all: inserts, updates, deletes, searches)\n\n"
     );
     md.push_str(&markdown_table(&dbbench));
     md.push_str(

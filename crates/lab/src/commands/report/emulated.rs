@@ -1,0 +1,225 @@
+//! `onesync report --emulate nvme-plp,nvme,emmc`: the comparison across devices. For each
+//! preset, `bench insert` on the crash-safe modes (and wal-normal as a reference) and
+//! `bench dbbench` (4 threads, WAL and onesync), each mode on a fresh ext4 on an emulated
+//! device with that preset's flush latency, write latency and bandwidth (`onesync-device`);
+//! then tables per preset in report.md and, in report.html, each scheme's transactions per
+//! second and p99.9 commit latency against the device's flush latency.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use onesync_device::Preset;
+
+use super::charts::sweep_chart;
+use super::{html_table, markdown_table};
+use crate::commands::bench::{self, BenchArgs, ModeResult};
+use crate::loopfs::{EmulateArgs, FsKind};
+use crate::schemes::{Durability, Mode};
+use crate::workloads::Workload;
+
+/// Each mode's ext4: small, because the workloads are, and mkfs of every extra MiB is time.
+const FS_SIZE_MIB: u64 = 256;
+
+/// One preset's results.
+struct Run {
+    preset: Preset,
+    insert: Vec<ModeResult>,
+    dbbench: Vec<ModeResult>,
+}
+
+/// The crash-safe modes of the standard report, then wal-normal (not durable at COMMIT) as
+/// the reference the others pay their flushes against.
+fn insert_modes() -> Vec<Mode> {
+    let mut modes: Vec<Mode> = super::INSERT_MODES
+        .into_iter()
+        .filter(|m| m.scheme().durability() == Durability::AtCommit)
+        .collect();
+    modes.push(Mode::WalNormal);
+    modes
+}
+
+pub fn run(out: &Path, presets: &[Preset], txns: u64) -> Result<ExitCode> {
+    crate::loopfs::check_prerequisites(FsKind::Ext4)
+        .context("--emulate puts each mode's ext4 on an emulated device")?;
+    if let Some(reason) = onesync_device::unavailable_reason() {
+        bail!("--emulate needs an emulated device, and {reason}");
+    }
+    let load_before = load_average();
+    let mut runs = Vec::new();
+    for &preset in presets {
+        let bench_args = |workload: Workload, mode: Vec<Mode>| BenchArgs {
+            workload,
+            mode,
+            txns,
+            dir: None,
+            device: None,
+            fs: Some(FsKind::Ext4),
+            fs_size_mib: FS_SIZE_MIB,
+            emulate: EmulateArgs {
+                emulate: Some(preset),
+                ..EmulateArgs::default()
+            },
+            seed: 1,
+            threads: 4,
+            shared_table: false,
+            pages: 5,
+            searches_per_write: 1.0,
+            json: None,
+        };
+        eprintln!("onesync report: {} ({})", preset.name(), preset.model());
+        let insert = bench::measure(&bench_args(Workload::Insert, insert_modes()))
+            .with_context(|| format!("insert on {}", preset.name()))?;
+        let dbbench = bench::measure(&bench_args(Workload::Dbbench, vec![Mode::Wal, Mode::Onesync]))
+            .with_context(|| format!("dbbench on {}", preset.name()))?;
+        runs.push(Run {
+            preset,
+            insert,
+            dbbench,
+        });
+    }
+    let load = format!(
+        "load average (1 min) {} before and {} after the runs, on {} CPUs",
+        load_before,
+        load_average(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+
+    let md_path = out.join("report.md");
+    std::fs::write(&md_path, markdown(&runs, txns, &load))
+        .with_context(|| format!("writing {}", md_path.display()))?;
+    let html_path = out.join("report.html");
+    std::fs::write(&html_path, html(&runs, txns, &load)?)
+        .with_context(|| format!("writing {}", html_path.display()))?;
+    println!(
+        "onesync report: wrote {} and {}",
+        html_path.display(),
+        md_path.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// /proc/loadavg's first figure: how busy the machine was (other work competes for the CPU;
+/// the figures are comparable between schemes within one run, less so between runs).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn place(preset: Preset) -> String {
+    format!(
+        "a fresh {FS_SIZE_MIB} MiB ext4 per mode on an emulated {} device ({})",
+        preset.name(),
+        preset.model()
+    )
+}
+
+const NOTE: &str = "wal-normal commits are not durable when COMMIT returns: a reference, not \
+                    a choice. The emulator serves one request at a time through a loop device \
+                    and FUSE, which adds a floor of its own (tens of µs) to every request.";
+
+fn markdown(runs: &[Run], txns: u64, load: &str) -> String {
+    let mut md =
+        format!("# onesync report: the schemes across devices\n\n{txns} transactions per mode; {load}.\n\n");
+    for run in runs {
+        let _ = write!(
+            md,
+            "## {}\n\nOn {}.\n\n### insert (one 100-byte INSERT per transaction)\n\n{}\n\
+             ### dbbench, 4 threads (inserts, updates, deletes, searches)\n\n{}\n",
+            run.preset.name(),
+            place(run.preset),
+            markdown_table(&run.insert),
+            markdown_table(&run.dbbench)
+        );
+    }
+    let _ = writeln!(md, "{NOTE}");
+    md
+}
+
+/// (mode, flush latency µs, value) for every preset's results of one workload.
+fn points(
+    runs: &[Run],
+    results: fn(&Run) -> &[ModeResult],
+    value: impl Fn(&ModeResult) -> f64,
+) -> Vec<(&'static str, f64, f64)> {
+    runs.iter()
+        .flat_map(|run| {
+            let flush_us = run.preset.model().flush_latency.as_secs_f64() * 1e6;
+            results(run)
+                .iter()
+                .map(|r| (r.mode, flush_us, value(r)))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn html(runs: &[Run], txns: u64, load: &str) -> Result<String> {
+    fn insert(run: &Run) -> &[ModeResult] {
+        &run.insert
+    }
+    fn dbbench(run: &Run) -> &[ModeResult] {
+        &run.dbbench
+    }
+    let tps = |r: &ModeResult| r.tps;
+    let p999 = |r: &ModeResult| r.latency_us.p999;
+    let presets: Vec<String> = runs
+        .iter()
+        .map(|run| {
+            format!(
+                "{} ({} µs)",
+                run.preset.name(),
+                run.preset.model().flush_latency.as_micros()
+            )
+        })
+        .collect();
+    let charts = [
+        sweep_chart(
+            "insert: transactions per second against flush latency",
+            "txn/s (log scale)",
+            &points(runs, insert, tps),
+        )?,
+        sweep_chart(
+            "insert: p99.9 commit latency against flush latency",
+            "p99.9 latency, µs (log scale)",
+            &points(runs, insert, p999),
+        )?,
+        sweep_chart(
+            "dbbench, 4 threads: transactions per second against flush latency",
+            "txn/s (log scale)",
+            &points(runs, dbbench, tps),
+        )?,
+        sweep_chart(
+            "dbbench, 4 threads: p99.9 commit latency against flush latency",
+            "p99.9 latency, µs (log scale)",
+            &points(runs, dbbench, p999),
+        )?,
+    ];
+    let mut html = format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>onesync report: devices</title>\n\
+         <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}}\
+         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}\
+         th:first-child,td:first-child{{text-align:left}}</style></head><body>\n\
+         <h1>onesync report: the schemes across devices</h1>\n<p>Each mode on a fresh ext4 on an \
+         emulated device per preset: {}. {txns} transactions per mode; {load}. Higher is better \
+         for transactions per second, lower for latency. {NOTE}</p>\n",
+        presets.join(", ")
+    );
+    for chart in &charts {
+        let _ = writeln!(html, "<div>{chart}</div>");
+    }
+    for run in runs {
+        let _ = write!(
+            html,
+            "<h2>{}</h2>\n<p>On {}.</p>\n<h3>insert</h3>\n{}<h3>dbbench, 4 threads</h3>\n{}",
+            run.preset.name(),
+            place(run.preset),
+            html_table(&run.insert),
+            html_table(&run.dbbench)
+        );
+    }
+    html.push_str("</body></html>\n");
+    Ok(html)
+}
