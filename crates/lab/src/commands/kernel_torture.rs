@@ -34,7 +34,7 @@ use serde::Serialize;
 
 use crate::commands::torture::TortureArgs;
 use crate::commands::vfs_kill_torture::{ChildKind, RunningChild};
-use crate::loopfs::{self, Emulation, LoopFs};
+use crate::loopfs::{self, Emulation, FsKind, LoopFs};
 use crate::output::{self, Human};
 use crate::progress::phase_bar;
 use crate::schemes::{Mode, Scheme};
@@ -66,6 +66,8 @@ struct Summary {
     device: String,
     /// The PRAGMA synchronous the mode ran with, if not its own.
     synchronous: Option<String>,
+    /// btrfs only: the database's files were NOCOW (overwritten in place).
+    nodatacow: bool,
     seed: u64,
     processes: u64,
     max_delay_ms: u64,
@@ -98,6 +100,7 @@ struct Summary {
     lazy_unmounts: u64,
     cached_writes: CutTotals,
     seconds: f64,
+    /// Of the cuts whose checks passed (a failing round stops early).
     seconds_per_cut: f64,
     max_seconds_per_cut: f64,
     /// From starting the children to the cut.
@@ -168,6 +171,9 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
     let emulation = args.emulate.emulation().ok_or_else(|| {
         anyhow!("--fs cuts the power of an emulated device: add --emulate PRESET (e.g. --emulate nvme)")
     })?;
+    if args.nodatacow && kind != FsKind::Btrfs {
+        bail!("--nodatacow is for --fs btrfs (ext4 and xfs overwrite in place anyway)");
+    }
     if args.kills > 0 {
         bail!("--kills runs with the simulated torture only (without --fs)");
     }
@@ -212,6 +218,7 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
             max_delay_ms: args.max_delay_ms,
             power_cuts_requested: args.power_cuts,
             synchronous: args.synchronous.map(|level| level.name().to_owned()),
+            nodatacow: args.nodatacow,
             ..Summary::default()
         },
     };
@@ -316,6 +323,8 @@ impl Torture<'_> {
         let max_delay = Duration::from_millis(self.args.max_delay_ms);
         let (mut cut_seconds, mut workload_seconds) = (0.0, 0.0);
         let mut flush_rounds = 0u64;
+        // Rounds that ended in a check that passed: the time figures are theirs.
+        let mut completed = 0u64;
         let mut outcome = Ok(());
         for cut in 1..=self.args.power_cuts {
             let low_on_space = free_bytes(self.loop_fs.mount_point())? < FRESH_DATABASE_BELOW_FREE;
@@ -340,10 +349,23 @@ impl Torture<'_> {
             let round = match self.round(cut, plan) {
                 Ok(round) => round,
                 Err(stop) => {
+                    if let Stop::Failed(_) = stop {
+                        // The failing cut was made: it counts (its figures are not summed).
+                        let summary = &mut self.summary;
+                        summary.power_cuts = cut;
+                        match plan {
+                            CutPlan::AtFlush(n) => {
+                                summary.flush_boundary_cuts += 1;
+                                summary.max_flush_boundary = summary.max_flush_boundary.max(n);
+                            }
+                            CutPlan::After(_) => summary.random_cuts += 1,
+                        }
+                    }
                     outcome = Err(stop);
                     break;
                 }
             };
+            completed += 1;
             let seconds = round_started.elapsed().as_secs_f64();
             let summary = &mut self.summary;
             if cut == 1 {
@@ -373,8 +395,8 @@ impl Torture<'_> {
         }
         bar.finish_and_clear();
         let summary = &mut self.summary;
-        if summary.power_cuts > 0 {
-            let cuts = summary.power_cuts as f64;
+        if completed > 0 {
+            let cuts = completed as f64;
             summary.seconds_per_cut = cut_seconds / cuts;
             summary.workload_seconds_per_cut = workload_seconds / cuts;
             summary.recovery_seconds_per_cut = (cut_seconds - workload_seconds) / cuts;
@@ -389,6 +411,10 @@ impl Torture<'_> {
             fs::remove_dir_all(&self.dir).with_context(|| format!("removing {}", self.dir.display()))?;
         }
         fs::create_dir(&self.dir).with_context(|| format!("making {}", self.dir.display()))?;
+        if self.args.nodatacow {
+            // Files made in the directory from now on inherit the attribute.
+            loopfs::run(Command::new("chattr").arg("+C").arg(&self.dir))?;
+        }
         let device = self.device()?;
         device.set_model(DeviceModel::FREE);
         {
@@ -630,11 +656,14 @@ fn keep_evidence(loop_fs: &LoopFs, dir: &Path, mounted: bool) -> Result<PathBuf>
 }
 
 fn report(s: &Summary) -> String {
-    let synchronous = s
+    let mut synchronous = s
         .synchronous
         .as_ref()
         .map(|level| format!(" --synchronous {level}"))
         .unwrap_or_default();
+    if s.nodatacow {
+        synchronous.push_str(" --nodatacow");
+    }
     let mut text = format!(
         "torture --fs {} --emulate {} --mode {}{synchronous} (seed {}, {} process(es), random cuts 0-{} ms after the start)\n",
         s.fs, s.device, s.mode, s.seed, s.processes, s.max_delay_ms

@@ -99,6 +99,11 @@ pub struct TortureArgs {
     #[arg(long, value_enum, value_name = "LEVEL", requires = "fs")]
     pub synchronous: Option<Synchronous>,
 
+    /// With --fs btrfs: make the database's directory NOCOW (chattr +C), so that its files are
+    /// overwritten in place as on ext4 and xfs instead of copied on write
+    #[arg(long, requires = "fs")]
+    pub nodatacow: bool,
+
     /// With --fs: cuts on one database before starting over on a fresh one (in the same
     /// filesystem), so that the ledger does not fill a small image
     #[arg(long, value_name = "N", default_value_t = 250,
