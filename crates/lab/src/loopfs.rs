@@ -42,6 +42,20 @@ impl FsKind {
         }
     }
 
+    /// The filesystem's checker, and the arguments that make it change nothing.
+    pub fn checker(self) -> (&'static str, &'static [&'static str]) {
+        match self {
+            FsKind::Ext4 => ("e2fsck", &["-n", "-f"]),
+            FsKind::Xfs => ("xfs_repair", &["-n"]),
+            FsKind::Btrfs => ("btrfs", &["check", "--readonly"]),
+        }
+    }
+
+    /// The Debian package that ships the checker (the same as mkfs's).
+    pub fn checker_package(self) -> &'static str {
+        self.package()
+    }
+
     /// Quiet, and overwrite whatever signature an earlier run left on a reused device.
     /// ext4 also initializes its inode tables and journal now: by default a kernel thread
     /// zeroes them after mount, and those writes would be billed to the first measurements.
@@ -261,6 +275,16 @@ impl LoopFs {
     /// mkfs and mount run on a free device (they are setup, not measurement); the device's
     /// model applies from the first request after `create_on` returns.
     pub fn create_on(kind: FsKind, size_bytes: u64, emulation: Option<&Emulation>) -> Result<LoopFs> {
+        LoopFs::create_seeded(kind, size_bytes, emulation, 1)
+    }
+
+    /// [`LoopFs::create_on`], with `device_seed` driving the emulated device's power cuts.
+    pub fn create_seeded(
+        kind: FsKind,
+        size_bytes: u64,
+        emulation: Option<&Emulation>,
+        device_seed: u64,
+    ) -> Result<LoopFs> {
         check_prerequisites(kind)?;
         if size_bytes < kind.min_size_bytes() {
             bail!(
@@ -275,7 +299,7 @@ impl LoopFs {
             .tempdir()
             .context("making a temporary directory for the loop image")?;
         let device = emulation
-            .map(|_| EmulatedDevice::start(DeviceModel::FREE, size_bytes, 1))
+            .map(|_| EmulatedDevice::start(DeviceModel::FREE, size_bytes, device_seed))
             .transpose()
             .context("starting the emulated device")?;
         let image_path = match &device {
@@ -318,18 +342,119 @@ impl LoopFs {
         run(Command::new(kind.mkfs_program())
             .args(kind.mkfs_flags())
             .arg(&device_path))?;
-        run(Command::new("mount")
-            .arg("-t")
-            .arg(kind.name())
-            .arg(&device_path)
-            .arg(&loop_fs.mount_point))?;
-        loop_fs.mounted = true;
+        loop_fs.mount()?;
         if let (Some(device), Some(emulation)) = (&loop_fs.device, emulation) {
             // What mkfs and mount left in the cache is written before the clock starts.
             synced_counters(&loop_fs.device_name, &loop_fs.mount_point)?;
             device.set_model(emulation.model);
         }
         Ok(loop_fs)
+    }
+
+    /// The emulated device under the filesystem, if any (to cut its power).
+    pub fn device(&self) -> Option<&EmulatedDevice> {
+        self.device.as_ref()
+    }
+
+    /// Mounts the filesystem (again) on its mount point: after a power cut, this is where
+    /// the kernel replays the filesystem's log.
+    pub fn mount(&mut self) -> Result<()> {
+        let device_path = self.attached_path()?.to_owned();
+        run(Command::new("mount")
+            .arg("-t")
+            .arg(self.kind.name())
+            .arg(&device_path)
+            .arg(&self.mount_point))?;
+        self.mounted = true;
+        Ok(())
+    }
+
+    /// Unmounts a filesystem whose processes have all gone.
+    pub fn unmount_now(&mut self) -> Result<()> {
+        self.unmount()
+    }
+
+    /// Unmounts the filesystem of a device whose power is cut, and returns once the kernel
+    /// has let go of the block device, with nothing of the old mount cached in memory: until
+    /// then the kernel may still write the dead filesystem's buffers back, and if the power
+    /// were already back they would land on the image the cut left. So call this with the
+    /// power still off. Whether it took a lazy unmount.
+    pub fn unmount_after_cut(&mut self) -> Result<bool> {
+        let mut lazy = false;
+        if self.mounted {
+            let mut unmounted = false;
+            for attempt in 0..20 {
+                if attempt > 0 {
+                    thread::sleep(Duration::from_millis(25));
+                }
+                if run(Command::new("umount").arg(&self.mount_point)).is_ok() {
+                    unmounted = true;
+                    break;
+                }
+            }
+            if !unmounted {
+                run(Command::new("umount").arg("-l").arg(&self.mount_point))
+                    .context("unmounting the filesystem after the power cut")?;
+                lazy = true;
+            }
+            self.mounted = false;
+        }
+        let device_path = self.attached_path()?.to_owned();
+        // A lazy unmount returns before the filesystem is gone; it lets go of the block
+        // device (which it holds exclusively) only when it is. An exclusive open succeeds
+        // from then on, and its close, the last, drops the device's page cache.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match open_exclusive(&device_path) {
+                Ok(()) => break,
+                Err(_) if std::time::Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+                Err(error) => {
+                    return Err(error).context(format!(
+                        "{} is still held 30 s after unmounting its filesystem",
+                        device_path.display()
+                    ))
+                }
+            }
+        }
+        // Whatever the kernel still caches of the device goes now, while writes still fail.
+        run(Command::new("blockdev").arg("--flushbufs").arg(&device_path))?;
+        Ok(lazy)
+    }
+
+    /// Runs the filesystem's own checker without letting it change anything (`e2fsck -n -f`,
+    /// `xfs_repair -n`, `btrfs check --readonly`) on the unmounted filesystem: `None` if it
+    /// found nothing, else what it said.
+    pub fn check_read_only(&self) -> Result<Option<String>> {
+        if self.mounted {
+            bail!("checking {}: it is still mounted", self.mount_point.display());
+        }
+        let device_path = self.attached_path()?;
+        let (program, args) = self.kind.checker();
+        let mut command = Command::new(program);
+        command.args(args);
+        let command_line = format!("{program} {} {}", args.join(" "), device_path.display());
+        let output = command
+            .arg(device_path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .with_context(|| format!("could not start `{command_line}`"))?;
+        if output.status.success() {
+            return Ok(None);
+        }
+        let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&output.stderr));
+        Ok(Some(format!(
+            "`{command_line}` {}:\n{}",
+            output.status,
+            last_lines(&text, FAILED_OUTPUT_LINES)
+        )))
+    }
+
+    /// "/dev/loopN".
+    fn attached_path(&self) -> Result<&Path> {
+        self.device_path
+            .as_deref()
+            .ok_or_else(|| anyhow!("the image is not attached to a loop device"))
     }
 
     pub fn emulation(&self) -> Option<&Emulation> {
@@ -448,6 +573,16 @@ pub fn wait_for_detach(name: &str) {
             _ => return,
         }
     }
+}
+
+/// Opens and closes block device `path` exclusively: fails while a filesystem holds it.
+fn open_exclusive(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    File::options()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_EXCL.bits())
+        .open(path)
+        .map(drop)
 }
 
 /// Fails early, naming what is missing, instead of letting losetup or mount fail obscurely.

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod convert;
 pub mod explore;
 pub mod flash;
+pub mod kernel_torture;
 pub mod mvbt;
 pub mod report;
 pub mod store_bench;

@@ -16,6 +16,9 @@
 //!   after deleting a journal).
 //! * A scheme on a onesync store runs the onesync VFS over a store on a `SimDisk`.
 //! * Kills are `vfs-kill-torture` with the mode's child.
+//!
+//! With `--fs` and `--emulate` the cuts are real instead (`kernel_torture.rs`): transfer
+//! processes on a real filesystem on an emulated device whose power is cut.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -29,7 +32,9 @@ use rand::{Rng, SeedableRng};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
-use crate::commands::vfs_kill_torture::{self, ChildKind, KillTortureArgs};
+use crate::commands::kernel_torture;
+use crate::commands::vfs_kill_torture::{self, ChildKind, KillTortureArgs, Synchronous};
+use crate::loopfs::{EmulateArgs, FsKind};
 use crate::output::{self, Human};
 use crate::progress::phase_bar;
 use crate::schemes::{apply_pragmas, Mode, Scheme, Storage};
@@ -66,6 +71,44 @@ pub struct TortureArgs {
     /// Write the summary as JSON to FILE, or to stdout with "-"
     #[arg(long, value_name = "FILE|-")]
     pub json: Option<PathBuf>,
+
+    /// Cut power through the real kernel instead of a simulation: make this filesystem on an
+    /// emulated device (--emulate), run transfer processes on it and cut the device's power
+    /// (needs root, /dev/fuse and loop devices)
+    #[arg(long, value_enum, value_name = "FS")]
+    pub fs: Option<FsKind>,
+
+    #[command(flatten)]
+    pub emulate: EmulateArgs,
+
+    /// With --fs: transfer processes running at each cut
+    #[arg(long, value_name = "P", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub processes: u64,
+
+    /// With --fs: the longest time from starting the processes to a random-moment cut
+    #[arg(long, value_name = "MS", default_value_t = 300)]
+    pub max_delay_ms: u64,
+
+    /// With --fs: the image's size [default: ext4 64, xfs 300, btrfs 128]
+    #[arg(long, value_name = "MIB", requires = "fs")]
+    pub fs_size_mib: Option<u64>,
+
+    /// With --fs: run the mode with this PRAGMA synchronous instead of its own (e.g. extra:
+    /// journal_mode=DELETE then also syncs the directory after deleting its journal)
+    #[arg(long, value_enum, value_name = "LEVEL", requires = "fs")]
+    pub synchronous: Option<Synchronous>,
+
+    /// With --fs btrfs: make the database's directory NOCOW (chattr +C), so that its files are
+    /// overwritten in place as on ext4 and xfs instead of copied on write
+    #[arg(long, requires = "fs")]
+    pub nodatacow: bool,
+
+    /// With --fs: cuts on one database before starting over on a fresh one (in the same
+    /// filesystem), so that the ledger does not fill a small image
+    #[arg(long, value_name = "N", default_value_t = 250,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub cuts_per_database: u64,
 }
 
 #[derive(Serialize, Default, Debug)]
@@ -81,6 +124,9 @@ struct Summary {
 }
 
 pub fn run(args: &TortureArgs) -> Result<ExitCode> {
+    if args.fs.is_some() {
+        return kernel_torture::run(args);
+    }
     let seed = args.seed.unwrap_or_else(rand::random);
     let mut summary = Summary {
         // The mode's Debug name lowercased (`walnormal`, not `wal-normal`), as the JSON has

@@ -76,7 +76,7 @@ pub enum ChildKind {
 
 impl ChildKind {
     /// Its name on the command line.
-    fn arg(self) -> String {
+    pub fn arg(self) -> String {
         self.to_possible_value()
             .map(|value| value.get_name().to_owned())
             .unwrap_or_default()
@@ -88,7 +88,7 @@ impl ChildKind {
         Mode::by_name(&self.arg()).map(Mode::scheme)
     }
 
-    fn database_name(self) -> &'static str {
+    pub fn database_name(self) -> &'static str {
         match self.scheme().map(|scheme| scheme.storage()) {
             Some(Storage::Store) => "bank.onesync",
             Some(Storage::PlainFile) => "bank-stock.db",
@@ -101,6 +101,15 @@ impl ChildKind {
         let child = mode.scheme().kill_child();
         ChildKind::from_str(child, false)
             .unwrap_or_else(|_| unreachable!("scheme {} names an unknown child {child}", mode.name()))
+    }
+
+    /// [`ChildKind::open`], with `synchronous` instead of the scheme's own level if given.
+    fn open_with(self, path: &Path, synchronous: Option<Synchronous>) -> Result<Connection> {
+        let conn = self.open(path)?;
+        if let Some(level) = synchronous {
+            level.apply(&conn)?;
+        }
+        Ok(conn)
     }
 
     fn open(self, path: &Path) -> Result<Connection> {
@@ -175,6 +184,38 @@ pub struct TransferChildArgs {
     pub run: u64,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Overrides the scheme's PRAGMA synchronous
+    #[arg(long, value_enum)]
+    pub synchronous: Option<Synchronous>,
+}
+
+/// A level of `PRAGMA synchronous`, to run a scheme with another than its own.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Synchronous {
+    Off,
+    Normal,
+    Full,
+    /// FULL, and in journal_mode=DELETE the directory is synced after the journal is
+    /// deleted (the commit point)
+    Extra,
+}
+
+impl Synchronous {
+    pub fn name(self) -> &'static str {
+        match self {
+            Synchronous::Off => "off",
+            Synchronous::Normal => "normal",
+            Synchronous::Full => "full",
+            Synchronous::Extra => "extra",
+        }
+    }
+
+    /// Sets it on `conn` (after the scheme's own pragmas, which it overrides).
+    pub fn apply(self, conn: &Connection) -> Result<()> {
+        conn.execute_batch(&format!("PRAGMA synchronous={}", self.name()))
+            .with_context(|| format!("PRAGMA synchronous={}", self.name()))
+    }
 }
 
 #[derive(Serialize, Debug, Default)]
@@ -424,6 +465,33 @@ impl RunningChild {
         })
     }
 
+    /// Whether the child has ended (by itself: nothing here kills it).
+    pub fn has_exited(&mut self) -> Result<bool> {
+        Ok(self.child.try_wait()?.is_some())
+    }
+
+    /// SIGKILLs the child if it is still running, and returns what it printed and, if it
+    /// had ended by itself, how and what it said on stderr (after a power cut a child ends
+    /// by itself on an I/O error, which is not a failure).
+    pub fn stop_and_read(self) -> Result<(ChildLines, Option<String>)> {
+        let RunningChild {
+            mut child,
+            lines,
+            stdout_reader,
+            stderr_reader,
+        } = self;
+        let exited_early = child.try_wait()?;
+        if exited_early.is_none() {
+            // It may end between the check and the kill: then the kill finds nothing to kill.
+            let _ = child.kill();
+        }
+        child.wait()?;
+        let _ = stdout_reader.join();
+        let stderr_text = stderr_reader.join().unwrap_or_default();
+        let ended = exited_early.map(|status| format!("{status}; its stderr: {}", stderr_text.trim()));
+        Ok((parse_child_lines(&lines)?, ended))
+    }
+
     /// SIGKILLs the child (an error if it had already ended) and returns what it printed.
     pub fn kill_and_read(self) -> Result<ChildLines> {
         let RunningChild {
@@ -480,7 +548,7 @@ fn killed_by_sigkill(status: &std::process::ExitStatus) -> bool {
 /// The child: set up the bank, print `ready`, then run transfers on `threads` connections,
 /// printing `committed ID` after each COMMIT returns, until killed.
 pub fn run_child(args: &TransferChildArgs) -> Result<()> {
-    let setup = args.child.open(&args.db)?;
+    let setup = args.child.open_with(&args.db, args.synchronous)?;
     retry_while_busy(BUSY_RETRY_PAUSE, || bank::set_up(&setup)).context("setting up the bank")?;
     print_line(READY_LINE)?;
     let started = Instant::now();
@@ -488,10 +556,11 @@ pub fn run_child(args: &TransferChildArgs) -> Result<()> {
         .map(|thread_no| {
             let args_db = args.db.clone();
             let kind = args.child;
+            let synchronous = args.synchronous;
             let run = args.run;
             let seed = args.seed ^ thread_no.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             thread::spawn(move || -> Result<()> {
-                let conn = kind.open(&args_db)?;
+                let conn = kind.open_with(&args_db, synchronous)?;
                 let mut rng = SmallRng::seed_from_u64(seed);
                 for n in 0.. {
                     if started.elapsed() > CHILD_MAX_RUNTIME {
