@@ -2,6 +2,7 @@
 //! (10 %) or an index search (10 %) on one of [`TABLES`] tables; `bench` runs one connection
 //! per thread, each on its own table (or all on one).
 
+use crate::sqlite::{retry_while_busy, BUSY_RETRY_PAUSE};
 use anyhow::Result;
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -46,26 +47,33 @@ impl Transactions for Dbbench {
         let table = table_name(self.table);
         let roll = rng.random_range(0..100u32);
         let key = rng.random_range(0..1_000_000i64);
-        if roll < 60 {
-            conn.prepare_cached(&format!("INSERT INTO {table}(k, v) VALUES (?1, ?2)"))?
-                .execute(params![key, payload(rng)])?;
-        } else if roll < 80 {
-            conn.prepare_cached(&format!(
-                "UPDATE {table} SET v = ?1 WHERE id = (SELECT id FROM {table} WHERE k >= ?2 ORDER BY k LIMIT 1)"
-            ))?
-            .execute(params![payload(rng), key])?;
-        } else if roll < 90 {
-            conn.prepare_cached(&format!(
-                "DELETE FROM {table} WHERE id = (SELECT id FROM {table} WHERE k >= ?1 ORDER BY k LIMIT 1)"
-            ))?
-            .execute([key])?;
-        } else {
-            let mut search = conn.prepare_cached(&format!(
-                "SELECT id, v FROM {table} WHERE k >= ?1 ORDER BY k LIMIT 10"
-            ))?;
-            let mut rows = search.query([key])?;
-            while rows.next()?.is_some() {}
-        }
+        let value = (roll < 80).then(|| payload(rng));
+        // Each transaction is one statement (autocommit), so a statement refused with
+        // SQLITE_BUSY after the busy timeout (WAL's busy handler can starve a writer for
+        // seconds under many threads) is simply run again, its wait counted in its latency.
+        retry_while_busy(BUSY_RETRY_PAUSE, || -> rusqlite::Result<()> {
+            if roll < 60 {
+                conn.prepare_cached(&format!("INSERT INTO {table}(k, v) VALUES (?1, ?2)"))?
+                    .execute(params![key, value])?;
+            } else if roll < 80 {
+                conn.prepare_cached(&format!(
+                    "UPDATE {table} SET v = ?1 WHERE id = (SELECT id FROM {table} WHERE k >= ?2 ORDER BY k LIMIT 1)"
+                ))?
+                .execute(params![value, key])?;
+            } else if roll < 90 {
+                conn.prepare_cached(&format!(
+                    "DELETE FROM {table} WHERE id = (SELECT id FROM {table} WHERE k >= ?1 ORDER BY k LIMIT 1)"
+                ))?
+                .execute([key])?;
+            } else {
+                let mut search = conn.prepare_cached(&format!(
+                    "SELECT id, v FROM {table} WHERE k >= ?1 ORDER BY k LIMIT 10"
+                ))?;
+                let mut rows = search.query([key])?;
+                while rows.next()?.is_some() {}
+            }
+            Ok(())
+        })?;
         Ok(())
     }
 }
