@@ -62,18 +62,11 @@ pub fn make_image(path: &Path, fs: GuestFs, size_mib: u64) -> Result<()> {
     let size = size_mib
         .checked_mul(1 << 20)
         .ok_or_else(|| anyhow!("an image of {size_mib} MiB is too large"))?;
-    let mkfs = find_program(fs.mkfs_program()).ok_or_else(|| {
-        anyhow!(
-            "{} not found: apt-get install {}",
-            fs.mkfs_program(),
-            fs.package()
-        )
-    })?;
     // Truncating to 0 first drops the old blocks, so the image is sparse again.
     File::create(path)
         .and_then(|image| image.set_len(size))
         .with_context(|| format!("making sparse image {}", path.display()))?;
-    run_to_completion(Command::new(mkfs).args(fs.mkfs_flags()).arg(path))
+    format_image(path, fs)
 }
 
 /// Formats the existing file at `path` with `fs`, keeping its size: for an image that cannot

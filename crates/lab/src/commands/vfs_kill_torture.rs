@@ -474,26 +474,32 @@ impl RunningChild {
     /// had ended by itself, how and what it said on stderr (after a power cut a child ends
     /// by itself on an I/O error, which is not a failure).
     pub fn stop_and_read(self) -> Result<(ChildLines, Option<String>)> {
-        let RunningChild {
-            mut child,
-            lines,
-            stdout_reader,
-            stderr_reader,
-        } = self;
-        let exited_early = child.try_wait()?;
-        if exited_early.is_none() {
-            // It may end between the check and the kill: then the kill finds nothing to kill.
-            let _ = child.kill();
-        }
-        child.wait()?;
-        let _ = stdout_reader.join();
-        let stderr_text = stderr_reader.join().unwrap_or_default();
-        let ended = exited_early.map(|status| format!("{status}; its stderr: {}", stderr_text.trim()));
-        Ok((parse_child_lines(&lines)?, ended))
+        let ended = self.end()?;
+        let early = ended
+            .exited_early
+            .map(|status| format!("{status}; its stderr: {}", ended.stderr_text.trim()));
+        Ok((ended.lines, early))
     }
 
     /// SIGKILLs the child (an error if it had already ended) and returns what it printed.
     pub fn kill_and_read(self) -> Result<ChildLines> {
+        let ended = self.end()?;
+        let stderr_text = ended.stderr_text.trim();
+        if let Some(early) = ended.exited_early {
+            bail!("the child exited by itself ({early}) before the kill; its stderr: {stderr_text}");
+        }
+        ended.kill_result.context("sending SIGKILL to the child")?;
+        if !killed_by_sigkill(&ended.status) {
+            bail!(
+                "the child ended with {}, not by SIGKILL; its stderr: {stderr_text}",
+                ended.status
+            );
+        }
+        Ok(ended.lines)
+    }
+
+    /// SIGKILLs the child unless it has already ended, waits for it and its output.
+    fn end(self) -> Result<EndedChild> {
         let RunningChild {
             mut child,
             lines,
@@ -501,25 +507,32 @@ impl RunningChild {
             stderr_reader,
         } = self;
         let exited_early = child.try_wait()?;
-        let kill_result = child.kill();
+        // It may end between the check and the kill: then the kill finds nothing to kill.
+        let kill_result = match exited_early {
+            None => child.kill(),
+            Some(_) => Ok(()),
+        };
         let status = child.wait()?;
         let _ = stdout_reader.join();
         let stderr_text = stderr_reader.join().unwrap_or_default();
-        if let Some(early) = exited_early {
-            bail!(
-                "the child exited by itself ({early}) before the kill; its stderr: {}",
-                stderr_text.trim()
-            );
-        }
-        kill_result.context("sending SIGKILL to the child")?;
-        if !killed_by_sigkill(&status) {
-            bail!(
-                "the child ended with {status}, not by SIGKILL; its stderr: {}",
-                stderr_text.trim()
-            );
-        }
-        parse_child_lines(&lines)
+        Ok(EndedChild {
+            exited_early,
+            kill_result,
+            status,
+            stderr_text,
+            lines: parse_child_lines(&lines)?,
+        })
     }
+}
+
+/// A transfer child after [`RunningChild::end`].
+struct EndedChild {
+    /// How it ended, if it had ended by itself before the kill.
+    exited_early: Option<std::process::ExitStatus>,
+    kill_result: std::io::Result<()>,
+    status: std::process::ExitStatus,
+    stderr_text: String,
+    lines: ChildLines,
 }
 
 fn parse_child_lines(lines: &Mutex<Vec<String>>) -> Result<ChildLines> {

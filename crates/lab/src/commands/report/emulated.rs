@@ -14,7 +14,7 @@ use onesync_device::Preset;
 
 use super::charts::sweep_chart;
 use super::{html_table, markdown_table};
-use crate::commands::bench::{self, BenchArgs, ModeResult};
+use crate::commands::bench::{self, ModeResult};
 use crate::loopfs::{EmulateArgs, FsKind};
 use crate::schemes::{Durability, Mode};
 use crate::workloads::Workload;
@@ -49,24 +49,19 @@ pub fn run(out: &Path, presets: &[Preset], txns: u64) -> Result<ExitCode> {
     let load_before = load_average();
     let mut runs = Vec::new();
     for &preset in presets {
-        let bench_args = |workload: Workload, mode: Vec<Mode>| BenchArgs {
-            workload,
-            mode,
-            txns,
-            dir: None,
-            device: None,
-            fs: Some(FsKind::Ext4),
-            fs_size_mib: FS_SIZE_MIB,
-            emulate: EmulateArgs {
-                emulate: Some(preset),
-                ..EmulateArgs::default()
-            },
-            seed: 1,
-            threads: 4,
-            shared_table: false,
-            pages: 5,
-            searches_per_write: 1.0,
-            json: None,
+        let emulate = EmulateArgs {
+            emulate: Some(preset),
+            ..EmulateArgs::default()
+        };
+        let bench_args = |workload: Workload, mode: Vec<Mode>| {
+            super::report_bench_args(
+                workload,
+                mode,
+                txns,
+                Some(FsKind::Ext4),
+                FS_SIZE_MIB,
+                emulate.clone(),
+            )
         };
         eprintln!("onesync report: {} ({})", preset.name(), preset.model());
         let insert = bench::measure(&bench_args(Workload::Insert, insert_modes()))

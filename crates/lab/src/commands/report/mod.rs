@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 
 use crate::commands::bench::{self, BenchArgs, ModeResult};
 use crate::commands::flash::{self, FlashResult};
-use crate::loopfs::FsKind;
+use crate::loopfs::{EmulateArgs, FsKind};
 use crate::schemes::Durability;
 use crate::schemes::Mode;
 use crate::workloads::Workload;
@@ -62,6 +62,34 @@ const INSERT_MODES: [Mode; 8] = [
     Mode::Onesync,
 ];
 
+/// What the report asks `bench` for: its standard settings (seed 1, dbbench on 4 threads,
+/// each on its own table) with the place, size and device given.
+fn report_bench_args(
+    workload: Workload,
+    mode: Vec<Mode>,
+    txns: u64,
+    fs: Option<FsKind>,
+    fs_size_mib: u64,
+    emulate: EmulateArgs,
+) -> BenchArgs {
+    BenchArgs {
+        workload,
+        mode,
+        txns,
+        dir: None,
+        device: None,
+        fs,
+        fs_size_mib,
+        emulate,
+        seed: 1,
+        threads: 4,
+        shared_table: false,
+        pages: 5,
+        searches_per_write: 1.0,
+        json: None,
+    }
+}
+
 pub fn run(args: &ReportArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     if !args.emulate.is_empty() {
@@ -70,21 +98,8 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
     let txns = args.txns.unwrap_or(3000);
     let fs =
         (!args.no_fs && crate::loopfs::check_prerequisites(FsKind::Ext4).is_ok()).then_some(FsKind::Ext4);
-    let bench_args = |workload: Workload, modes: &[Mode]| BenchArgs {
-        workload,
-        mode: modes.to_vec(),
-        txns,
-        dir: None,
-        device: None,
-        fs,
-        fs_size_mib: 1024,
-        emulate: Default::default(),
-        seed: 1,
-        threads: 4,
-        shared_table: false,
-        pages: 5,
-        searches_per_write: 1.0,
-        json: None,
+    let bench_args = |workload: Workload, modes: &[Mode]| {
+        report_bench_args(workload, modes.to_vec(), txns, fs, 1024, EmulateArgs::default())
     };
     let insert_args = bench_args(Workload::Insert, &INSERT_MODES);
     let insert = bench::measure(&insert_args)?;
