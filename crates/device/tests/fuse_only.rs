@@ -6,24 +6,27 @@ use std::os::unix::fs::FileExt;
 
 use onesync_device::{DeviceModel, EmulatedDevice};
 
-fn device(test: &str) -> Option<EmulatedDevice> {
+/// A free 1 MiB device and its image opened read-write, or `None` (saying why) where FUSE
+/// cannot run.
+fn device(test: &str) -> Option<(EmulatedDevice, std::fs::File)> {
     if let Some(reason) = onesync_device::unavailable_reason() {
         println!("note: skipping {test}: {reason}");
         return None;
     }
-    Some(EmulatedDevice::start(DeviceModel::FREE, 1 << 20, 7).unwrap())
-}
-
-#[test]
-fn counts_requests_and_serves_what_was_written() {
-    let Some(device) = device("counts_requests_and_serves_what_was_written") else {
-        return;
-    };
+    let device = EmulatedDevice::start(DeviceModel::FREE, 1 << 20, 7).unwrap();
     let file = std::fs::File::options()
         .read(true)
         .write(true)
         .open(device.image_path())
         .unwrap();
+    Some((device, file))
+}
+
+#[test]
+fn counts_requests_and_serves_what_was_written() {
+    let Some((device, file)) = device("counts_requests_and_serves_what_was_written") else {
+        return;
+    };
     file.write_all_at(&[1; 4096], 0).unwrap();
     file.write_all_at(&[2; 1000], 10_000).unwrap();
     assert_eq!(device.cached_bytes(), 5096);
@@ -43,14 +46,9 @@ fn counts_requests_and_serves_what_was_written() {
 
 #[test]
 fn an_armed_cut_happens_at_that_flush_and_fails_everything_after() {
-    let Some(device) = device("an_armed_cut_happens_at_that_flush_and_fails_everything_after") else {
+    let Some((device, file)) = device("an_armed_cut_happens_at_that_flush_and_fails_everything_after") else {
         return;
     };
-    let file = std::fs::File::options()
-        .read(true)
-        .write(true)
-        .open(device.image_path())
-        .unwrap();
     file.write_all_at(&[1; 4096], 0).unwrap();
     device.cut_at_flush(2);
     file.sync_data().unwrap(); // flush 1 of 2: happens
