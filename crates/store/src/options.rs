@@ -25,6 +25,10 @@ pub struct Options {
     /// Bytes reserved ahead of the commit chain, so that consecutive commits land next to
     /// each other (each commit is then one contiguous write).
     pub window_bytes: u64,
+    /// How long a commit shown before it is durable (`PendingCommit::show`: SQLite's
+    /// `synchronous=NORMAL`/`OFF`) waits at most for the background flush that makes it
+    /// durable: the most a power cut can take back, plus one flush.
+    pub deferred_flush_interval: std::time::Duration,
     /// Open without writing anything; commits fail with `Error::ReadOnly`.
     pub read_only: bool,
     /// Read-only opens only: a read error while following the chain of commits ends the
@@ -69,6 +73,9 @@ impl Default for Options {
             growth_step: 64 << 20,
             embed_limit: 64,
             window_bytes: 1 << 20,
+            // WAL at NORMAL is durable only at its checkpoints; 20 ms bounds the window
+            // well below a person's notice while sharing one flush among many commits.
+            deferred_flush_interval: std::time::Duration::from_millis(20),
             read_only: false,
             salvage: false,
             sabotage: None,

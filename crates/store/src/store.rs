@@ -337,6 +337,12 @@ impl Store {
     }
 
     /// Sequence number up to which every commit is durable.
+    /// Make every commit written so far durable now (commits shown before they were
+    /// durable included); returns the durable sequence number.
+    pub fn flush(&self) -> Result<u64> {
+        self.shared.flush_written()
+    }
+
     pub fn durable_seq(&self) -> u64 {
         self.shared.durable_seq()
     }

@@ -135,7 +135,7 @@ impl Shared {
                 }
             };
             let durable = durable.max(lock(&self.flush).durable);
-            self.promote_durable(meta, durable);
+            self.promote_readable(meta, durable);
         }
         Ok(())
     }

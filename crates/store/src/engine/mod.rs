@@ -21,9 +21,12 @@
 //!    visible (keys in `visible.seq + 1 ..= state.seq`), `not_durable` those visible but not
 //!    yet readable (keys in `readable.seq + 1 ..= visible.seq`); each moves on only when the
 //!    whole prefix before it has (`mark_written`, `promote_durable`). Checked.
-//! 4. **Nothing shown that is not durable.** On a store no other process shares,
-//!    `readable.seq <= durable`: no snapshot shows a commit before a flush of this process
-//!    covered it. With sharing, `readable` may also rise to what another process published
+//! 4. **Nothing shown that is not durable, unless its committer deferred durability.** On a
+//!    store no other process shares, `readable.seq <= max(durable, shown_written_upto)`: no
+//!    snapshot shows a commit before a flush of this process covered it, except commits
+//!    shown once written (`PendingCommit::show`, SQLite's `synchronous=NORMAL`/`OFF`) and
+//!    those before them; a background flush makes those durable within
+//!    `Options::deferred_flush_interval` (`deferred.rs`). With sharing, `readable` may also rise to what another process published
 //!    as durable (`Sharing::others_durable`) or to what this process flushed itself after
 //!    reading it. Checked without sharing.
 //! 5. **The side file is a hint.** A reader may trust its progress to skip reading the
@@ -95,6 +98,7 @@
 mod catch_up;
 mod checkpoint;
 mod commit;
+mod deferred;
 mod group_commit;
 mod invariants;
 mod sequence;
@@ -162,6 +166,8 @@ pub(crate) struct Shared {
     /// This process has left the processes sharing the store (closed).
     departed: AtomicBool,
     writer: Mutex<WriterClaims>,
+    /// The background flush of commits shown before they were durable.
+    deferred: Arc<deferred::Deferred>,
 }
 
 /// The cross-process write lock, held while any commit of this process is on its way.
@@ -188,6 +194,9 @@ pub(crate) struct Meta {
     /// Written states not yet known durable, by sequence number (they become `readable` as
     /// flushes, this process's or another's, cover them).
     pub not_durable: BTreeMap<u64, Arc<State>>,
+    /// Commits up to here are shown to readers once written, durable or not (committed
+    /// with durability deferred: `PendingCommit::show`).
+    pub shown_written_upto: u64,
     /// Sequenced states not yet visible (they become so as the written prefix grows).
     pub unpublished: BTreeMap<u64, Arc<State>>,
     pub header: Header,
@@ -240,6 +249,7 @@ impl Drop for Shared {
     /// Dropped without `close` (safe: the next open recovers): still leave the processes
     /// sharing the store, so the last one removes the side file.
     fn drop(&mut self) {
+        self.stop_deferred_flusher();
         if self.departed.load(Ordering::Relaxed) {
             return;
         }
@@ -325,6 +335,7 @@ impl Shared {
             visible: state.clone(),
             readable: state.clone(),
             not_durable: BTreeMap::new(),
+            shown_written_upto: last,
             unpublished: BTreeMap::new(),
             state,
             header: recovered.header,
@@ -373,6 +384,7 @@ impl Shared {
             sharing,
             stopped_by,
             departed: AtomicBool::new(false),
+            deferred: Arc::default(),
         };
         drop(shared.meta());
         Ok(shared)

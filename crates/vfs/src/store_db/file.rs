@@ -213,6 +213,20 @@ impl StoreDb {
                 reply(stats_json(&self.store.store));
                 SQLITE_OK
             }
+            (Some("onesync_flush"), _) => {
+                // "Make it durable now": every commit written so far, shown undurable
+                // (synchronous=NORMAL or OFF) included.
+                match self.store.store.flush() {
+                    Ok(durable) => {
+                        reply(serde_json::json!({ "durable_seq": durable }).to_string());
+                        SQLITE_OK
+                    }
+                    Err(e) => {
+                        reply(format!("onesync: PRAGMA onesync_flush failed: {e}"));
+                        SQLITE_IOERR
+                    }
+                }
+            }
             (Some("onesync_commit"), _) => {
                 // This connection's last commit, and how far commits are durable: a COMMIT
                 // that has returned must have seq <= durable_seq.
