@@ -16,7 +16,7 @@ use crate::ffi::{
 use crate::names::{self, NameClaim, Owner};
 use crate::sys::api::ApiTable;
 
-use super::connections::{leave_connection, note_locking_mode, note_unlocked};
+use super::connections::{leave_connection, note_locking_mode, note_synchronous, note_unlocked};
 use super::locking::{process_lock_key, RETRYING_WRITER};
 use super::registry::{lock, next_handle, registry_acquire, registry_release, Member, OpenStore, Want};
 use super::StoreOpener;
@@ -203,6 +203,12 @@ impl StoreDb {
                      TRUNCATE, PERSIST or MEMORY"
                 ));
                 SQLITE_ERROR
+            }
+            (Some("synchronous"), value) => {
+                // Noted, then left to SQLite: NORMAL and OFF commits are shown at once and
+                // made durable later (crates/vfs/README.md, "synchronous").
+                note_synchronous(self.conn, self.handle, value);
+                SQLITE_NOTFOUND
             }
             (Some("locking_mode"), value) => {
                 // Noted, then left to SQLite (which applies it).
