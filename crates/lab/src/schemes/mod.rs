@@ -38,7 +38,8 @@ pub enum Storage {
 pub enum Durability {
     /// Survives a power cut.
     AtCommit,
-    /// Atomic, but may be lost to a power cut until a later checkpoint (WAL, synchronous=NORMAL).
+    /// Atomic, but may be lost to a power cut until a later checkpoint or flush (WAL and
+    /// onesync at synchronous=NORMAL or OFF).
     AfterCheckpoint,
     /// Not crash-safe: a power cut may leave half a transaction (a negative control).
     None,
@@ -125,13 +126,15 @@ pub enum Mode {
     Memory,
     Off,
     Onesync,
+    OnesyncNormal,
+    OnesyncOff,
     Maw,
     BatchAtomic,
 }
 
 impl Mode {
     /// Every mode, in the order `--help` lists them.
-    pub const ALL: [Mode; 11] = [
+    pub const ALL: [Mode; 13] = [
         Mode::Delete,
         Mode::Truncate,
         Mode::Persist,
@@ -141,6 +144,8 @@ impl Mode {
         Mode::Memory,
         Mode::Off,
         Mode::Onesync,
+        Mode::OnesyncNormal,
+        Mode::OnesyncOff,
         Mode::Maw,
         Mode::BatchAtomic,
     ];
@@ -157,6 +162,8 @@ impl Mode {
             Mode::Memory => &stock::MEMORY,
             Mode::Off => &stock::OFF,
             Mode::Onesync => &onesync::ONESYNC,
+            Mode::OnesyncNormal => &onesync::ONESYNC_NORMAL,
+            Mode::OnesyncOff => &onesync::ONESYNC_OFF,
             Mode::Maw => &maw::MAW,
             Mode::BatchAtomic => &batch_atomic::BATCH_ATOMIC,
         }

@@ -1,28 +1,57 @@
-//! The onesync VFS over a onesync store: each transaction one commit record of the store.
+//! The onesync VFS over a onesync store: each transaction one commit record of the store, at
+//! three `synchronous` levels (they differ only in their pragma and their promise).
 
 use std::path::Path;
 
 use anyhow::Result;
 use rusqlite::Connection;
 
-use super::{Rgb, Scheme, Storage};
+use super::{Durability, Rgb, Scheme, Storage};
 use crate::sqlite::open_onesync;
 
-pub struct Onesync;
+pub struct Onesync {
+    name: &'static str,
+    description: &'static str,
+    pragmas: &'static [&'static str],
+    durability: Durability,
+    chart_color: Rgb,
+}
 
-pub const ONESYNC: Onesync = Onesync;
+pub const ONESYNC: Onesync = Onesync {
+    name: "onesync",
+    description: "The onesync VFS over a onesync store (synchronous=FULL)",
+    pragmas: &["PRAGMA synchronous=FULL"],
+    durability: Durability::AtCommit,
+    chart_color: (0x1b, 0x9e, 0x77),
+};
+
+pub const ONESYNC_NORMAL: Onesync = Onesync {
+    name: "onesync-normal",
+    description: "The onesync VFS, synchronous=NORMAL (commits shown at once, durable within 20 ms)",
+    pragmas: &["PRAGMA synchronous=NORMAL"],
+    durability: Durability::AfterCheckpoint,
+    chart_color: (0x7f, 0xc9, 0xb0),
+};
+
+pub const ONESYNC_OFF: Onesync = Onesync {
+    name: "onesync-off",
+    description: "The onesync VFS, synchronous=OFF (commits shown at once, durable at the next flush or PRAGMA onesync_flush)",
+    pragmas: &["PRAGMA synchronous=OFF"],
+    durability: Durability::AfterCheckpoint,
+    chart_color: (0xb2, 0xe2, 0xd2),
+};
 
 impl Scheme for Onesync {
     fn name(&self) -> &'static str {
-        "onesync"
+        self.name
     }
 
     fn description(&self) -> &'static str {
-        "The onesync VFS over a onesync store (synchronous=FULL)"
+        self.description
     }
 
     fn pragmas(&self) -> &'static [&'static str] {
-        &["PRAGMA synchronous=FULL"]
+        self.pragmas
     }
 
     fn connect(&self, path: &Path) -> Result<Connection> {
@@ -33,7 +62,15 @@ impl Scheme for Onesync {
         Storage::Store
     }
 
+    fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    fn kill_child(&self) -> &'static str {
+        "onesync"
+    }
+
     fn chart_color(&self) -> Rgb {
-        (0x1b, 0x9e, 0x77)
+        self.chart_color
     }
 }
