@@ -79,9 +79,12 @@ impl Shared {
 
     fn schedule_deferred_flush(self: &Arc<Self>) {
         let mut schedule = lock(&self.deferred.schedule);
-        if schedule.due.is_none() {
-            schedule.due = Some(Instant::now() + self.opts.deferred_flush_interval);
+        if schedule.due.is_some() && schedule.thread_started {
+            // A flush is already due within the interval and the flusher sleeps until then:
+            // waking it for every commit would cost two context switches each.
+            return;
         }
+        schedule.due = Some(Instant::now() + self.opts.deferred_flush_interval);
         if !schedule.thread_started {
             schedule.thread_started = true;
             let weak = Arc::downgrade(self);
