@@ -33,17 +33,40 @@ impl Drop for WriterClaim {
 }
 
 impl Shared {
-    /// Publish the oldest commit this process may read: its oldest snapshot, or `also`.
+    /// Publish the oldest commit this process may read (its oldest snapshot, or `also`) if
+    /// that is older than what it published: lowering the pin cannot wait (another process
+    /// could reuse a slot a reader here needs), raising it can. A pin left too low only
+    /// keeps other processes from reusing slots a while longer (invariant 5), and raising
+    /// it as each snapshot ends would cost two side-file writes per transaction; it is
+    /// raised at checkpoints and by [`Shared::publish_exact_pin`].
     pub(super) fn set_pin(&self, meta: &mut Meta, also: Option<u64>) -> Result<()> {
+        let want = Self::pin_wanted(meta, also);
+        if want < meta.pin {
+            self.publish_pin(meta, want)?;
+        }
+        Ok(())
+    }
+
+    /// Publish exactly the pin this process needs now, higher or lower.
+    pub(super) fn publish_exact_pin(&self, meta: &mut Meta) -> Result<()> {
+        let want = Self::pin_wanted(meta, None);
+        if want != meta.pin {
+            self.publish_pin(meta, want)?;
+        }
+        Ok(())
+    }
+
+    fn pin_wanted(meta: &Meta, also: Option<u64>) -> u64 {
+        let oldest = meta.snapshots.keys().next().copied();
+        oldest.into_iter().chain(also).min().unwrap_or(NO_PIN)
+    }
+
+    fn publish_pin(&self, meta: &mut Meta, pin: u64) -> Result<()> {
         let Some(s) = &self.sharing else {
             return Ok(());
         };
-        let oldest = meta.snapshots.keys().next().copied();
-        let want = oldest.into_iter().chain(also).min().unwrap_or(NO_PIN);
-        if want != meta.pin {
-            s.publish_pin(want)?;
-            meta.pin = want;
-        }
+        s.publish_pin(pin)?;
+        meta.pin = pin;
         Ok(())
     }
 

@@ -91,7 +91,11 @@ impl Shared {
     /// flushed again, and only then are slots freed. A crash leaves an intact copy of the
     /// newest durable header, and damage to either copy later costs nothing.
     pub(super) fn checkpoint_locked(&self, meta: &mut Meta) -> Result<()> {
-        self.with_writer(meta, |meta| self.checkpoint_holding_writer(meta))
+        self.with_writer(meta, |meta| self.checkpoint_holding_writer(meta))?;
+        // What the checkpoint frees may be reused once readers let go: tell the other
+        // processes how far this one's readers really are (raised lazily in between).
+        let _ = self.publish_exact_pin(meta);
+        Ok(())
     }
 
     fn checkpoint_holding_writer(&self, meta: &mut Meta) -> Result<()> {

@@ -411,7 +411,7 @@ impl Shared {
     /// Publish the pin this process needs now (after opening, when a reader pinned
     /// everything while it read the chain).
     pub(crate) fn refresh_pin(&self) {
-        let _ = self.set_pin(&mut self.meta(), None);
+        let _ = self.publish_exact_pin(&mut self.meta());
     }
 
     /// Sequence number of the latest commit (durable or not yet).
