@@ -64,7 +64,10 @@ fn every_crash_point_of_the_scenario_matrix_keeps_the_contract() {
     ]);
     let summary = json(&out);
     let points = summary["crash_points"].as_u64().unwrap_or(0);
-    assert!(points >= 3000, "only {points} crash points: {}", said(&out));
+    // Every call of every stopped process is a crash point: 3,586 before issue 17, 2,766
+    // once the reader pin stopped being rewritten twice per transaction. The floor guards
+    // against scenarios silently doing nothing, not against fewer calls per commit.
+    assert!(points >= 2500, "only {points} crash points: {}", said(&out));
     for s in summary["scenarios"].as_array().expect("scenarios") {
         assert_eq!(
             s["not_reached"], 0,
