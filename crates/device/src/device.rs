@@ -88,10 +88,6 @@ impl EmulatedDevice {
         self.mount_point.join(IMAGE_NAME)
     }
 
-    pub fn model(&self) -> DeviceModel {
-        self.lock().model
-    }
-
     /// Changes the timing from the next request on (e.g. free while mkfs runs).
     pub fn set_model(&self, model: DeviceModel) {
         self.lock().model = model;

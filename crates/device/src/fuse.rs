@@ -37,6 +37,19 @@ impl DeviceFs {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The device's state for a request on `ino`: only the image takes I/O, and a device
+    /// whose power is cut fails every request.
+    fn powered_image(&self, ino: INodeNo) -> Result<MutexGuard<'_, DeviceState>, Errno> {
+        if ino != IMAGE_INODE {
+            return Err(Errno::EISDIR);
+        }
+        let state = self.lock();
+        if state.power == Power::Off {
+            return Err(Errno::EIO);
+        }
+        Ok(state)
+    }
+
     fn attr(&self, ino: INodeNo) -> Option<FileAttr> {
         let (kind, size, perm, nlink) = match ino {
             INodeNo::ROOT => (FileType::Directory, 0, 0o755, 2),
@@ -152,13 +165,10 @@ impl Filesystem for DeviceFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        if ino != IMAGE_INODE {
-            return reply.error(Errno::EISDIR);
-        }
-        let mut state = self.lock();
-        if state.power == Power::Off {
-            return reply.error(Errno::EIO);
-        }
+        let mut state = match self.powered_image(ino) {
+            Ok(state) => state,
+            Err(errno) => return reply.error(errno),
+        };
         let length = (size as u64).min(state.size_bytes.saturating_sub(offset)) as usize;
         let mut buf = vec![0u8; length];
         if state.cache.read(&state.media, &mut buf, offset).is_err() {
@@ -183,13 +193,10 @@ impl Filesystem for DeviceFs {
         reply: ReplyWrite,
     ) {
         let arrived = Instant::now();
-        if ino != IMAGE_INODE {
-            return reply.error(Errno::EISDIR);
-        }
-        let mut state = self.lock();
-        if state.power == Power::Off {
-            return reply.error(Errno::EIO);
-        }
+        let mut state = match self.powered_image(ino) {
+            Ok(state) => state,
+            Err(errno) => return reply.error(errno),
+        };
         if offset.saturating_add(data.len() as u64) > state.size_bytes {
             return reply.error(Errno::ENOSPC);
         }
@@ -270,13 +277,10 @@ impl Filesystem for DeviceFs {
         _mode: i32,
         reply: ReplyEmpty,
     ) {
-        if ino != IMAGE_INODE {
-            return reply.error(Errno::EISDIR);
-        }
-        let mut state = self.lock();
-        if state.power == Power::Off {
-            return reply.error(Errno::EIO);
-        }
+        let mut state = match self.powered_image(ino) {
+            Ok(state) => state,
+            Err(errno) => return reply.error(errno),
+        };
         // A discard (hole punch) or zeroing: the range reads as zeros from now on. Taken as
         // cached writes of zeros, in pieces, so that a cut can lose them like any write.
         let end = offset.saturating_add(length).min(state.size_bytes);

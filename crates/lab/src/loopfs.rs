@@ -371,7 +371,8 @@ impl LoopFs {
 
     /// Unmounts a filesystem whose processes have all gone.
     pub fn unmount_now(&mut self) -> Result<()> {
-        self.unmount()
+        self.unmount_retrying(5, Duration::from_millis(200))
+            .map(|_lazy| ())
     }
 
     /// Unmounts the filesystem of a device whose power is cut, and returns once the kernel
@@ -380,25 +381,10 @@ impl LoopFs {
     /// were already back they would land on the image the cut left. So call this with the
     /// power still off. Whether it took a lazy unmount.
     pub fn unmount_after_cut(&mut self) -> Result<bool> {
-        let mut lazy = false;
-        if self.mounted {
-            let mut unmounted = false;
-            for attempt in 0..20 {
-                if attempt > 0 {
-                    thread::sleep(Duration::from_millis(25));
-                }
-                if run(Command::new("umount").arg(&self.mount_point)).is_ok() {
-                    unmounted = true;
-                    break;
-                }
-            }
-            if !unmounted {
-                run(Command::new("umount").arg("-l").arg(&self.mount_point))
-                    .context("unmounting the filesystem after the power cut")?;
-                lazy = true;
-            }
-            self.mounted = false;
-        }
+        // Short pauses: the dead filesystem's processes are gone, only the kernel lingers.
+        let lazy = self
+            .unmount_retrying(20, Duration::from_millis(25))
+            .context("unmounting the filesystem after the power cut")?;
         let device_path = self.attached_path()?.to_owned();
         // A lazy unmount returns before the filesystem is gone; it lets go of the block
         // device (which it holds exclusively) only when it is. An exclusive open succeeds
@@ -438,16 +424,7 @@ impl LoopFs {
             .stdin(std::process::Stdio::null())
             .output()
             .with_context(|| format!("could not start `{command_line}`"))?;
-        if output.status.success() {
-            return Ok(None);
-        }
-        let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-        text.push_str(&String::from_utf8_lossy(&output.stderr));
-        Ok(Some(format!(
-            "`{command_line}` {}:\n{}",
-            output.status,
-            last_lines(&text, FAILED_OUTPUT_LINES)
-        )))
+        Ok((!output.status.success()).then(|| failure_text(&command_line, &output)))
     }
 
     /// "/dev/loopN".
@@ -461,13 +438,11 @@ impl LoopFs {
         self.emulation.as_ref()
     }
 
-    /// The emulated device's own counters after a sync (as [`LoopFs::counters`]), if any.
-    pub fn device_counters(&self) -> Result<Option<DeviceCounters>> {
-        let Some(device) = &self.device else {
-            return Ok(None);
-        };
-        synced_counters(&self.device_name, &self.mount_point)?;
-        Ok(Some(device.counters()))
+    /// The emulated device's own counters, if any. No sync of its own: read it right after
+    /// [`LoopFs::counters`], so that both count the same requests (a second sync in between
+    /// could add a flush to one and not the other).
+    pub fn device_counters(&self) -> Option<DeviceCounters> {
+        self.device.as_ref().map(EmulatedDevice::counters)
     }
 
     /// "ext4 on loop3" or "ext4 on loop3, an emulated nvme device (...)".
@@ -498,23 +473,27 @@ impl LoopFs {
         synced_counters(&self.device_name, &self.mount_point)
     }
 
-    fn unmount(&mut self) -> Result<()> {
-        // A just-closed file can keep the mount busy for a moment; retry before giving up.
+    /// Unmounts, retrying `attempts` times `pause` apart (a just-closed file can keep the
+    /// mount busy for a moment), then lazily: detached from the tree anyway, so the temporary
+    /// directory can be removed, the kernel finishing when the last user lets go. Whether it
+    /// took the lazy unmount; nothing to do if not mounted.
+    fn unmount_retrying(&mut self, attempts: u32, pause: Duration) -> Result<bool> {
+        if !self.mounted {
+            return Ok(false);
+        }
         let mut last_error = None;
-        for attempt in 0..5 {
+        for attempt in 0..attempts {
             if attempt > 0 {
-                thread::sleep(Duration::from_millis(200));
+                thread::sleep(pause);
             }
             match run(Command::new("umount").arg(&self.mount_point)) {
                 Ok(_) => {
                     self.mounted = false;
-                    return Ok(());
+                    return Ok(false);
                 }
                 Err(error) => last_error = Some(error),
             }
         }
-        // Detach it from the tree anyway, so the temporary directory can still be removed;
-        // the kernel finishes the unmount when the last user lets go.
         run(Command::new("umount").arg("-l").arg(&self.mount_point))
             .map(|_| self.mounted = false)
             .map_err(|lazy_error| {
@@ -522,14 +501,15 @@ impl LoopFs {
                     "{:#}; lazy unmount failed too: {lazy_error:#}",
                     last_error.unwrap_or_else(|| anyhow!("umount failed"))
                 )
-            })
+            })?;
+        Ok(true)
     }
 }
 
 impl Drop for LoopFs {
     fn drop(&mut self) {
         if self.mounted {
-            if let Err(error) = self.unmount() {
+            if let Err(error) = self.unmount_now() {
                 eprintln!(
                     "onesync: warning: could not unmount {}: {error:#}",
                     self.mount_point.display()
@@ -635,15 +615,20 @@ pub fn run(command: &mut Command) -> Result<String> {
         .output()
         .with_context(|| format!("could not start `{command_line}`"))?;
     if !output.status.success() {
-        let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-        text.push_str(&String::from_utf8_lossy(&output.stderr));
-        bail!(
-            "`{command_line}` failed ({}):\n{}",
-            output.status,
-            last_lines(&text, FAILED_OUTPUT_LINES)
-        );
+        bail!("{}", failure_text(&command_line, &output));
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// "`COMMAND` failed (STATUS):" and the last lines of what a failed command printed.
+fn failure_text(command_line: &str, output: &std::process::Output) -> String {
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    format!(
+        "`{command_line}` failed ({}):\n{}",
+        output.status,
+        last_lines(&text, FAILED_OUTPUT_LINES)
+    )
 }
 
 /// The last `count` lines of `text`.

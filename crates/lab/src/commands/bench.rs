@@ -17,7 +17,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::Serialize;
 
-use crate::loopfs::{DevCounters, FsKind};
+use crate::loopfs::{DevCounters, FsKind, LoopFs};
 use crate::meters::io::{DeviceProbe, IoCounters};
 use crate::meters::latency::{percentiles, thinned, Latency};
 use crate::output::{self, Human};
@@ -187,11 +187,8 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
         (None, None) => None,
     };
     let dev_before = probe.as_ref().map(DeviceProbe::counters).transpose()?;
-    let emulated_before = loop_fs
-        .as_ref()
-        .map(|l| l.device_counters())
-        .transpose()?
-        .flatten();
+    // Right after the probe's sync, so that both count the same requests.
+    let emulated_before = loop_fs.as_ref().and_then(LoopFs::device_counters);
     let bar = phase_bar(mode.name(), args.txns);
     let started;
     if args.workload == Workload::Dbbench {
@@ -248,7 +245,7 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
         _ => None,
     };
     let emulated = match (&loop_fs, emulated_before) {
-        (Some(l), Some(before)) => l.device_counters()?.map(|after| after.delta(&before)),
+        (Some(l), Some(before)) => l.device_counters().map(|after| after.delta(&before)),
         _ => None,
     };
     let io = IoCounters::sample(&conn, scheme)?.minus(io_before);

@@ -134,12 +134,11 @@ fn markdown(runs: &[Run], txns: u64, load: &str) -> String {
     md
 }
 
+/// One workload's results in a run.
+type Pick = fn(&Run) -> &[ModeResult];
+
 /// (mode, flush latency µs, value) for every preset's results of one workload.
-fn points(
-    runs: &[Run],
-    results: fn(&Run) -> &[ModeResult],
-    value: impl Fn(&ModeResult) -> f64,
-) -> Vec<(&'static str, f64, f64)> {
+fn points(runs: &[Run], results: Pick, value: impl Fn(&ModeResult) -> f64) -> Vec<(&'static str, f64, f64)> {
     runs.iter()
         .flat_map(|run| {
             let flush_us = run.preset.model().flush_latency.as_secs_f64() * 1e6;
@@ -170,28 +169,20 @@ fn html(runs: &[Run], txns: u64, load: &str) -> Result<String> {
             )
         })
         .collect();
-    let charts = [
-        sweep_chart(
-            "insert: transactions per second against flush latency",
+    // Each workload's TPS and p99.9 against flush latency.
+    let mut charts = Vec::new();
+    for (workload, pick) in [("insert", insert as Pick), ("dbbench, 4 threads", dbbench)] {
+        charts.push(sweep_chart(
+            &format!("{workload}: transactions per second against flush latency"),
             "txn/s (log scale)",
-            &points(runs, insert, tps),
-        )?,
-        sweep_chart(
-            "insert: p99.9 commit latency against flush latency",
+            &points(runs, pick, tps),
+        )?);
+        charts.push(sweep_chart(
+            &format!("{workload}: p99.9 commit latency against flush latency"),
             "p99.9 latency, µs (log scale)",
-            &points(runs, insert, p999),
-        )?,
-        sweep_chart(
-            "dbbench, 4 threads: transactions per second against flush latency",
-            "txn/s (log scale)",
-            &points(runs, dbbench, tps),
-        )?,
-        sweep_chart(
-            "dbbench, 4 threads: p99.9 commit latency against flush latency",
-            "p99.9 latency, µs (log scale)",
-            &points(runs, dbbench, p999),
-        )?,
-    ];
+            &points(runs, pick, p999),
+        )?);
+    }
     let mut html = format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>onesync report: devices</title>\n\
          <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}}\
