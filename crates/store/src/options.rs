@@ -48,16 +48,21 @@ pub enum Sabotage {
     /// 14: a process that died between writing a checkpoint's header and publishing it
     /// makes the next writer extend the old chain, which recovery then drops.
     CheckpointPublication,
+    /// Flushes skip the device flush but still count their commits durable: commits shown
+    /// undurable (`synchronous=NORMAL`/`OFF`) and reported durable are lost at a power cut.
+    SkippedFlush,
 }
 
 impl Sabotage {
     /// The environment variable crash tests set in the processes they start.
     pub const ENV: &'static str = "ONESYNC_SABOTAGE";
 
-    /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`), if any.
+    /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`, `skipped-flush`), if
+    /// any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
+            Ok("skipped-flush") => Some(Sabotage::SkippedFlush),
             _ => None,
         }
     }

@@ -193,7 +193,11 @@ impl Shared {
                 let target = f.written_upto;
                 drop(f);
                 let flush_started = Instant::now();
-                let result = self.io.sync_data();
+                let result = if self.opts.sabotage == Some(crate::options::Sabotage::SkippedFlush) {
+                    Ok(())
+                } else {
+                    self.io.sync_data()
+                };
                 let flush_took = flush_started.elapsed();
                 bump(&self.counters.flush_micros, flush_took.as_micros() as u64);
                 // Meta before flush, the order everywhere: readers are shown the commits
