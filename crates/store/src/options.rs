@@ -29,12 +29,19 @@ pub struct Options {
     /// `synchronous=NORMAL`/`OFF`) waits at most for the background flush that makes it
     /// durable: the most a power cut can take back, plus one flush.
     pub deferred_flush_interval: std::time::Duration,
+    /// Bytes written by such commits and not yet flushed that start the background flush
+    /// at once, before the interval is up.
+    pub deferred_flush_bytes: u64,
     /// Open without writing anything; commits fail with `Error::ReadOnly`.
     pub read_only: bool,
     /// Read-only opens only: a read error while following the chain of commits ends the
     /// chain there instead of failing the open, so the commits before the damage can be
     /// copied into a new store (`onesync salvage`); [`Store::salvage_stopped_by`] says where.
     pub salvage: bool,
+    /// Maps the side file that processes sharing the store coordinate through (the VFS
+    /// maps it at its FFI boundary); without it the side file is read and written with
+    /// system calls, two or three more per commit.
+    pub map_side_file: Option<crate::SideFileMapper>,
     /// Negative controls only: put a defect back, so a crash test can show that it finds it.
     #[doc(hidden)]
     pub sabotage: Option<Sabotage>,
@@ -81,8 +88,11 @@ impl Default for Options {
             // WAL at NORMAL is durable only at its checkpoints; 20 ms bounds the window
             // well below a person's notice while sharing one flush among many commits.
             deferred_flush_interval: std::time::Duration::from_millis(20),
+            // About what WAL's default autocheckpoint lets its log reach (1,000 pages).
+            deferred_flush_bytes: 4 << 20,
             read_only: false,
             salvage: false,
+            map_side_file: None,
             sabotage: None,
         }
     }

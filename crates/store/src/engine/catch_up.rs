@@ -158,6 +158,9 @@ impl Shared {
                 }
             };
             let durable = durable.max(lock(&self.flush).durable);
+            // And what another process showed before it was durable (NORMAL/OFF): its own
+            // readers see it, so these do too.
+            meta.shown_written_upto = meta.shown_written_upto.max(s.others_shown()?.min(meta.state.seq));
             self.promote_readable(meta, durable);
         }
         Ok(())
@@ -172,7 +175,15 @@ impl Shared {
         // process may have died (or failed) between writing and publishing, and a record
         // tagged with a stale generation after a newer checkpoint is lost to recovery. So
         // a writer always reads the header and the record at the chain's head.
+        // Except where the side file still holds exactly what this process published last,
+        // at the chain's head as this process knows it: every writer publishes before it
+        // writes, so nobody has written since (and a checkpoint would have changed the
+        // generation).
         let trust_side_file = !holding_writer || self.opts.sabotage == Some(Sabotage::CheckpointPublication);
+        let mine = Some((meta.header.generation, meta.state.seq));
+        if holding_writer && progress.is_some() && progress == mine && meta.last_published == mine {
+            return Ok(());
+        }
         if let Some((generation, seq)) = progress.filter(|_| trust_side_file) {
             if generation == meta.header.generation && seq <= meta.state.seq {
                 return Ok(());

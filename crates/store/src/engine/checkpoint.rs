@@ -44,7 +44,9 @@ impl Shared {
             // as recovery would, rather than grow the file for the checkpoint.
             self.own_every_free_slot().and_then(|()| checkpoint())
         } else {
-            Ok(())
+            // Others stay: commits this process showed before they were durable are made
+            // durable before it goes (the last one's checkpoint does it).
+            self.flush_written().map(|_| ())
         };
         if init.is_ok() {
             s.depart(last);
@@ -184,6 +186,7 @@ impl Shared {
                 self.poison(format!("publishing a checkpoint to other processes failed: {e}"));
                 return Err(e);
             }
+            meta.last_published = Some((header.generation, last_seq));
         }
         self.rebase_on_checkpoint(meta, header.log.seed);
         Ok(())

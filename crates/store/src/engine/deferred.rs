@@ -1,25 +1,54 @@
 //! Durability later: commits shown to readers as soon as they are written (SQLite's
 //! `synchronous=NORMAL` and `OFF`), made durable by one background flush within a bounded
-//! interval ([`Options::deferred_flush_interval`]), or at once on demand ([`Shared::flush_written`]).
+//! interval ([`Options::deferred_flush_interval`], changeable while open) or once
+//! [`Options::deferred_flush_bytes`] are written unflushed, or at once on demand ([`Shared::flush_written`]).
 //!
 //! A power cut may then take back the last commits a reader saw, but never a part of one and
 //! never one without those before it: recovery keeps a prefix of the chain. A process crash
 //! takes back nothing: the commit's record and pages are in the page cache once written.
 //!
 //! [`Options::deferred_flush_interval`]: crate::Options::deferred_flush_interval
+//! [`Options::deferred_flush_bytes`]: crate::Options::deferred_flush_bytes
 
 use super::{lock, Shared};
 use crate::error::{Error, Result};
+use crate::options::Options;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
 /// The background flusher's schedule, shared with its thread (which holds the engine only
 /// weakly, so that dropping the store ends it).
-#[derive(Default)]
 pub(super) struct Deferred {
     schedule: Mutex<Schedule>,
     wake: Condvar,
+    /// The interval in µs (settable while open: `Store::set_deferred_flush_interval`).
+    interval_micros: AtomicU64,
+    /// `Counters::bytes_written` when the last flush began: bytes written since are not
+    /// yet durable, and `Options::deferred_flush_bytes` of them call a flush at once.
+    bytes_at_last_flush: AtomicU64,
+}
+
+impl Deferred {
+    pub fn new(opts: &Options) -> Deferred {
+        Deferred {
+            schedule: Mutex::default(),
+            wake: Condvar::new(),
+            interval_micros: AtomicU64::new(micros(opts.deferred_flush_interval)),
+            bytes_at_last_flush: AtomicU64::new(0),
+        }
+    }
+
+    /// A flush is starting that covers everything written up to `bytes_written`.
+    pub fn flush_starting(&self, bytes_written: u64) {
+        self.bytes_at_last_flush
+            .fetch_max(bytes_written, Ordering::Relaxed);
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[derive(Default)]
@@ -43,6 +72,10 @@ impl Shared {
         {
             let mut meta = self.meta();
             meta.shown_written_upto = meta.shown_written_upto.max(seq);
+            if let Some(s) = &self.sharing {
+                // Other processes' readers show it too (it is written: they can read it).
+                s.publish_shown(meta.shown_written_upto)?;
+            }
         }
         loop {
             {
@@ -77,14 +110,44 @@ impl Shared {
         Ok(self.durable_seq())
     }
 
-    fn schedule_deferred_flush(self: &Arc<Self>) {
+    /// The longest a commit shown before it is durable waits for its flush.
+    pub(crate) fn deferred_flush_interval(&self) -> Duration {
+        Duration::from_micros(self.deferred.interval_micros.load(Ordering::Relaxed))
+    }
+
+    /// Change the interval (a flush already due keeps its time; later ones follow this).
+    pub(crate) fn set_deferred_flush_interval(&self, interval: Duration) {
+        self.deferred
+            .interval_micros
+            .store(micros(interval), Ordering::Relaxed);
+        // Sooner than the flush already due: bring it forward.
         let mut schedule = lock(&self.deferred.schedule);
-        if schedule.due.is_some() && schedule.thread_started {
+        let sooner = Instant::now() + interval;
+        if schedule.due.is_some_and(|due| due > sooner) {
+            schedule.due = Some(sooner);
+            self.deferred.wake.notify_all();
+        }
+    }
+
+    fn schedule_deferred_flush(self: &Arc<Self>) {
+        let written = self.counters.bytes_written.load(Ordering::Relaxed);
+        let pending = written.saturating_sub(self.deferred.bytes_at_last_flush.load(Ordering::Relaxed));
+        let now = Instant::now();
+        let mut schedule = lock(&self.deferred.schedule);
+        if pending >= self.opts.deferred_flush_bytes {
+            // Enough unflushed bytes: flush now, whatever the timer says (bounds what a
+            // power cut can take back in bytes as the interval does in time).
+            if schedule.due.is_some_and(|due| due <= now) && schedule.thread_started {
+                return;
+            }
+            schedule.due = Some(now);
+        } else if schedule.due.is_some() && schedule.thread_started {
             // A flush is already due within the interval and the flusher sleeps until then:
             // waking it for every commit would cost two context switches each.
             return;
+        } else {
+            schedule.due = Some(now + self.deferred_flush_interval());
         }
-        schedule.due = Some(Instant::now() + self.opts.deferred_flush_interval);
         if !schedule.thread_started {
             schedule.thread_started = true;
             let weak = Arc::downgrade(self);

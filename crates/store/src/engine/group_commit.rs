@@ -193,6 +193,11 @@ impl Shared {
                 let target = f.written_upto;
                 drop(f);
                 let flush_started = Instant::now();
+                self.deferred.flush_starting(
+                    self.counters
+                        .bytes_written
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                );
                 let result = if self.opts.sabotage == Some(crate::options::Sabotage::SkippedFlush) {
                     Ok(())
                 } else {

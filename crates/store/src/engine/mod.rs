@@ -216,6 +216,10 @@ pub(crate) struct Meta {
     pub log_bytes_since_checkpoint: u64,
     /// The reader pin this process last published (shared stores).
     pub pin: u64,
+    /// The (generation, sequence) this process last published as the store's progress:
+    /// while the side file still says exactly that, no other process has written since
+    /// (every writer publishes before it writes), and a writer need not read the chain.
+    pub last_published: Option<(u64, u64)>,
     /// Every free slot of the file is this process's to allocate (it opened the store
     /// first, or alone); a process that joined others owns only what it grew.
     pub owns_all_slots: bool,
@@ -252,6 +256,11 @@ impl Drop for Shared {
         self.stop_deferred_flusher();
         if self.departed.load(Ordering::Relaxed) {
             return;
+        }
+        if !self.opts.read_only && self.meta().shown_written_upto > self.durable_seq() {
+            // Commits shown before they were durable: the flush the flusher would have made
+            // (best effort: dropping cannot report; the next open recovers a prefix anyway).
+            let _ = self.flush_written();
         }
         if let Some(s) = &self.sharing {
             if let Ok(_init) = s.lock_init() {
@@ -360,9 +369,12 @@ impl Shared {
             } else {
                 NO_PIN
             },
+            last_published: None,
         };
+        let mut meta = meta;
         if let (Some(s), false) = (&sharing, joined) {
             s.publish_progress(meta.header.generation, last)?;
+            meta.last_published = Some((meta.header.generation, last));
         }
         let flush = FlushState {
             sequenced: last,
@@ -384,7 +396,7 @@ impl Shared {
             sharing,
             stopped_by,
             departed: AtomicBool::new(false),
-            deferred: Arc::default(),
+            deferred: Arc::new(deferred::Deferred::new(opts)),
         };
         drop(shared.meta());
         Ok(shared)
