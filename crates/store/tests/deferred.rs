@@ -8,6 +8,7 @@ use onesync_store::sim::SimDisk;
 use onesync_store::{Options, Store};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use tempfile::TempDir;
 
 fn options(interval: Duration) -> Options {
     Options {
@@ -98,6 +99,8 @@ fn a_power_cut_keeps_a_prefix_of_shown_commits() {
         for index in 1..=commits {
             commit_shown(&store, index, index as u8);
         }
+        // The power goes before the store is dropped (dropping flushes what was shown).
+        disk.cut_after(0);
         drop(store);
         let survivor = disk.power_cut(&mut StdRng::seed_from_u64(seed));
         let store = Store::open_with_io(survivor.io(), &options(Duration::from_secs(3600))).unwrap();
@@ -118,4 +121,92 @@ fn a_power_cut_keeps_a_prefix_of_shown_commits() {
         lost_some,
         "no cut ever took back an unflushed commit: the test cannot fail"
     );
+}
+
+/// Waits up to five seconds for `store` to be durable up to `seq`.
+fn durable_within_5s(store: &Store, seq: u64) -> bool {
+    let started = Instant::now();
+    while store.durable_seq() < seq {
+        if started.elapsed() > Duration::from_secs(5) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+#[test]
+fn the_interval_can_change_while_open() {
+    let disk = SimDisk::new();
+    let store = Store::create_with_io(disk.io(), &options(Duration::from_secs(3600))).unwrap();
+    assert_eq!(store.deferred_flush_interval(), Duration::from_secs(3600));
+    let seq = commit_shown(&store, 0, 1);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        store.durable_seq() < seq,
+        "an hour's interval flushed within 50 ms"
+    );
+    // Shortening it brings the flush already due forward.
+    store.set_deferred_flush_interval(Duration::from_millis(5));
+    assert_eq!(store.deferred_flush_interval(), Duration::from_millis(5));
+    assert!(
+        durable_within_5s(&store, seq),
+        "the shortened interval never flushed"
+    );
+}
+
+#[test]
+fn enough_unflushed_bytes_flush_before_the_interval() {
+    let disk = SimDisk::new();
+    let opts = Options {
+        deferred_flush_bytes: 8 * 512,
+        ..options(Duration::from_secs(3600))
+    };
+    let store = Store::create_with_io(disk.io(), &opts).unwrap();
+    let first = commit_shown(&store, 0, 1);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        store.durable_seq() < first,
+        "one small commit flushed: the bound cannot fail"
+    );
+    let mut last = first;
+    for index in 1..20 {
+        last = commit_shown(&store, index, index as u8);
+    }
+    assert!(
+        durable_within_5s(&store, last - 8),
+        "the byte bound never called a flush"
+    );
+}
+
+#[test]
+fn dropping_the_store_flushes_what_it_showed() {
+    let disk = SimDisk::new();
+    let store = Store::create_with_io(disk.io(), &options(Duration::from_secs(3600))).unwrap();
+    let base = store.last_seq();
+    let mut last = base;
+    for index in 0..5 {
+        last = commit_shown(&store, index, 9);
+    }
+    drop(store);
+    let survivor = disk.power_cut(&mut StdRng::seed_from_u64(1));
+    let store = Store::open_with_io(survivor.io(), &options(Duration::from_secs(3600))).unwrap();
+    assert_eq!(store.last_seq(), last, "commits shown before the drop were lost");
+}
+
+/// Two opens of one file share it as two processes would (their locks are per open file
+/// description): a commit one shows before it is durable, the other's readers show too.
+#[test]
+fn another_process_shows_a_commit_shown_before_it_was_durable() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("shared.onesync");
+    let opts = options(Duration::from_secs(3600));
+    Store::create(&path, &opts).unwrap().close().unwrap();
+    let writer = Store::open(&path, &opts).unwrap();
+    let reader = Store::open(&path, &opts).unwrap();
+    let seq = commit_shown(&writer, 0, 42);
+    assert!(writer.durable_seq() < seq);
+    assert_eq!(read(&reader, 0), Some(42), "the other process does not show it");
+    reader.close().unwrap();
+    writer.close().unwrap();
 }

@@ -229,3 +229,18 @@ impl StoreDb {
             .or_default() += 1;
     }
 }
+
+/// The longest `onesync_sync_interval_ms` may be: an hour (longer is OFF in all but name).
+const MAX_SYNC_INTERVAL_MS: u64 = 3_600_000;
+
+/// Parses `onesync_sync_interval_ms` (PRAGMA or URI parameter): whole milliseconds,
+/// 0 to an hour; 0 flushes as soon as the background flusher can.
+pub(crate) fn parse_sync_interval(value: &str) -> Result<std::time::Duration, String> {
+    match value.trim().parse::<u64>() {
+        Ok(ms) if ms <= MAX_SYNC_INTERVAL_MS => Ok(std::time::Duration::from_millis(ms)),
+        _ => Err(format!(
+            "onesync: onesync_sync_interval_ms must be a whole number of milliseconds from 0 to \
+             {MAX_SYNC_INTERVAL_MS}, not {value:?}"
+        )),
+    }
+}

@@ -16,7 +16,9 @@ use crate::ffi::{
 use crate::names::{self, NameClaim, Owner};
 use crate::sys::api::ApiTable;
 
-use super::connections::{leave_connection, note_locking_mode, note_synchronous, note_unlocked};
+use super::connections::{
+    leave_connection, note_locking_mode, note_synchronous, note_unlocked, parse_sync_interval,
+};
 use super::locking::{process_lock_key, RETRYING_WRITER};
 use super::registry::{lock, next_handle, registry_acquire, registry_release, Member, OpenStore, Want};
 use super::StoreOpener;
@@ -214,6 +216,21 @@ impl StoreDb {
                 // Noted, then left to SQLite (which applies it).
                 note_locking_mode(self.conn, self.handle, value);
                 SQLITE_NOTFOUND
+            }
+            (Some("onesync_sync_interval_ms"), value) => {
+                // The store's, so every connection to it in this process (crates/vfs/README.md,
+                // "synchronous").
+                if let Some(value) = value {
+                    match parse_sync_interval(value) {
+                        Ok(interval) => self.store.store.set_deferred_flush_interval(interval),
+                        Err(msg) => {
+                            reply(msg);
+                            return SQLITE_ERROR;
+                        }
+                    }
+                }
+                reply(self.store.store.deferred_flush_interval().as_millis().to_string());
+                SQLITE_OK
             }
             (Some("onesync_stats"), _) => {
                 reply(stats_json(&self.store.store));
