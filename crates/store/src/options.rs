@@ -51,9 +51,10 @@ pub struct Options {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sabotage {
-    /// A writer taking the write lock trusts the side file's progress alone, as before issue
-    /// 14: a process that died between writing a checkpoint's header and publishing it
-    /// makes the next writer extend the old chain, which recovery then drops.
+    /// A checkpoint publishes its generation only after writing its header, and a writer
+    /// taking the write lock trusts the side file's progress alone (the defects of issues
+    /// 14 and 17): a process that died between writing a checkpoint's header and
+    /// publishing it makes the next writer extend the old chain, which recovery then drops.
     CheckpointPublication,
     /// Flushes skip the device flush but still count their commits durable: commits shown
     /// undurable (`synchronous=NORMAL`/`OFF`) and reported durable are lost at a power cut.

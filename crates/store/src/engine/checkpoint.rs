@@ -131,6 +131,18 @@ impl Shared {
             });
             piece = rest;
         }
+        // Other processes learn of the new generation before its header is written, as of
+        // a record before it is written: a writer that finds the side file unchanged since
+        // its own last publication may then trust that nobody wrote since (`follow_chain`).
+        let sabotaged = self.opts.sabotage == Some(crate::options::Sabotage::CheckpointPublication);
+        let written = written.and_then(|()| match &self.sharing {
+            Some(s) if !sabotaged => {
+                s.publish_progress(header.generation, last_seq)?;
+                meta.last_published = Some((header.generation, last_seq));
+                Ok(())
+            }
+            _ => Ok(()),
+        });
         let written = written.and_then(|()| {
             self.write_counted(
                 &encoded,
