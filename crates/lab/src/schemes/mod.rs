@@ -45,6 +45,18 @@ pub enum Durability {
     None,
 }
 
+impl Durability {
+    /// The mode the lab's ratios compare this class with when it is in the run (else the
+    /// run's first mode): wal-normal for NORMAL and OFF, stock SQLite's way to the same
+    /// promise, so that they are not flattered by a comparison with FULL modes.
+    pub fn reference(self) -> Option<Mode> {
+        match self {
+            Durability::AfterCheckpoint => Some(Mode::WalNormal),
+            Durability::AtCommit | Durability::None => None,
+        }
+    }
+}
+
 /// An RGB colour for charts.
 pub type Rgb = (u8, u8, u8);
 
@@ -173,6 +185,11 @@ impl Mode {
         self.scheme().name()
     }
 
+    /// The length of the longest name (the width of a table's mode column).
+    pub fn name_width() -> usize {
+        Mode::ALL.iter().map(|m| m.name().len()).max().unwrap_or(0)
+    }
+
     /// The mode called `name`, if any.
     pub fn by_name(name: &str) -> Option<Mode> {
         Mode::ALL.into_iter().find(|mode| mode.name() == name)
@@ -209,6 +226,20 @@ mod tests {
     fn every_mode_is_found_by_its_name() {
         for mode in Mode::ALL {
             assert_eq!(Mode::by_name(mode.name()), Some(mode));
+        }
+    }
+
+    #[test]
+    fn normal_and_off_modes_are_compared_with_wal_normal() {
+        for mode in Mode::ALL {
+            let reference = mode.scheme().durability().reference();
+            let normal_class = matches!(mode, Mode::WalNormal | Mode::OnesyncNormal | Mode::OnesyncOff);
+            assert_eq!(
+                reference,
+                normal_class.then_some(Mode::WalNormal),
+                "{}",
+                mode.name()
+            );
         }
     }
 }
