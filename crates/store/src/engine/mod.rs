@@ -101,6 +101,7 @@ mod commit;
 mod deferred;
 mod group_commit;
 mod invariants;
+mod recent_pages;
 mod sequence;
 mod space;
 
@@ -168,6 +169,8 @@ pub(crate) struct Shared {
     writer: Mutex<WriterClaims>,
     /// The background flush of commits shown before they were durable.
     deferred: Arc<deferred::Deferred>,
+    /// Contents of pages recently read or committed (`recent_pages.rs`).
+    recent_pages: Mutex<recent_pages::RecentPages>,
 }
 
 /// The cross-process write lock, held while any commit of this process is on its way.
@@ -397,6 +400,7 @@ impl Shared {
             stopped_by,
             departed: AtomicBool::new(false),
             deferred: Arc::new(deferred::Deferred::new(opts)),
+            recent_pages: Mutex::default(),
         };
         drop(shared.meta());
         Ok(shared)
