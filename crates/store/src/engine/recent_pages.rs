@@ -16,9 +16,15 @@ use std::sync::Arc;
 /// Pages kept at most (a few MiB at SQLite's page sizes); past it the cache starts over.
 const RECENT_PAGES: usize = 512;
 
+/// A page: its file and number.
+pub(crate) type PageKey = (u32, u64);
+
+/// A page's content, shared (the cache and a reader's copy source).
+pub(crate) type Content = Arc<[u8]>;
+
 #[derive(Default)]
 pub(crate) struct RecentPages {
-    pages: HashMap<(u32, u64), (PageEntry, Arc<[u8]>)>,
+    pages: HashMap<PageKey, (PageEntry, Content)>,
 }
 
 impl Shared {
@@ -38,7 +44,7 @@ impl Shared {
     }
 
     /// Keep the content of `(file, page)` as of `entry` (a committed one).
-    pub(crate) fn remember_page(&self, file: u32, page: u64, entry: &PageEntry, content: Arc<[u8]>) {
+    pub(crate) fn remember_page(&self, file: u32, page: u64, entry: &PageEntry, content: Content) {
         if entry.seq == 0 {
             return;
         }
@@ -51,7 +57,7 @@ impl Shared {
 
     /// Keep the contents a commit gave pages: those whose entry in the latest state is
     /// still the one commit `seq` made.
-    pub(crate) fn remember_committed(&self, seq: u64, pages: Vec<((u32, u64), Arc<[u8]>)>) {
+    pub(crate) fn remember_committed(&self, seq: u64, pages: Vec<(PageKey, Content)>) {
         let entries: Vec<_> = {
             let meta = self.meta();
             pages
