@@ -37,7 +37,7 @@ use serde::Serialize;
 
 use crate::commands::torture::deferred::{self, Ack};
 use crate::output::{self, Human};
-use crate::progress::phase_bar;
+use crate::progress::{log_every, phase_bar};
 use crate::schemes::{DeferredFlush, Mode, Scheme, Storage};
 use crate::sqlite::{open_plain, retry_while_busy, BUSY_RETRY_PAUSE};
 use crate::workloads::bank;
@@ -311,6 +311,7 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
     let mut setup_reported = true;
     let mut reported: Vec<String> = Vec::new();
     let bar = phase_bar("kills", args.kills);
+    let log_every = log_every(args.kills);
     for run in 1..=args.kills {
         let delays: Vec<Duration> = (0..args.processes)
             .map(|_| Duration::from_millis(rng.random_range(args.min_delay_ms..=args.max_delay_ms)))
@@ -332,6 +333,14 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
         });
         summary.kills_done = run;
         bar.inc(1);
+        if log_every.is_some_and(|every| run % every == 0) {
+            eprintln!(
+                "vfs-kill-torture: {run} of {} kills, {} transfers reported committed, {:.0} s",
+                args.kills,
+                summary.transfers_reported,
+                started.elapsed().as_secs_f64()
+            );
+        }
         if let Err(error) = outcome {
             summary.failures += 1;
             summary.first_failure = Some(format!("kill {run} (after {delay:?}): {error:#}"));

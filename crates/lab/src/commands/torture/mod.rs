@@ -32,7 +32,6 @@
 pub mod deferred;
 mod timed_cut;
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -51,7 +50,7 @@ use crate::commands::kernel_torture;
 use crate::commands::vfs_kill_torture::{self, ChildKind, KillTortureArgs, Synchronous, OFF_FLUSH_ONE_IN};
 use crate::loopfs::{EmulateArgs, FsKind};
 use crate::output::{self, Human};
-use crate::progress::phase_bar;
+use crate::progress::{log_every, phase_bar};
 use crate::schemes::{apply_pragmas, DeferredFlush, Mode, Scheme, Storage};
 use crate::sim::power_cut_files::SimFs;
 use crate::workloads::bank;
@@ -213,8 +212,7 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let sim = Sim::new(scheme, sabotage)?;
     let bar = phase_bar("power cuts", args.power_cuts);
-    // The bar is hidden off a terminal: a long run then says how far it got now and then.
-    let log_every = (!std::io::stderr().is_terminal()).then(|| (args.power_cuts / 20).max(1));
+    let log_every = log_every(args.power_cuts);
     for cut in 1..=args.power_cuts {
         if cut % CUTS_PER_DATABASE == 0 {
             sim.start_over();
