@@ -57,6 +57,17 @@ impl Durability {
     }
 }
 
+/// What makes durable, later, a commit a onesync store showed before it was durable
+/// (`synchronous=NORMAL` and `OFF`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeferredFlush {
+    /// The store's background flush, within `Options::deferred_flush_interval` (NORMAL).
+    Background,
+    /// Only a flush of another kind: a checkpoint, close, `PRAGMA onesync_flush` or a FULL
+    /// commit (OFF).
+    OnDemand,
+}
+
 /// An RGB colour for charts.
 pub type Rgb = (u8, u8, u8);
 
@@ -86,6 +97,13 @@ pub trait Scheme: Sync {
     /// What it promises at COMMIT.
     fn durability(&self) -> Durability {
         Durability::AtCommit
+    }
+
+    /// For a onesync store whose COMMIT returns before the commit is durable: what makes it
+    /// durable later (crash tests then check that a prefix of the commits survives, holding
+    /// every one reported durable).
+    fn deferred_flush(&self) -> Option<DeferredFlush> {
+        None
     }
 
     /// The `vfs-kill-torture --child` that runs it (WAL variants share `wal`).

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use rusqlite::Connection;
 
-use super::{Durability, Rgb, Scheme, Storage};
+use super::{DeferredFlush, Durability, Rgb, Scheme, Storage};
 use crate::sqlite::open_onesync;
 
 pub struct Onesync {
@@ -14,6 +14,7 @@ pub struct Onesync {
     description: &'static str,
     pragmas: &'static [&'static str],
     durability: Durability,
+    deferred_flush: Option<DeferredFlush>,
     chart_color: Rgb,
 }
 
@@ -22,6 +23,7 @@ pub const ONESYNC: Onesync = Onesync {
     description: "The onesync VFS over a onesync store (synchronous=FULL)",
     pragmas: &["PRAGMA synchronous=FULL"],
     durability: Durability::AtCommit,
+    deferred_flush: None,
     chart_color: (0x1b, 0x9e, 0x77),
 };
 
@@ -30,6 +32,7 @@ pub const ONESYNC_NORMAL: Onesync = Onesync {
     description: "The onesync VFS, synchronous=NORMAL (commits shown at once, durable within 20 ms)",
     pragmas: &["PRAGMA synchronous=NORMAL"],
     durability: Durability::AfterCheckpoint,
+    deferred_flush: Some(DeferredFlush::Background),
     chart_color: (0x7f, 0xc9, 0xb0),
 };
 
@@ -38,6 +41,7 @@ pub const ONESYNC_OFF: Onesync = Onesync {
     description: "The onesync VFS, synchronous=OFF (commits shown at once, durable at the next flush or PRAGMA onesync_flush)",
     pragmas: &["PRAGMA synchronous=OFF"],
     durability: Durability::AfterCheckpoint,
+    deferred_flush: Some(DeferredFlush::OnDemand),
     chart_color: (0xb2, 0xe2, 0xd2),
 };
 
@@ -66,9 +70,13 @@ impl Scheme for Onesync {
         self.durability
     }
 
-    fn kill_child(&self) -> &'static str {
-        "onesync"
+    fn deferred_flush(&self) -> Option<DeferredFlush> {
+        self.deferred_flush
     }
+
+    // kill_child: the default, the child of the same name, so that it runs the same
+    // `synchronous` level (NORMAL and OFF differ from FULL in-process: a commit shown at once,
+    // a flusher thread).
 
     fn chart_color(&self) -> Rgb {
         self.chart_color
