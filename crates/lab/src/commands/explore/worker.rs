@@ -182,7 +182,10 @@ impl Worker<'_> {
         }
         .with_context(|| format!("transfer {id}"))?;
         self.report(&format!("ack {id}"))?;
-        if self.args.backend == Backend::Onesync && self.args.sync != Sync::Full && self.transfers % 2 == 0 {
+        if self.args.backend == Backend::Onesync
+            && self.args.sync != Sync::Full
+            && self.transfers.is_multiple_of(2)
+        {
             // What the background flush would do now and then (see `open`).
             self.conn()?
                 .query_row("PRAGMA onesync_flush", [], |_| Ok(()))
