@@ -32,6 +32,12 @@ pub fn phase_bar(phase: &'static str, len: u64) -> ProgressBar {
         .with_prefix(phase)
 }
 
+/// Off a terminal, where the bars are hidden, a long phase of `len` steps says how far it got
+/// every this many steps (a twentieth); on a terminal, never.
+pub fn log_every(len: u64) -> Option<u64> {
+    (!std::io::stderr().is_terminal()).then(|| (len / 20).max(1))
+}
+
 /// A spinner for a phase with no step count (setup, a single timed open).
 pub fn phase_spinner(phase: &'static str, message: &'static str) -> ProgressBar {
     let style =

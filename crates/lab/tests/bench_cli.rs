@@ -108,6 +108,37 @@ fn dbbench_runs_threads_on_separate_and_shared_tables() {
     }
 }
 
+/// Every dbbench thread's connection runs at the mode's level (the pragmas are per
+/// connection): at FULL each flush covers at most one commit per thread; at NORMAL the
+/// store's background flusher flushes once per 20 ms at most; at OFF nothing flushes but a
+/// checkpoint (one per 1,000 commits). One thread left at FULL would flush per commit.
+#[test]
+fn dbbench_threads_all_run_at_the_modes_synchronous_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let txns = 800.0;
+    let rows = results(&onesync(&[
+        "bench",
+        "dbbench",
+        "--threads",
+        "4",
+        "--mode",
+        "onesync,onesync-normal,onesync-off",
+        "--txns",
+        "800",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+        "-",
+    ]));
+    let flushes = |r: &Value| f(r, &["per_txn", "fsyncs"]) * txns;
+    let seconds = |r: &Value| txns / f(r, &["tps"]);
+    let (full, normal, off) = (&rows[0], &rows[1], &rows[2]);
+    assert!(flushes(full) >= txns / 4.0 - 0.5, "{full}");
+    // Slack for the checkpoints' flushes and the interval's edges.
+    assert!(flushes(normal) <= seconds(normal) / 0.020 + 6.0, "{normal}");
+    assert!(flushes(off) <= 4.0, "{off}");
+}
+
 #[test]
 fn update_and_delete_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -161,6 +192,41 @@ fn on_a_loop_ext4_the_device_is_counted() {
     assert!(f(&rows[0], &["per_txn", "dev_kb"]) > 3.0 * f(o, &["per_txn", "dev_kb"]));
 }
 
+/// NORMAL and OFF modes are compared with wal-normal (the same promise), the others with
+/// the first mode.
+#[test]
+fn normal_modes_take_their_ratio_against_wal_normal() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = onesync(&[
+        "bench",
+        "insert",
+        "--mode",
+        "wal,onesync,wal-normal,onesync-normal,onesync-off",
+        "--txns",
+        "100",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let text = common::said(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "(ratio: txn/s against wal for wal, onesync; against wal-normal (the same promise) \
+             for wal-normal, onesync-normal, onesync-off)"
+        ),
+        "{text}"
+    );
+    let ratio = |mode: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(mode))
+            .unwrap_or_else(|| panic!("no {mode} row in {text}"));
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    assert_eq!(ratio("wal"), 1.0);
+    assert_eq!(ratio("wal-normal"), 1.0);
+}
+
 #[test]
 fn bad_arguments_are_refused() {
     let out = onesync(&["bench", "insert", "--mode", "nonsense"]);
@@ -186,16 +252,28 @@ fn report_writes_html_with_charts_and_markdown_tables() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(out_dir.path().join("report.html")).unwrap();
-    // Five charts (TPS, KiB and flushes per transaction, the latency CDF, dbbench TPS) and
-    // five of the simulated flash SSD (partsupp time and programs, GC, FIO, restart).
+    // Seven charts (insert TPS at FULL and at NORMAL/OFF, KiB and flushes per transaction,
+    // the latency CDF, dbbench TPS at FULL and at NORMAL/OFF) and five of the simulated flash
+    // SSD (partsupp time and programs, GC, FIO, restart).
     assert!(html.contains("Simulated flash SSD"));
     assert_eq!(
         html.matches("<svg").count(),
-        10,
+        12,
         "{}",
         &html[..html.len().min(2000)]
     );
-    for mode in ["delete", "truncate", "persist", "wal", "memory", "off", "onesync"] {
+    for mode in [
+        "delete",
+        "truncate",
+        "persist",
+        "wal",
+        "memory",
+        "off",
+        "onesync",
+        "wal-normal",
+        "onesync-normal",
+        "onesync-off",
+    ] {
         assert!(
             html.contains(&format!("<td>{mode}</td>")),
             "{mode} missing from the HTML table"
@@ -203,4 +281,23 @@ fn report_writes_html_with_charts_and_markdown_tables() {
     }
     let md = std::fs::read_to_string(out_dir.path().join("report.md")).unwrap();
     assert!(md.contains("| onesync |") && md.contains("## dbbench"), "{md}");
+    // The NORMAL class in its own tables, in insert and in dbbench, against wal-normal.
+    let normal = "### atomic, durable shortly after COMMIT (synchronous=NORMAL and OFF)";
+    assert_eq!(md.matches(normal).count(), 2, "{md}");
+    let dbbench = &md[md.find("## dbbench").unwrap()..];
+    for mode in ["wal-normal", "onesync-normal", "onesync-off"] {
+        assert!(md.contains(&format!("| {mode} |")), "{mode} missing:\n{md}");
+        assert!(
+            dbbench.contains(&format!("| {mode} |")),
+            "{mode} not in dbbench:\n{md}"
+        );
+    }
+    assert!(md.contains("| 1.00 (wal-normal) |"), "{md}");
+    for line in md
+        .lines()
+        .filter(|l| l.starts_with("| onesync-normal |") || l.starts_with("| onesync-off |"))
+    {
+        assert!(line.contains(" (wal-normal) |"), "not against wal-normal: {line}");
+    }
+    assert!(md.contains("| onesync |") && md.contains(" (delete) |"), "{md}");
 }

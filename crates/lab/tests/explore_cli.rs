@@ -1,6 +1,6 @@
 //! `onesync explore`, the crash-point explorer, at CI size: every database call of every
 //! stopped process in every scenario, in two rounds of other transfers and other power-cut
-//! draws (about 3,600 crash points, each with power cuts),
+//! draws (about 2,100 crash points, each with power cuts),
 //! expecting no failure; and each negative control, expecting failures. Needs strace (and
 //! ptrace allowed); without it the tests say so and pass.
 //!
@@ -64,7 +64,12 @@ fn every_crash_point_of_the_scenario_matrix_keeps_the_contract() {
     ]);
     let summary = json(&out);
     let points = summary["crash_points"].as_u64().unwrap_or(0);
-    assert!(points >= 3000, "only {points} crash points: {}", said(&out));
+    // Every call of every stopped process is a crash point: 3,586 before issue 17, 2,766
+    // once the reader pin stopped being rewritten twice per transaction, 2,094 once the side
+    // file was mapped (its updates are stores to memory between calls: a stop at the call
+    // before or after one sees each state on either side of it). The floor guards against
+    // scenarios silently doing nothing, not against fewer calls per commit.
+    assert!(points >= 1800, "only {points} crash points: {}", said(&out));
     for s in summary["scenarios"].as_array().expect("scenarios") {
         assert_eq!(
             s["not_reached"], 0,

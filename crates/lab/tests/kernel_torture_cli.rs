@@ -1,7 +1,8 @@
 //! `onesync torture --fs ext4 --emulate nvme`: power cuts through the real kernel (an emulated
 //! device with a volatile write cache under a loop device). The crash-safe modes survive a few
-//! dozen cuts each; the negative controls `off` (no journal) and `memory` (journal in memory)
-//! are caught and exit non-zero.
+//! dozen cuts each (onesync at NORMAL and OFF keeping a prefix holding every commit reported
+//! durable); the negative controls `off` (no journal), `memory` (journal in memory) and the
+//! store's `skipped-flush` are caught and exit non-zero.
 //! Needs root, /dev/fuse, losetup, mkfs.ext4 and e2fsck; says why and does nothing otherwise.
 
 mod common;
@@ -120,6 +121,39 @@ fn delete_at_synchronous_full_can_lose_its_last_commit() {
         first.contains("reported committed but is not in the ledger"),
         "{s}"
     );
+}
+
+#[test]
+fn onesync_normal_and_off_keep_a_durable_prefix_through_the_kernel() {
+    if let Some(reason) = unavailable() {
+        println!("note: skipping the kernel torture of onesync-normal and -off: {reason}");
+        return;
+    }
+    for mode in ["onesync-normal", "onesync-off"] {
+        let (out, s) = torture(mode, &[]);
+        assert!(out.status.success(), "{mode}: {}", common::said(&out));
+        assert_eq!(n(&s, "failures"), 0, "{mode}: {s}");
+        assert_eq!(n(&s, "fsck_complaints"), 0, "{mode}: {s}");
+        let window = &s["loss_window"];
+        assert!(window["bound_ms"].is_null(), "{mode}: {s}");
+        assert!(
+            n(window, "transfers_durable") > 0,
+            "{mode}: nothing was durable: {s}"
+        );
+    }
+}
+
+#[test]
+fn the_skipped_flush_negative_control_loses_durable_commits_under_kernel_power_cuts() {
+    if let Some(reason) = unavailable() {
+        println!("note: skipping the kernel torture's skipped-flush control: {reason}");
+        return;
+    }
+    let (out, s) = torture("onesync-normal", &["--negative-control", "skipped-flush"]);
+    assert!(!out.status.success(), "the harness missed the loss: {s}");
+    assert_eq!(n(&s, "failures"), 1, "{s}");
+    let first = s["first_failure"].as_str().unwrap_or_default();
+    assert!(first.contains("reported durable"), "{s}");
 }
 
 #[test]

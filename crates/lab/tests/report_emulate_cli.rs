@@ -35,9 +35,23 @@ fn report_on_an_emulated_nvme_writes_the_preset_section_and_sweep_charts() {
     let md = std::fs::read_to_string(out_dir.path().join("report.md")).unwrap();
     assert!(md.contains("## nvme\n"), "no nvme section:\n{md}");
     assert!(md.contains("emulated nvme device (flush 1000 µs"), "{md}");
-    for mode in ["delete", "persist", "wal", "onesync", "wal-normal"] {
+    for mode in [
+        "delete",
+        "persist",
+        "wal",
+        "onesync",
+        "wal-normal",
+        "onesync-normal",
+        "onesync-off",
+    ] {
         assert!(md.contains(&format!("| {mode} |")), "{mode} missing:\n{md}");
     }
+    // NORMAL and OFF in their own tables (insert and dbbench), against wal-normal.
+    let normal = "#### atomic, durable shortly after COMMIT (synchronous=NORMAL and OFF)";
+    assert_eq!(md.matches(normal).count(), 2, "{md}");
+    let dbbench = &md[md.find("### dbbench").unwrap()..];
+    assert!(dbbench.contains("| onesync-normal |"), "{md}");
+    assert!(md.contains("| 1.00 (wal-normal) |"), "{md}");
     // Not crash-safe: not part of the comparison across devices.
     assert!(!md.contains("| memory |") && !md.contains("| off |"), "{md}");
     assert!(md.contains("### dbbench, 4 threads"), "{md}");

@@ -64,6 +64,7 @@ pub use engine::PendingCommit;
 pub use error::{CommitError, Error, Result};
 pub use format::{FORMAT_VERSION, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 pub use options::{Options, Sabotage, Stats};
+pub use sharing::{SharedWords, SideFileMapper, SIDE_FILE_LEN};
 pub use store::{Store, WaitingWriter};
 pub use txn::{FileId, Snapshot, Transaction};
 

@@ -25,12 +25,23 @@ pub struct Options {
     /// Bytes reserved ahead of the commit chain, so that consecutive commits land next to
     /// each other (each commit is then one contiguous write).
     pub window_bytes: u64,
+    /// How long a commit shown before it is durable (`PendingCommit::show`: SQLite's
+    /// `synchronous=NORMAL`/`OFF`) waits at most for the background flush that makes it
+    /// durable: the most a power cut can take back, plus one flush.
+    pub deferred_flush_interval: std::time::Duration,
+    /// Bytes written by such commits and not yet flushed that start the background flush
+    /// at once, before the interval is up.
+    pub deferred_flush_bytes: u64,
     /// Open without writing anything; commits fail with `Error::ReadOnly`.
     pub read_only: bool,
     /// Read-only opens only: a read error while following the chain of commits ends the
     /// chain there instead of failing the open, so the commits before the damage can be
     /// copied into a new store (`onesync salvage`); [`Store::salvage_stopped_by`] says where.
     pub salvage: bool,
+    /// Maps the side file that processes sharing the store coordinate through (the VFS
+    /// maps it at its FFI boundary); without it the side file is read and written with
+    /// system calls, two or three more per commit.
+    pub map_side_file: Option<crate::SideFileMapper>,
     /// Negative controls only: put a defect back, so a crash test can show that it finds it.
     #[doc(hidden)]
     pub sabotage: Option<Sabotage>,
@@ -40,20 +51,26 @@ pub struct Options {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sabotage {
-    /// A writer taking the write lock trusts the side file's progress alone, as before issue
-    /// 14: a process that died between writing a checkpoint's header and publishing it
-    /// makes the next writer extend the old chain, which recovery then drops.
+    /// A checkpoint publishes its generation only after writing its header, and a writer
+    /// taking the write lock trusts the side file's progress alone (the defects of issues
+    /// 14 and 17): a process that died between writing a checkpoint's header and
+    /// publishing it makes the next writer extend the old chain, which recovery then drops.
     CheckpointPublication,
+    /// Flushes skip the device flush but still count their commits durable: commits shown
+    /// undurable (`synchronous=NORMAL`/`OFF`) and reported durable are lost at a power cut.
+    SkippedFlush,
 }
 
 impl Sabotage {
     /// The environment variable crash tests set in the processes they start.
     pub const ENV: &'static str = "ONESYNC_SABOTAGE";
 
-    /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`), if any.
+    /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`, `skipped-flush`), if
+    /// any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
+            Ok("skipped-flush") => Some(Sabotage::SkippedFlush),
             _ => None,
         }
     }
@@ -69,8 +86,14 @@ impl Default for Options {
             growth_step: 64 << 20,
             embed_limit: 64,
             window_bytes: 1 << 20,
+            // WAL at NORMAL is durable only at its checkpoints; 20 ms bounds the window
+            // well below a person's notice while sharing one flush among many commits.
+            deferred_flush_interval: std::time::Duration::from_millis(20),
+            // About what WAL's default autocheckpoint lets its log reach (1,000 pages).
+            deferred_flush_bytes: 4 << 20,
             read_only: false,
             salvage: false,
+            map_side_file: None,
             sabotage: None,
         }
     }

@@ -32,6 +32,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg};
@@ -56,11 +57,13 @@ const USER_RANGE: u64 = 1 << 24;
 /// | 0 | 8 | magic `onesyncP` |
 /// | 8 | 8 | checkpoint generation of the latest published progress |
 /// | 16 | 8 | sequence number the chain is about to reach (published before the record is written) |
-/// | 24 | 40 | zero |
+/// | 24 | 8 | sequence number up to which commits are written and shown before they were durable (`synchronous=NORMAL`/`OFF`) |
+/// | 32 | 32 | zero |
 /// | 64 + 16·i | 8 | entry i: the oldest commit its owner may still read (`NO_PIN`: none) |
 /// | 72 + 16·i | 8 | entry i: how far the chain was durable when its owner last flushed |
 const SHM_MAGIC: &[u8; 8] = b"onesyncP";
 pub const SHM_PROGRESS: u64 = 8;
+const SHM_SHOWN: u64 = 24;
 const SHM_ENTRIES: u64 = 64;
 const ENTRY_LEN: u64 = 16;
 pub const READER_ENTRIES: u64 = 126;
@@ -69,6 +72,8 @@ const SHM_LEN: u64 = SHM_ENTRIES + ENTRY_LEN * READER_ENTRIES;
 const SHM_ENTRY_LOCKS: i64 = 1 << 20;
 
 pub const NO_PIN: u64 = u64::MAX;
+
+const ENTRIES_READ: &str = "reading the side file's entries";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -149,6 +154,79 @@ struct SideFile {
     file: File,
     path: PathBuf,
     entry: u64,
+    /// The side file mapped into memory (a load or store instead of a system call), when
+    /// the opener could map it (`Options::map_side_file`).
+    mapped: Option<Box<dyn SharedWords>>,
+}
+
+/// The side file's bytes as 64-bit words shared with other processes, mapped by whoever
+/// opens the store (the VFS does it at its FFI boundary, where this workspace keeps its
+/// `unsafe`). `words()` covers at least [`SIDE_FILE_LEN`] bytes.
+pub trait SharedWords: Send + Sync {
+    fn words(&self) -> &[AtomicU64];
+}
+
+/// Maps an open side file of at least the given length (see [`SharedWords`]).
+pub type MapSideFile = dyn Fn(&File, usize) -> std::io::Result<Box<dyn SharedWords>> + Send + Sync;
+
+/// [`MapSideFile`] as an [`Options`](crate::Options) field.
+#[derive(Clone)]
+pub struct SideFileMapper(pub std::sync::Arc<MapSideFile>);
+
+impl std::fmt::Debug for SideFileMapper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SideFileMapper")
+    }
+}
+
+/// The side file's length: what a mapping must cover.
+pub const SIDE_FILE_LEN: usize = SHM_LEN as usize;
+
+impl SideFile {
+    /// The mapped word at byte `offset`, if the file is mapped (and the word within it).
+    fn mapped_word(&self, offset: u64) -> Option<&AtomicU64> {
+        self.mapped.as_ref()?.words().get((offset / 8) as usize)
+    }
+
+    fn write_words(&self, offset: u64, words: &[u64], during: &'static str) -> Result<()> {
+        if self.mapped.is_some() {
+            // In order: a reader that sees a later word sees the earlier ones of this write
+            // (progress: the generation before the sequence number).
+            for (i, word) in words.iter().enumerate() {
+                match self.mapped_word(offset + 8 * i as u64) {
+                    Some(w) => w.store(*word, Ordering::Release),
+                    None => return Err(Error::io(during, std::io::ErrorKind::UnexpectedEof.into())),
+                }
+            }
+            return Ok(());
+        }
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        self.file.write_all_at(&bytes, offset).map_err(io_err(during))
+    }
+
+    fn read_words(&self, offset: u64, count: usize, during: &'static str) -> Result<Vec<u64>> {
+        if self.mapped.is_some() {
+            // The reverse of the writer's order (see `write_words`).
+            let mut words = vec![0; count];
+            for i in (0..count).rev() {
+                match self.mapped_word(offset + 8 * i as u64) {
+                    Some(w) => words[i] = w.load(Ordering::Acquire),
+                    None => return Err(Error::io(during, std::io::ErrorKind::UnexpectedEof.into())),
+                }
+            }
+            return Ok(words);
+        }
+        read_words_at(&self.file, offset, count, during)
+    }
+}
+
+fn read_words_at(file: &File, offset: u64, count: usize, during: &'static str) -> Result<Vec<u64>> {
+    let mut bytes = vec![0u8; count * 8];
+    file.read_exact_at(&mut bytes, offset).map_err(io_err(during))?;
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0xff; 8])))
+        .collect())
 }
 
 impl std::fmt::Debug for Sharing {
@@ -231,7 +309,13 @@ fn open_side_file(store: &File, path: &Path) -> Result<File> {
 impl Sharing {
     /// Take part in sharing `file`, the store at `path` whose id is `store_id`. Call
     /// holding `INIT`, so that recovery or joining runs before anyone else opens or closes.
-    pub fn arrive(file: &File, path: &Path, store_id: u64, read_only: bool) -> Result<(Sharing, Arrival)> {
+    pub fn arrive(
+        file: &File,
+        path: &Path,
+        store_id: u64,
+        read_only: bool,
+        map: Option<&MapSideFile>,
+    ) -> Result<(Sharing, Arrival)> {
         let lock_err = io_err("locking the store file");
         let mine = file.try_clone().map_err(io_err("joining the store"))?;
         if read_only {
@@ -279,6 +363,8 @@ impl Sharing {
                 }
                 shm.write_all_at(&fresh, 0)
                     .map_err(io("resetting the store's side file"))?;
+                shm.set_len(SHM_LEN)
+                    .map_err(io("resetting the store's side file"))?;
                 set_lock(file, Kind::Shared, OPEN, false).map_err(io("locking the store file"))?;
             } else if !set_lock(file, Kind::Shared, OPEN, false).map_err(io("locking the store file"))? {
                 return Err(Error::Locked(path.into()));
@@ -287,12 +373,31 @@ impl Sharing {
                 if set_lock(&shm, Kind::Exclusive, SHM_ENTRY_LOCKS + entry as i64, false)
                     .map_err(io("claiming a reader entry"))?
                 {
+                    // A joiner may find a side file shorter than it needs (one a crashed first
+                    // process left half written): a mapping past its end would fault.
+                    let len = shm
+                        .metadata()
+                        .map_err(io("reading the side file's length"))?
+                        .len();
+                    if len < SHM_LEN {
+                        return Err(Error::Corrupt(format!(
+                            "the side file {} is {len} bytes, shorter than {SHM_LEN}",
+                            side_path.display()
+                        )));
+                    }
+                    let mapped = match map {
+                        Some(map) => {
+                            Some(map(&shm, SIDE_FILE_LEN).map_err(io("mapping the store's side file"))?)
+                        }
+                        None => None,
+                    };
                     let sharing = Sharing {
                         file: file.try_clone().map_err(io("joining the store"))?,
                         side: Some(SideFile {
                             file: shm,
                             path: side_path.clone(),
                             entry,
+                            mapped,
                         }),
                         side_path: side_path.clone(),
                     };
@@ -377,10 +482,11 @@ impl Sharing {
     /// none.
     pub fn publish_pin(&self, pin: u64) -> Result<()> {
         match &self.side {
-            Some(side) => side
-                .file
-                .write_all_at(&pin.to_le_bytes(), SHM_ENTRIES + ENTRY_LEN * side.entry)
-                .map_err(io_err("publishing a reader pin")),
+            Some(side) => side.write_words(
+                SHM_ENTRIES + ENTRY_LEN * side.entry,
+                &[pin],
+                "publishing a reader pin",
+            ),
             None => {
                 let kind = if pin == NO_PIN { Kind::Unlock } else { Kind::Shared };
                 set_lock(&self.file, kind, READ_ONLY, true)
@@ -395,27 +501,23 @@ impl Sharing {
         let Some(side) = &self.side else {
             return Ok(());
         };
-        side.file
-            .write_all_at(&seq.to_le_bytes(), SHM_ENTRIES + ENTRY_LEN * side.entry + 8)
-            .map_err(io_err("publishing how far the store is durable"))
+        side.write_words(
+            SHM_ENTRIES + ENTRY_LEN * side.entry + 8,
+            &[seq],
+            "publishing how far the store is durable",
+        )
     }
 
     fn entries(&self) -> Result<Vec<(u64, u64)>> {
         let Some(side) = &self.side else {
             return Ok(Vec::new());
         };
-        Self::read_entries(&side.file)
+        let words = side.read_words(SHM_ENTRIES, 2 * READER_ENTRIES as usize, ENTRIES_READ)?;
+        Ok(Self::pairs(&words))
     }
 
-    fn read_entries(file: &File) -> Result<Vec<(u64, u64)>> {
-        let mut table = vec![0u8; (ENTRY_LEN * READER_ENTRIES) as usize];
-        file.read_exact_at(&mut table, SHM_ENTRIES)
-            .map_err(io_err("reading the side file's entries"))?;
-        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0xff; 8]));
-        Ok(table
-            .chunks_exact(ENTRY_LEN as usize)
-            .map(|e| (word(&e[..8]), word(&e[8..])))
-            .collect())
+    fn pairs(words: &[u64]) -> Vec<(u64, u64)> {
+        words.chunks_exact(2).map(|e| (e[0], e[1])).collect()
     }
 
     /// The smallest pin of the other live processes (`NO_PIN` if none); 0 while a
@@ -447,15 +549,38 @@ impl Sharing {
     /// finds no side file (no read-write process has the store open).
     pub fn others_durable(&self) -> Result<Option<u64>> {
         let entries = match &self.side {
-            Some(side) => Self::read_entries(&side.file)?,
+            Some(_) => self.entries()?,
             // A read-only process reads the side file where it is now (a read-write
             // process arriving first creates it anew).
             None => match File::open(&self.side_path) {
-                Ok(file) => Self::read_entries(&file)?,
+                Ok(file) => Self::pairs(&read_words_at(
+                    &file,
+                    SHM_ENTRIES,
+                    2 * READER_ENTRIES as usize,
+                    ENTRIES_READ,
+                )?),
                 Err(_) => return Ok(None),
             },
         };
         Ok(Some(entries.into_iter().map(|(_, d)| d).max().unwrap_or(0)))
+    }
+
+    /// Record that commits up to `seq` are written and shown to readers before they are
+    /// durable (`synchronous=NORMAL`/`OFF`), so other processes' readers show them too.
+    pub fn publish_shown(&self, seq: u64) -> Result<()> {
+        let Some(side) = &self.side else {
+            return Ok(());
+        };
+        side.write_words(SHM_SHOWN, &[seq], "publishing commits shown before durable")
+    }
+
+    /// Up to where some process showed commits before they were durable (0 for a read-only
+    /// process: it shows only what is durable).
+    pub fn others_shown(&self) -> Result<u64> {
+        let Some(side) = &self.side else {
+            return Ok(0);
+        };
+        Ok(side.read_words(SHM_SHOWN, 1, "reading commits shown before durable")?[0])
     }
 
     /// Record that commits up to `seq` of checkpoint generation `generation` are about to
@@ -464,12 +589,11 @@ impl Sharing {
         let Some(side) = &self.side else {
             return Ok(());
         };
-        let mut bytes = [0u8; 16];
-        bytes[..8].copy_from_slice(&generation.to_le_bytes());
-        bytes[8..].copy_from_slice(&seq.to_le_bytes());
-        side.file
-            .write_all_at(&bytes, SHM_PROGRESS)
-            .map_err(io_err("publishing the store's progress"))
+        side.write_words(
+            SHM_PROGRESS,
+            &[generation, seq],
+            "publishing the store's progress",
+        )
     }
 
     /// The latest (generation, sequence) some process published; `None` for a read-only
@@ -478,12 +602,8 @@ impl Sharing {
         let Some(side) = &self.side else {
             return Ok(None);
         };
-        let mut bytes = [0u8; 16];
-        side.file
-            .read_exact_at(&mut bytes, SHM_PROGRESS)
-            .map_err(io_err("reading the store's progress"))?;
-        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
-        Ok(Some((word(0), word(8))))
+        let words = side.read_words(SHM_PROGRESS, 2, "reading the store's progress")?;
+        Ok(Some((words[0], words[1])))
     }
 
     /// Leave: give up the reader entry and, if this was the last read-write process, remove

@@ -132,7 +132,13 @@ impl Store {
                 return Err(Error::Corrupt("both header copies fail their checksums".into()));
             }
         };
-        let (sharing, arrival) = Sharing::arrive(&file, path, store_id, opts.read_only)?;
+        let (sharing, arrival) = Sharing::arrive(
+            &file,
+            path,
+            store_id,
+            opts.read_only,
+            opts.map_side_file.as_ref().map(|m| m.0.as_ref()),
+        )?;
         let io: Box<dyn StorageIo> = Box::new(FileIo::new(file));
         let joined = matches!(arrival, Arrival::Joined | Arrival::ReadOnlyJoined);
         if joined {
@@ -337,6 +343,23 @@ impl Store {
     }
 
     /// Sequence number up to which every commit is durable.
+    /// Make every commit written so far durable now (commits shown before they were
+    /// durable included); returns the durable sequence number.
+    pub fn flush(&self) -> Result<u64> {
+        self.shared.flush_written()
+    }
+
+    /// The longest a commit shown before it was durable (`PendingCommit::show` with a
+    /// background flush) waits for that flush; starts as `Options::deferred_flush_interval`.
+    pub fn deferred_flush_interval(&self) -> std::time::Duration {
+        self.shared.deferred_flush_interval()
+    }
+
+    /// Change [`Store::deferred_flush_interval`] for this open store (every handle of it).
+    pub fn set_deferred_flush_interval(&self, interval: std::time::Duration) {
+        self.shared.set_deferred_flush_interval(interval);
+    }
+
     pub fn durable_seq(&self) -> u64 {
         self.shared.durable_seq()
     }

@@ -124,6 +124,22 @@ fn read_entry(shared: &Shared, entry: &PageEntry, buf: &mut [u8], what: impl Fn(
     Ok(())
 }
 
+/// [`read_entry`] of page `page` of `file`, from the recent pages where it is one of them.
+fn read_page_entry(
+    shared: &Shared,
+    (file, page): (u32, u64),
+    entry: &PageEntry,
+    buf: &mut [u8],
+    what: impl Fn() -> String,
+) -> Result<()> {
+    if shared.recent_page(file, page, entry, buf) {
+        return Ok(());
+    }
+    read_entry(shared, entry, buf, what)?;
+    shared.remember_page(file, page, entry, Arc::from(&*buf));
+    Ok(())
+}
+
 fn read_page_in(shared: &Shared, state: &State, file: FileId, page: u64, buf: &mut [u8]) -> Result<()> {
     if buf.len() as u64 != shared.page_size {
         return Err(Error::InvalidArgument(format!(
@@ -134,7 +150,9 @@ fn read_page_in(shared: &Shared, state: &State, file: FileId, page: u64, buf: &m
     }
     let f = state.files.get(&file.0).ok_or(Error::NoSuchFile(file.0))?;
     match state.entry(file.0, page, shared.page_size) {
-        Some(entry) => read_entry(shared, entry, buf, || format!("page {page} of {:?}", f.name)),
+        Some(entry) => read_page_entry(shared, (file.0, page), entry, buf, || {
+            format!("page {page} of {:?}", f.name)
+        }),
         None => {
             buf.fill(0);
             Ok(())
@@ -190,6 +208,8 @@ pub struct Transaction {
     finished: bool,
     /// Counted among the store's likely committers (see `Shared::note_active_writer`).
     counted_active: bool,
+    /// The last content written to each page, remembered as a recent page once committed.
+    fresh: BTreeMap<(u32, u64), Arc<[u8]>>,
 }
 
 impl Transaction {
@@ -212,6 +232,7 @@ impl Transaction {
             deleted: BTreeSet::new(),
             finished: false,
             counted_active: !read_only,
+            fresh: BTreeMap::new(),
         }
     }
 
@@ -328,6 +349,13 @@ impl Transaction {
 
     /// Write one whole page; writing past the end extends the file to include it.
     pub fn write_page(&mut self, file: FileId, page: u64, data: &[u8]) -> Result<()> {
+        self.write_page_unremembered(file, page, data)?;
+        // Its content, for the recent pages once committed (see `commit_without_waiting`).
+        self.fresh.insert((file.0, page), Arc::from(data));
+        Ok(())
+    }
+
+    fn write_page_unremembered(&mut self, file: FileId, page: u64, data: &[u8]) -> Result<()> {
         self.writable()?;
         let page_size = self.shared().page_size;
         if data.len() as u64 != page_size {
@@ -376,7 +404,7 @@ impl Transaction {
         if current.slot != BUFFERED && shared.opts.embed_limit > 0 {
             let mut old = vec![0u8; page_size as usize];
             // A page that cannot be read (damaged, say) is simply rewritten whole.
-            let readable = read_entry(&shared, &current, &mut old, String::new).is_ok();
+            let readable = read_page_entry(&shared, (file.0, page), &current, &mut old, String::new).is_ok();
             if let Some(ranges) = diff_ranges(&old, data, shared.opts.embed_limit).filter(|_| readable) {
                 if ranges.is_empty() {
                     return Ok(());
@@ -608,6 +636,12 @@ impl Transaction {
         };
         let pending = shared.commit(request, |latest, ops| self.find_conflict(latest, ops))?;
         self.stop_counting_active();
+        // Files created here were renumbered at commit: their pages are not remembered.
+        let fresh = std::mem::take(&mut self.fresh)
+            .into_iter()
+            .filter(|((file, _), _)| !self.created.contains(file))
+            .collect();
+        shared.remember_committed(pending.seq(), fresh);
         Ok(pending)
     }
 

@@ -106,6 +106,14 @@ pub(crate) fn is_store_journal(journal: &[u8]) -> bool {
     matches!(owner_of_journal(journal), Some(Owner::Store(_)))
 }
 
+/// Whether `name` is the WAL file name of a store open in this process. A store never has
+/// one (it refuses journal_mode=WAL), so SQLite's look for it before every read transaction
+/// needs no `stat`.
+pub(crate) fn is_store_wal(name: &[u8]) -> bool {
+    name.strip_suffix(b"-wal")
+        .is_some_and(|db| matches!(owner_of_database(db), Some(Owner::Store(_))))
+}
+
 static MEMORY_SUPER_JOURNALS: Mutex<BTreeSet<Vec<u8>>> = Mutex::new(BTreeSet::new());
 
 /// A super-journal kept in memory (its transaction writes logical files of one store),

@@ -307,6 +307,10 @@ impl VfsState {
                 Err(rc) => rc,
             };
         }
+        if crate::names::is_store_wal(key) {
+            *out = 0;
+            return SQLITE_OK;
+        }
         match state.main_db.journal_route(key) {
             Some(JournalRoute::Private) => {
                 *out = 0;

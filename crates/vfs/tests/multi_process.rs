@@ -201,3 +201,35 @@ fn a_reader_process_is_not_blocked_by_a_writer_process() {
     assert_eq!(reader.finish(), "");
     assert_eq!(writer.finish(), "");
 }
+
+/// With `synchronous=NORMAL` a commit is shown at once to readers in other processes too,
+/// before it is durable (as WAL at NORMAL does), and `PRAGMA onesync_flush` makes it
+/// durable. The interval is an hour, so no background flush happens meanwhile.
+#[test]
+fn a_commit_at_normal_is_shown_to_other_processes_before_it_is_durable() {
+    if !have_cli() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("normal.db");
+    run_script(&format!("{}CREATE TABLE t(v);\n", preamble(&db)));
+    let mut writer = Session::new(&db);
+    let mut reader = Session::new(&db);
+    let (lines, _) = writer.ask(
+        "PRAGMA synchronous=NORMAL; PRAGMA onesync_sync_interval_ms=3600000; \
+         INSERT INTO t VALUES (7); PRAGMA onesync_commit;",
+    );
+    let commit: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let (seq, durable) = (
+        commit["seq"].as_u64().unwrap(),
+        commit["durable_seq"].as_u64().unwrap(),
+    );
+    assert!(durable < seq, "the commit was flushed at once: {commit}");
+    let (lines, _) = reader.ask("SELECT sum(v) FROM t;");
+    assert_eq!(lines, ["7"], "another process does not show the NORMAL commit");
+    let (lines, _) = writer.ask("PRAGMA onesync_flush;");
+    let flushed: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert!(flushed["durable_seq"].as_u64().unwrap() >= seq, "{flushed}");
+    assert_eq!(reader.finish(), "");
+    assert_eq!(writer.finish(), "");
+}

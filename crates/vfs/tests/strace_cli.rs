@@ -3,7 +3,11 @@
 //! at most 1.02 fsync-family calls and write at most 8.5 KiB (through write
 //! syscalls) per transaction, and the database passes `integrity_check`.
 //! The control, the same run on a plain file in `journal_mode=DELETE`, makes
-//! at least 2 fsync-family calls per transaction.
+//! at least 2 fsync-family calls per transaction. With `synchronous=NORMAL`
+//! the same run makes at most 1.05 write calls per transaction (the commit's
+//! one `pwrite`; the side file is mapped) and at most one flush per 20 ms
+//! interval (plus two per checkpoint of the mapping, and two), and at least
+//! one (the background flush runs).
 //!
 //! N = 1,000, or 10,000 with `ONESYNC_BIG_TESTS=1`. The database and its
 //! table are created by an untraced run first; the traced run counts only
@@ -63,9 +67,12 @@ fn open_lines(db: &Path, onesync: bool) -> String {
 struct Run {
     per_txn_fsyncs: f64,
     per_txn_bytes: f64,
+    per_txn_writes: f64,
+    fsyncs: u64,
+    seconds: f64,
 }
 
-fn measure(label: &str, onesync: bool, n: u64) -> Run {
+fn measure(label: &str, onesync: bool, n: u64, synchronous: &str) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("bench.db");
     let open = open_lines(&db, onesync);
@@ -74,7 +81,7 @@ fn measure(label: &str, onesync: bool, n: u64) -> Run {
         "{open}CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB NOT NULL);\n"
     ));
 
-    let mut script = format!("{open}PRAGMA synchronous = FULL;\n.print {BEGIN_MARK}\n");
+    let mut script = format!("{open}PRAGMA synchronous = {synchronous};\n.print {BEGIN_MARK}\n");
     for _ in 0..n {
         script.push_str("INSERT INTO t(v) VALUES (randomblob(100));\n");
     }
@@ -117,6 +124,9 @@ fn measure(label: &str, onesync: bool, n: u64) -> Run {
     Run {
         per_txn_fsyncs: traced.window.fsyncs() as f64 / n as f64,
         per_txn_bytes: traced.window.bytes_written as f64 / n as f64,
+        per_txn_writes: traced.window.writes() as f64 / n as f64,
+        fsyncs: traced.window.fsyncs(),
+        seconds,
     }
 }
 
@@ -143,7 +153,7 @@ fn cli_one_flush_per_transaction_through_onesync() {
         return;
     }
     let n = transactions();
-    let run = measure("sqlite3 CLI + libonesync (synchronous=FULL)", true, n);
+    let run = measure("sqlite3 CLI + libonesync (synchronous=FULL)", true, n, "FULL");
     assert!(
         run.per_txn_fsyncs <= 1.02,
         "onesync: {:.3} fsync-family calls per transaction, want <= 1.02",
@@ -167,11 +177,41 @@ fn cli_stock_delete_mode_control() {
         return;
     }
     let n = transactions();
-    let run = measure("sqlite3 CLI, stock unix VFS, DELETE (synchronous=FULL)", false, n);
+    let run = measure(
+        "sqlite3 CLI, stock unix VFS, DELETE (synchronous=FULL)",
+        false,
+        n,
+        "FULL",
+    );
     assert!(
         run.per_txn_fsyncs >= 2.0,
         "stock DELETE mode: {:.3} fsync-family calls per transaction, expected >= 2 \
          (is strace counting?)",
         run.per_txn_fsyncs
+    );
+}
+
+#[test]
+fn cli_normal_one_write_per_transaction_and_a_flush_per_interval() {
+    if !tools_present() {
+        return;
+    }
+    let n = transactions();
+    let run = measure("sqlite3 CLI + libonesync (synchronous=NORMAL)", true, n, "NORMAL");
+    assert!(
+        run.per_txn_writes <= 1.05,
+        "onesync NORMAL: {:.3} write calls per transaction, want <= 1.05",
+        run.per_txn_writes
+    );
+    // The default interval is 20 ms: at most one background flush per interval the run
+    // lasted, plus the two flushes of each mapping checkpoint (one per 1,000 commits).
+    let intervals = (run.seconds / 0.020).ceil() as u64;
+    let checkpoints = n.div_ceil(1000);
+    assert!(
+        (1..=intervals + 2 * checkpoints + 2).contains(&run.fsyncs),
+        "onesync NORMAL: {} flushes in {:.2} s ({intervals} intervals of 20 ms, {checkpoints} \
+         checkpoints)",
+        run.fsyncs,
+        run.seconds
     );
 }

@@ -32,7 +32,8 @@ pub struct BenchArgs {
     #[arg(value_enum)]
     pub workload: Workload,
 
-    /// Modes to run, in order (the first is the baseline of the ratios)
+    /// Modes to run, in order (the first is the baseline of the ratios, except that
+    /// synchronous=NORMAL and OFF modes are compared with wal-normal when it runs)
     #[arg(long, value_enum, value_delimiter = ',', default_value = "delete,wal,onesync")]
     pub mode: Vec<Mode>,
 
@@ -284,6 +285,44 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
     })
 }
 
+/// The result `r`'s txn/s ratio is taken against: its durability class's reference mode
+/// (wal-normal for NORMAL and OFF) when that is in `results`, else the run's first mode.
+pub fn baseline<'a>(results: &'a [ModeResult], r: &ModeResult) -> Option<&'a ModeResult> {
+    Mode::by_name(r.mode)
+        .and_then(|mode| mode.scheme().durability().reference())
+        .and_then(|reference| results.iter().find(|b| b.mode == reference.name()))
+        .or(results.first())
+}
+
+/// `r`'s txn/s over its baseline's, and the baseline's mode.
+pub fn ratio(results: &[ModeResult], r: &ModeResult) -> Option<(f64, &'static str)> {
+    baseline(results, r).map(|b| (r.tps / b.tps, b.mode))
+}
+
+/// One line naming each ratio's baseline (which differs by durability class).
+fn ratio_note(results: &[ModeResult]) -> String {
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for r in results {
+        let Some((_, base)) = ratio(results, r) else {
+            continue;
+        };
+        match groups.iter_mut().find(|g| g.0 == base) {
+            Some(group) => group.1.push(r.mode),
+            None => groups.push((base, vec![r.mode])),
+        }
+    }
+    // A baseline other than the first is a class's reference (wal-normal): say why.
+    let parts: Vec<String> = groups
+        .iter()
+        .map(|(base, modes)| {
+            let first = results.first().is_some_and(|f| f.mode == *base);
+            let why = if first { "" } else { " (the same promise)" };
+            format!("against {base}{why} for {}", modes.join(", "))
+        })
+        .collect();
+    format!("(ratio: txn/s {})\n", parts.join("; "))
+}
+
 /// How far `measured` is from `reference`, in percent of `reference`.
 fn percent_off(measured: f64, reference: f64) -> f64 {
     if reference == 0.0 {
@@ -312,21 +351,21 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
             (None, None) => "a fresh directory per mode".to_owned(),
         }
     );
+    let w = Mode::name_width();
     out.push_str(&format!(
-        "{:<12} {:>9} {:>6} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>7}",
-        "mode", "txn/s", "vs 1st", "p50 us", "p99 us", "p99.9 us", "writes", "KiB", "fsyncs", ""
+        "{:<w$} {:>9} {:>6} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>7}",
+        "mode", "txn/s", "ratio", "p50 us", "p99 us", "p99.9 us", "writes", "KiB", "fsyncs", ""
     ));
     if args.fs.is_some() || args.device.is_some() {
         out.push_str(&format!("{:>9} {:>8} {:>9}", "dev wr", "dev KiB", "dev flush"));
     }
     out.push('\n');
-    let base = results.first().map(|r| r.tps).unwrap_or(1.0);
     for r in results {
         out.push_str(&format!(
-            "{:<12} {:>9.0} {:>6.2} {:>8.0} {:>8.0} {:>9.0} {:>9.2} {:>7.2} {:>8.3} {:>7}",
+            "{:<w$} {:>9.0} {:>6.2} {:>8.0} {:>8.0} {:>9.0} {:>9.2} {:>7.2} {:>8.3} {:>7}",
             r.mode,
             r.tps,
-            r.tps / base,
+            ratio(results, r).map_or(f64::NAN, |(ratio, _)| ratio),
             r.latency_us.p50,
             r.latency_us.p99,
             r.latency_us.p999,
@@ -340,6 +379,7 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
         }
         out.push('\n');
     }
+    out.push_str(&ratio_note(results));
     out.push_str("(writes, KiB and fsyncs per transaction; dev: the block device's write requests, KiB and flushes per transaction)\n");
     for r in results {
         if let (Some(dev_kb), Some(dev_flushes), Some(kb), Some(flushes)) = (

@@ -15,6 +15,13 @@
 //! balance agreeing with the ledger, and every transfer acknowledged on this database present.
 //! The survivor is the next round's starting point.
 //!
+//! onesync at `synchronous=NORMAL` and `OFF` promises less (`torture/deferred.rs`): its
+//! children print each transfer's store seq and the store's `durable_seq` with it, and what
+//! survives of a round's acknowledged transfers must be a prefix of them in seq order holding
+//! every one at or below a `durable_seq` reported before the cut; the survivors then bind as
+//! above. Its loss window (from the line of the oldest transfer taken back to the cut, as the
+//! parent saw both) is reported, not held to a bound: here a flush takes the device's time.
+//!
 //! Why an acknowledgement binds: after the cut the device fails every request, so a COMMIT
 //! whose flush came after the cut cannot return success. A transfer acknowledged at all had
 //! its flush completed before the cut, unless its scheme does not flush what it must (which
@@ -32,6 +39,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use crate::commands::torture::deferred::{self, Ack, LossWindowSummary, LossWindows};
 use crate::commands::torture::TortureArgs;
 use crate::commands::vfs_kill_torture::{ChildKind, RunningChild};
 use crate::loopfs::{self, Emulation, FsKind, LoopFs};
@@ -110,6 +118,11 @@ struct Summary {
     recovery_seconds_per_cut: f64,
     /// Where the failed database or image was saved.
     kept: Option<String>,
+    /// onesync at NORMAL and OFF: what a cut may take back (absent for the FULL modes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    loss_window: Option<LossWindowSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    negative_control: Option<&'static str>,
 }
 
 /// What the cuts did to the device's cached writes, summed.
@@ -210,6 +223,8 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         loop_fs,
         rng: SmallRng::seed_from_u64(seed),
         acknowledged: Vec::new(),
+        deferred: child.deferred_flush(args.synchronous).is_some(),
+        losses: LossWindows::new(None),
         summary: Summary {
             mode: args.mode.name().to_owned(),
             fs: kind.name().to_owned(),
@@ -219,12 +234,16 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
             power_cuts_requested: args.power_cuts,
             synchronous: args.synchronous.map(|level| level.name().to_owned()),
             nodatacow: args.nodatacow,
+            negative_control: args.negative_control.map(|control| control.name()),
             ..Summary::default()
         },
     };
     torture.summary.device = torture.emulation.name.clone();
     let started = Instant::now();
     let outcome = torture.run_all();
+    if torture.deferred {
+        torture.summary.loss_window = Some(torture.losses.summary(deferred_flush_interval()));
+    }
     let summary = &mut torture.summary;
     summary.seconds = started.elapsed().as_secs_f64();
     let failure = match outcome {
@@ -253,6 +272,11 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The store's interval for commits shown before they are durable (the VFS's default).
+fn deferred_flush_interval() -> Duration {
+    onesync_store::Options::default().deferred_flush_interval
 }
 
 /// The transfer child of `mode`, if it can run on ext4, xfs or btrfs.
@@ -289,8 +313,12 @@ struct Torture<'a> {
     /// The database's directory.
     dir: PathBuf,
     rng: SmallRng,
-    /// Every transfer acknowledged on the current database.
+    /// Every transfer acknowledged on the current database (deferred modes: every one that
+    /// survived its round's cut).
     acknowledged: Vec<String>,
+    /// The children's commits are shown before they are durable (onesync at NORMAL or OFF).
+    deferred: bool,
+    losses: LossWindows,
     summary: Summary,
 }
 
@@ -451,6 +479,9 @@ impl Torture<'_> {
             if let Some(level) = self.args.synchronous {
                 command.args(["--synchronous", level.name()]);
             }
+            if let Some(control) = self.args.negative_control {
+                command.env(onesync_store::Sabotage::ENV, control.name());
+            }
             match RunningChild::start(command) {
                 Ok(child) => children.push(child),
                 Err(error) => {
@@ -462,6 +493,8 @@ impl Torture<'_> {
             }
         }
         let waited = wait_for_cut(device, plan, started, &mut children);
+        // At a flush boundary the device cut itself up to one poll before.
+        let cut_at = Instant::now();
         let workload = started.elapsed();
         let flushes_before_cut = device.counters().flushes - flushes_at_start;
         // The cut is made (or the power cut here, on an error) before anything else.
@@ -471,6 +504,8 @@ impl Torture<'_> {
         let cut_outcome = device.last_cut().unwrap_or_default();
 
         let mut acknowledged = Vec::new();
+        let mut acks = Vec::new();
+        let mut durable_seen = 0;
         let mut ended_by_io_error = 0;
         let mut endings = Vec::new();
         let mut first_error = None;
@@ -478,6 +513,8 @@ impl Torture<'_> {
             match child.stop_and_read() {
                 Ok((lines, ended)) => {
                     acknowledged.extend(lines.committed);
+                    acks.extend(lines.acks);
+                    durable_seen = durable_seen.max(lines.durable_seen);
                     ended_by_io_error += u64::from(ended.is_some());
                     endings.extend(ended);
                 }
@@ -509,8 +546,24 @@ impl Torture<'_> {
             ));
         }
         let count = acknowledged.len() as u64;
-        self.acknowledged.extend(acknowledged);
-        self.recover_and_check(cut, plan)?;
+        let round_acks = if self.deferred {
+            if acks.len() != acknowledged.len() {
+                return Err(Stop::Error(anyhow!(
+                    "{} of {} transfer lines came without their seq and durable_seq",
+                    acknowledged.len() - acks.len(),
+                    acknowledged.len()
+                )));
+            }
+            Some(RoundAcks {
+                acks,
+                durable_seen,
+                cut_at,
+            })
+        } else {
+            self.acknowledged.extend(acknowledged);
+            None
+        };
+        self.recover_and_check(cut, plan, round_acks)?;
         Ok(Round {
             acknowledged: count,
             ended_by_io_error,
@@ -522,8 +575,9 @@ impl Torture<'_> {
         })
     }
 
-    /// After the power is back: log replay, checker, mount, audit.
-    fn recover_and_check(&mut self, cut: u64, plan: CutPlan) -> Result<(), Stop> {
+    /// After the power is back: log replay, checker, mount, audit (and with `round`, the
+    /// deferred contract on the round's acknowledged transfers).
+    fn recover_and_check(&mut self, cut: u64, plan: CutPlan, round: Option<RoundAcks>) -> Result<(), Stop> {
         let at = describe_cut(cut, plan);
         let kind = self.loop_fs.kind();
         // The checker reads the device as it is; a log the kernel has not replayed would
@@ -548,11 +602,21 @@ impl Torture<'_> {
                 format!("{at}: {kind} did not mount after the check: {error:#}"),
             ))
         })?;
-        let audit = self
-            .open()
-            .and_then(|conn| bank::audit(&conn, true, &self.acknowledged));
+        let audit = self.open().and_then(|conn| {
+            let audit = bank::audit(&conn, true, &self.acknowledged)?;
+            let loss = round
+                .map(|r| deferred::check(&conn, &r.acks, None, r.durable_seen, r.cut_at))
+                .transpose()?;
+            Ok((audit, loss))
+        });
         match audit {
-            Ok(audit) => self.summary.ledger_rows_at_last_check = audit.ledger_rows,
+            Ok((audit, loss)) => {
+                self.summary.ledger_rows_at_last_check = audit.ledger_rows;
+                if let Some(loss) = loss {
+                    self.losses.add(&loss);
+                    self.acknowledged.extend(loss.survivors);
+                }
+            }
             Err(error) => return Err(Stop::Failed(broken(true, format!("{at}: {error:#}")))),
         }
         // Whatever opening the database wrote (a rolled-back journal, a replayed log) is on
@@ -560,6 +624,14 @@ impl Torture<'_> {
         self.loop_fs.counters()?;
         Ok(())
     }
+}
+
+/// A deferred round's acknowledged transfers, for the check after its cut.
+struct RoundAcks {
+    acks: Vec<Ack>,
+    /// The largest `durable_seq` the children reported.
+    durable_seen: u64,
+    cut_at: Instant,
 }
 
 /// Bytes free for an unprivileged user in the filesystem holding `dir`.
@@ -690,6 +762,15 @@ fn report(s: &Summary) -> String {
         ),
     );
     row("failures", s.failures.to_string());
+    if let Some(control) = s.negative_control {
+        row("negative control", format!("{control} (must fail)"));
+    }
+    if let Some(window) = &s.loss_window {
+        row(
+            "taken back by the cuts",
+            window.text("a flush here takes the emulated device's time"),
+        );
+    }
     row("fsck complaints", s.fsck_complaints.to_string());
     row(
         "seconds per cut",

@@ -35,16 +35,22 @@ use rand::{Rng, SeedableRng};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
+use crate::commands::torture::deferred::{self, Ack};
 use crate::output::{self, Human};
-use crate::progress::phase_bar;
-use crate::schemes::{Mode, Scheme, Storage};
+use crate::progress::{log_every, phase_bar};
+use crate::schemes::{DeferredFlush, Mode, Scheme, Storage};
 use crate::sqlite::{open_plain, retry_while_busy, BUSY_RETRY_PAUSE};
 use crate::workloads::bank;
 
 /// The child's line after its setup transaction committed.
 pub const READY_LINE: &str = "ready";
-/// Prefix of the child's line after a transfer's COMMIT returned.
+/// Prefix of the child's line after a transfer's COMMIT returned: `committed ID`, and for a
+/// deferred child (onesync at NORMAL or OFF) `committed ID SEQ DURABLE_SEQ` from `PRAGMA
+/// onesync_commit` right after.
 pub const COMMITTED_PREFIX: &str = "committed ";
+/// At synchronous=OFF a child runs `PRAGMA onesync_flush` after one transfer in this many
+/// (nothing else makes its commits durable between checkpoints).
+pub const OFF_FLUSH_ONE_IN: u32 = 10;
 /// A child not killed by then stops by itself (it should never get there).
 const CHILD_MAX_RUNTIME: Duration = Duration::from_secs(120);
 
@@ -53,6 +59,10 @@ const CHILD_MAX_RUNTIME: Duration = Duration::from_secs(120);
 pub enum ChildKind {
     /// Each transfer is one transaction through the onesync VFS (the store): must survive
     Onesync,
+    /// onesync at synchronous=NORMAL (COMMIT returns before the flush): must survive a kill
+    OnesyncNormal,
+    /// onesync at synchronous=OFF, with PRAGMA onesync_flush now and then: must survive a kill
+    OnesyncOff,
     /// Negative control, must FAIL: the default VFS with each transfer split into three
     /// autocommit transactions (debit; credit; ledger row)
     PlainSplitTransfers,
@@ -93,6 +103,19 @@ impl ChildKind {
             Some(Storage::Store) => "bank.onesync",
             Some(Storage::PlainFile) => "bank-stock.db",
             None => "bank-plain.db",
+        }
+    }
+
+    /// What makes this child's commits durable later if they are shown first (onesync at
+    /// NORMAL or OFF), with `synchronous` instead of the scheme's own level if given.
+    pub fn deferred_flush(self, synchronous: Option<Synchronous>) -> Option<DeferredFlush> {
+        let scheme = self.scheme()?;
+        match synchronous {
+            _ if scheme.storage() != Storage::Store => None,
+            None => scheme.deferred_flush(),
+            Some(Synchronous::Normal) => Some(DeferredFlush::Background),
+            Some(Synchronous::Off) => Some(DeferredFlush::OnDemand),
+            Some(Synchronous::Full | Synchronous::Extra) => None,
         }
     }
 
@@ -288,6 +311,7 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
     let mut setup_reported = true;
     let mut reported: Vec<String> = Vec::new();
     let bar = phase_bar("kills", args.kills);
+    let log_every = log_every(args.kills);
     for run in 1..=args.kills {
         let delays: Vec<Duration> = (0..args.processes)
             .map(|_| Duration::from_millis(rng.random_range(args.min_delay_ms..=args.max_delay_ms)))
@@ -309,6 +333,14 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
         });
         summary.kills_done = run;
         bar.inc(1);
+        if log_every.is_some_and(|every| run % every == 0) {
+            eprintln!(
+                "vfs-kill-torture: {run} of {} kills, {} transfers reported committed, {:.0} s",
+                args.kills,
+                summary.transfers_reported,
+                started.elapsed().as_secs_f64()
+            );
+        }
         if let Err(error) = outcome {
             summary.failures += 1;
             summary.first_failure = Some(format!("kill {run} (after {delay:?}): {error:#}"));
@@ -350,9 +382,14 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
 }
 
 /// What one killed child printed.
+#[derive(Default)]
 pub struct ChildLines {
     pub ready: bool,
     pub committed: Vec<String>,
+    /// A deferred child's acknowledged transfers with their seq (when its line arrived).
+    pub acks: Vec<Ack>,
+    /// The largest `durable_seq` a deferred child reported.
+    pub durable_seen: u64,
 }
 
 /// Start one child per entry of `delays` on the same database, kill each after its delay
@@ -376,10 +413,7 @@ fn kill_round(
         ));
     }
     children.sort_by_key(|(delay, _)| *delay);
-    let mut all = ChildLines {
-        ready: false,
-        committed: Vec::new(),
-    };
+    let mut all = ChildLines::default();
     let mut first_error = None;
     for (delay, child) in children {
         thread::sleep(delay.saturating_sub(started.elapsed()));
@@ -402,7 +436,8 @@ fn kill_round(
 /// A child process running transfers, with threads collecting its output.
 pub struct RunningChild {
     child: std::process::Child,
-    lines: Arc<Mutex<Vec<String>>>,
+    /// Each whole line with the moment it arrived.
+    lines: Arc<Mutex<Vec<(Instant, String)>>>,
     stdout_reader: thread::JoinHandle<()>,
     stderr_reader: thread::JoinHandle<String>,
 }
@@ -436,7 +471,7 @@ impl RunningChild {
             .stderr
             .take()
             .ok_or_else(|| anyhow!("child has no stderr"))?;
-        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let lines = Arc::new(Mutex::new(Vec::<(Instant, String)>::new()));
         let stdout_reader = {
             let lines = lines.clone();
             thread::spawn(move || {
@@ -447,7 +482,7 @@ impl RunningChild {
                     lines
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .push(line.trim_end().to_owned());
+                        .push((Instant::now(), line.trim_end().to_owned()));
                     line.clear();
                 }
             })
@@ -535,19 +570,35 @@ struct EndedChild {
     lines: ChildLines,
 }
 
-fn parse_child_lines(lines: &Mutex<Vec<String>>) -> Result<ChildLines> {
+fn parse_child_lines(lines: &Mutex<Vec<(Instant, String)>>) -> Result<ChildLines> {
     let lines = std::mem::take(&mut *lines.lock().unwrap_or_else(|e| e.into_inner()));
-    let mut parsed = ChildLines {
-        ready: false,
-        committed: Vec::new(),
-    };
-    for line in lines {
+    let mut parsed = ChildLines::default();
+    for (at, line) in lines {
+        let unexpected = || anyhow!("the child printed an unexpected line: {line:?}");
         if line == READY_LINE {
             parsed.ready = true;
-        } else if let Some(id) = line.strip_prefix(COMMITTED_PREFIX) {
+        } else if let Some(rest) = line.strip_prefix(COMMITTED_PREFIX) {
+            let mut words = rest.split(' ');
+            let id = words.next().filter(|id| !id.is_empty()).ok_or_else(unexpected)?;
+            let numbers: Vec<u64> = words
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .map_err(|_| unexpected())?;
+            match numbers[..] {
+                [] => {}
+                [seq, durable_seq] => {
+                    parsed.acks.push(Ack {
+                        id: id.to_owned(),
+                        seq: Some(seq),
+                        at,
+                    });
+                    parsed.durable_seen = parsed.durable_seen.max(durable_seq);
+                }
+                _ => return Err(unexpected()),
+            }
             parsed.committed.push(id.to_owned());
         } else {
-            bail!("the child printed an unexpected line: {line:?}");
+            return Err(unexpected());
         }
     }
     Ok(parsed)
@@ -570,6 +621,7 @@ pub fn run_child(args: &TransferChildArgs) -> Result<()> {
             let args_db = args.db.clone();
             let kind = args.child;
             let synchronous = args.synchronous;
+            let deferred = kind.deferred_flush(synchronous);
             let run = args.run;
             let seed = args.seed ^ thread_no.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             thread::spawn(move || -> Result<()> {
@@ -594,7 +646,20 @@ pub fn run_child(args: &TransferChildArgs) -> Result<()> {
                         }),
                     }
                     .with_context(|| format!("transfer {id}"))?;
-                    print_line(&format!("{COMMITTED_PREFIX}{id}"))?;
+                    let Some(flush) = deferred else {
+                        print_line(&format!("{COMMITTED_PREFIX}{id}"))?;
+                        continue;
+                    };
+                    let point = deferred::commit_point(&conn)?;
+                    let seq = point.seq.ok_or_else(|| {
+                        anyhow!("PRAGMA onesync_commit names no commit after transfer {id}")
+                    })?;
+                    print_line(&format!("{COMMITTED_PREFIX}{id} {seq} {}", point.durable_seq))?;
+                    // After the line: a flush that fails (a power cut) must not keep the
+                    // transfer from being reported.
+                    if flush == DeferredFlush::OnDemand && rng.random_ratio(1, OFF_FLUSH_ONE_IN) {
+                        deferred::flush(&conn)?;
+                    }
                 }
                 Ok(())
             })

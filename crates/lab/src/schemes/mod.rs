@@ -38,10 +38,34 @@ pub enum Storage {
 pub enum Durability {
     /// Survives a power cut.
     AtCommit,
-    /// Atomic, but may be lost to a power cut until a later checkpoint (WAL, synchronous=NORMAL).
+    /// Atomic, but may be lost to a power cut until a later checkpoint or flush (WAL and
+    /// onesync at synchronous=NORMAL or OFF).
     AfterCheckpoint,
     /// Not crash-safe: a power cut may leave half a transaction (a negative control).
     None,
+}
+
+impl Durability {
+    /// The mode the lab's ratios compare this class with when it is in the run (else the
+    /// run's first mode): wal-normal for NORMAL and OFF, stock SQLite's way to the same
+    /// promise, so that they are not flattered by a comparison with FULL modes.
+    pub fn reference(self) -> Option<Mode> {
+        match self {
+            Durability::AfterCheckpoint => Some(Mode::WalNormal),
+            Durability::AtCommit | Durability::None => None,
+        }
+    }
+}
+
+/// What makes durable, later, a commit a onesync store showed before it was durable
+/// (`synchronous=NORMAL` and `OFF`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeferredFlush {
+    /// The store's background flush, within `Options::deferred_flush_interval` (NORMAL).
+    Background,
+    /// Only a flush of another kind: a checkpoint, close, `PRAGMA onesync_flush` or a FULL
+    /// commit (OFF).
+    OnDemand,
 }
 
 /// An RGB colour for charts.
@@ -73,6 +97,13 @@ pub trait Scheme: Sync {
     /// What it promises at COMMIT.
     fn durability(&self) -> Durability {
         Durability::AtCommit
+    }
+
+    /// For a onesync store whose COMMIT returns before the commit is durable: what makes it
+    /// durable later (crash tests then check that a prefix of the commits survives, holding
+    /// every one reported durable).
+    fn deferred_flush(&self) -> Option<DeferredFlush> {
+        None
     }
 
     /// The `vfs-kill-torture --child` that runs it (WAL variants share `wal`).
@@ -125,13 +156,15 @@ pub enum Mode {
     Memory,
     Off,
     Onesync,
+    OnesyncNormal,
+    OnesyncOff,
     Maw,
     BatchAtomic,
 }
 
 impl Mode {
     /// Every mode, in the order `--help` lists them.
-    pub const ALL: [Mode; 11] = [
+    pub const ALL: [Mode; 13] = [
         Mode::Delete,
         Mode::Truncate,
         Mode::Persist,
@@ -141,6 +174,8 @@ impl Mode {
         Mode::Memory,
         Mode::Off,
         Mode::Onesync,
+        Mode::OnesyncNormal,
+        Mode::OnesyncOff,
         Mode::Maw,
         Mode::BatchAtomic,
     ];
@@ -157,6 +192,8 @@ impl Mode {
             Mode::Memory => &stock::MEMORY,
             Mode::Off => &stock::OFF,
             Mode::Onesync => &onesync::ONESYNC,
+            Mode::OnesyncNormal => &onesync::ONESYNC_NORMAL,
+            Mode::OnesyncOff => &onesync::ONESYNC_OFF,
             Mode::Maw => &maw::MAW,
             Mode::BatchAtomic => &batch_atomic::BATCH_ATOMIC,
         }
@@ -164,6 +201,11 @@ impl Mode {
 
     pub fn name(self) -> &'static str {
         self.scheme().name()
+    }
+
+    /// The length of the longest name (the width of a table's mode column).
+    pub fn name_width() -> usize {
+        Mode::ALL.iter().map(|m| m.name().len()).max().unwrap_or(0)
     }
 
     /// The mode called `name`, if any.
@@ -202,6 +244,20 @@ mod tests {
     fn every_mode_is_found_by_its_name() {
         for mode in Mode::ALL {
             assert_eq!(Mode::by_name(mode.name()), Some(mode));
+        }
+    }
+
+    #[test]
+    fn normal_and_off_modes_are_compared_with_wal_normal() {
+        for mode in Mode::ALL {
+            let reference = mode.scheme().durability().reference();
+            let normal_class = matches!(mode, Mode::WalNormal | Mode::OnesyncNormal | Mode::OnesyncOff);
+            assert_eq!(
+                reference,
+                normal_class.then_some(Mode::WalNormal),
+                "{}",
+                mode.name()
+            );
         }
     }
 }

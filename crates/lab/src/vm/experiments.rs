@@ -271,8 +271,9 @@ fn bench_table(results: &[Value], workload: &str, emulate: Option<Preset>) -> St
             preset.model()
         ),
     };
+    let w = Mode::name_width();
     out.push_str(&format!(
-        "{:<6} {:<13} {:>9} {:>9} {:>9} {:>10} {:>10} {:>12}",
+        "{:<6} {:<w$} {:>9} {:>9} {:>9} {:>10} {:>10} {:>12}",
         "fs", "mode", "dev KiB", "dev wr", "flushes", "sql KiB", "fsyncs", "paper KB"
     ));
     if emulate.is_some() {
@@ -287,7 +288,7 @@ fn bench_table(results: &[Value], workload: &str, emulate: Option<Preset>) -> St
             .find(|(f, m, _)| *f == fs && *m == mode)
             .map_or("-".to_owned(), |(_, _, kb)| format!("{kb:.0}"));
         out.push_str(&format!(
-            "{:<6} {:<13} {:>9.2} {:>9.2} {:>9.3} {:>10.2} {:>10.3} {:>12}",
+            "{:<6} {:<w$} {:>9.2} {:>9.2} {:>9.3} {:>10.2} {:>10.3} {:>12}",
             fs,
             mode,
             per_txn(r, "dev_kb"),

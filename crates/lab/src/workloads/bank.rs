@@ -122,6 +122,16 @@ pub fn check_absent(conn: &Connection, ids: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Which of `ids` are in the ledger, in their order.
+pub fn present(conn: &Connection, ids: &[String]) -> Result<Vec<bool>> {
+    let mut lookup = conn.prepare(LEDGER_LOOKUP)?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        out.push(in_ledger(&mut lookup, id)?);
+    }
+    Ok(out)
+}
+
 const LEDGER_LOOKUP: &str = "SELECT 1 FROM ledger WHERE transfer_id = ?1";
 
 /// Whether transfer `id` is in the ledger (`lookup` prepared from [`LEDGER_LOOKUP`]).

@@ -33,17 +33,40 @@ impl Drop for WriterClaim {
 }
 
 impl Shared {
-    /// Publish the oldest commit this process may read: its oldest snapshot, or `also`.
+    /// Publish the oldest commit this process may read (its oldest snapshot, or `also`) if
+    /// that is older than what it published: lowering the pin cannot wait (another process
+    /// could reuse a slot a reader here needs), raising it can. A pin left too low only
+    /// keeps other processes from reusing slots a while longer (invariant 5), and raising
+    /// it as each snapshot ends would cost two side-file writes per transaction; it is
+    /// raised at checkpoints and by [`Shared::publish_exact_pin`].
     pub(super) fn set_pin(&self, meta: &mut Meta, also: Option<u64>) -> Result<()> {
+        let want = Self::pin_wanted(meta, also);
+        if want < meta.pin {
+            self.publish_pin(meta, want)?;
+        }
+        Ok(())
+    }
+
+    /// Publish exactly the pin this process needs now, higher or lower.
+    pub(super) fn publish_exact_pin(&self, meta: &mut Meta) -> Result<()> {
+        let want = Self::pin_wanted(meta, None);
+        if want != meta.pin {
+            self.publish_pin(meta, want)?;
+        }
+        Ok(())
+    }
+
+    fn pin_wanted(meta: &Meta, also: Option<u64>) -> u64 {
+        let oldest = meta.snapshots.keys().next().copied();
+        oldest.into_iter().chain(also).min().unwrap_or(NO_PIN)
+    }
+
+    fn publish_pin(&self, meta: &mut Meta, pin: u64) -> Result<()> {
         let Some(s) = &self.sharing else {
             return Ok(());
         };
-        let oldest = meta.snapshots.keys().next().copied();
-        let want = oldest.into_iter().chain(also).min().unwrap_or(NO_PIN);
-        if want != meta.pin {
-            s.publish_pin(want)?;
-            meta.pin = want;
-        }
+        s.publish_pin(pin)?;
+        meta.pin = pin;
         Ok(())
     }
 
@@ -135,7 +158,10 @@ impl Shared {
                 }
             };
             let durable = durable.max(lock(&self.flush).durable);
-            self.promote_durable(meta, durable);
+            // And what another process showed before it was durable (NORMAL/OFF): its own
+            // readers see it, so these do too.
+            meta.shown_written_upto = meta.shown_written_upto.max(s.others_shown()?.min(meta.state.seq));
+            self.promote_readable(meta, durable);
         }
         Ok(())
     }
@@ -149,7 +175,15 @@ impl Shared {
         // process may have died (or failed) between writing and publishing, and a record
         // tagged with a stale generation after a newer checkpoint is lost to recovery. So
         // a writer always reads the header and the record at the chain's head.
+        // Except where the side file still holds exactly what this process published last,
+        // at the chain's head as this process knows it: every writer publishes before it
+        // writes, so nobody has written since (and a checkpoint would have changed the
+        // generation).
         let trust_side_file = !holding_writer || self.opts.sabotage == Some(Sabotage::CheckpointPublication);
+        let mine = Some((meta.header.generation, meta.state.seq));
+        if holding_writer && progress.is_some() && progress == mine && meta.last_published == mine {
+            return Ok(());
+        }
         if let Some((generation, seq)) = progress.filter(|_| trust_side_file) {
             if generation == meta.header.generation && seq <= meta.state.seq {
                 return Ok(());

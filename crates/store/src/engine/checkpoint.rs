@@ -44,7 +44,9 @@ impl Shared {
             // as recovery would, rather than grow the file for the checkpoint.
             self.own_every_free_slot().and_then(|()| checkpoint())
         } else {
-            Ok(())
+            // Others stay: commits this process showed before they were durable are made
+            // durable before it goes (the last one's checkpoint does it).
+            self.flush_written().map(|_| ())
         };
         if init.is_ok() {
             s.depart(last);
@@ -91,7 +93,11 @@ impl Shared {
     /// flushed again, and only then are slots freed. A crash leaves an intact copy of the
     /// newest durable header, and damage to either copy later costs nothing.
     pub(super) fn checkpoint_locked(&self, meta: &mut Meta) -> Result<()> {
-        self.with_writer(meta, |meta| self.checkpoint_holding_writer(meta))
+        self.with_writer(meta, |meta| self.checkpoint_holding_writer(meta))?;
+        // What the checkpoint frees may be reused once readers let go: tell the other
+        // processes how far this one's readers really are (raised lazily in between).
+        let _ = self.publish_exact_pin(meta);
+        Ok(())
     }
 
     fn checkpoint_holding_writer(&self, meta: &mut Meta) -> Result<()> {
@@ -125,6 +131,18 @@ impl Shared {
             });
             piece = rest;
         }
+        // Other processes learn of the new generation before its header is written, as of
+        // a record before it is written: a writer that finds the side file unchanged since
+        // its own last publication may then trust that nobody wrote since (`follow_chain`).
+        let sabotaged = self.opts.sabotage == Some(crate::options::Sabotage::CheckpointPublication);
+        let written = written.and_then(|()| match &self.sharing {
+            Some(s) if !sabotaged => {
+                s.publish_progress(header.generation, last_seq)?;
+                meta.last_published = Some((header.generation, last_seq));
+                Ok(())
+            }
+            _ => Ok(()),
+        });
         let written = written.and_then(|()| {
             self.write_counted(
                 &encoded,
@@ -180,6 +198,7 @@ impl Shared {
                 self.poison(format!("publishing a checkpoint to other processes failed: {e}"));
                 return Err(e);
             }
+            meta.last_published = Some((header.generation, last_seq));
         }
         self.rebase_on_checkpoint(meta, header.log.seed);
         Ok(())

@@ -38,6 +38,23 @@ impl PendingCommit {
         self.seq
     }
 
+    /// Show the commit to new snapshots now, durable or not, with every commit before it.
+    /// It becomes durable at the next flush of any kind, at
+    /// [`Store::flush`](crate::Store::flush), and with `background_flush` (SQLite's
+    /// `synchronous=NORMAL`; `OFF` passes false) within `Options::deferred_flush_interval`.
+    /// Returns once a new snapshot shows it.
+    pub fn show(&self, background_flush: bool) -> Result<(), CommitError> {
+        if !self.sequenced {
+            return Ok(());
+        }
+        self.shared
+            .show_written(self.seq, background_flush)
+            .map_err(|error| CommitError {
+                seq: Some(self.seq),
+                error,
+            })
+    }
+
     /// Return once the commit is durable.
     pub fn wait(self) -> Result<u64, CommitError> {
         let seq = self.sequenced.then_some(self.seq);
@@ -105,13 +122,15 @@ impl Shared {
         }
         // A flush may have covered it already (a leader flushes what is written).
         let durable = lock(&self.flush).durable;
-        self.promote_durable(&mut meta, durable);
+        self.promote_readable(&mut meta, durable);
     }
 
-    /// Show readers every written state up to `durable`.
-    pub(super) fn promote_durable(&self, meta: &mut Meta, durable: u64) {
+    /// Show readers every written state up to `durable`, and up to the last commit shown
+    /// before it was durable (deferred durability: everything before it is shown with it).
+    pub(super) fn promote_readable(&self, meta: &mut Meta, durable: u64) {
+        let upto = durable.max(meta.shown_written_upto);
         while let Some(entry) = meta.not_durable.first_entry() {
-            if *entry.key() > durable {
+            if *entry.key() > upto {
                 break;
             }
             meta.readable = entry.remove();
@@ -126,7 +145,7 @@ impl Shared {
         f.durable = f.durable.max(seq);
         Self::debug_assert_flush_invariants(&f);
         let durable = f.durable;
-        self.promote_durable(meta, durable);
+        self.promote_readable(meta, durable);
         if let Some(s) = &self.sharing {
             // Readers of other processes show what this says is durable; if it cannot be
             // said, they show less.
@@ -137,7 +156,7 @@ impl Shared {
 
     /// Group commit: return once a flush covers `seq`. One waiter at a time flushes for
     /// every commit written so far.
-    fn wait_durable(&self, seq: u64) -> Result<()> {
+    pub(super) fn wait_durable(&self, seq: u64) -> Result<()> {
         let mut f = lock(&self.flush);
         loop {
             if f.durable >= seq {
@@ -174,7 +193,16 @@ impl Shared {
                 let target = f.written_upto;
                 drop(f);
                 let flush_started = Instant::now();
-                let result = self.io.sync_data();
+                self.deferred.flush_starting(
+                    self.counters
+                        .bytes_written
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                );
+                let result = if self.opts.sabotage == Some(crate::options::Sabotage::SkippedFlush) {
+                    Ok(())
+                } else {
+                    self.io.sync_data()
+                };
                 let flush_took = flush_started.elapsed();
                 bump(&self.counters.flush_micros, flush_took.as_micros() as u64);
                 // Meta before flush, the order everywhere: readers are shown the commits

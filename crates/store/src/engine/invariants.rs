@@ -81,10 +81,10 @@ fn check(meta: &Meta, flush: Option<&FlushState>, unshared: bool) -> Result<(), 
                 f.sequenced
             ));
         }
-        if unshared && readable > f.durable {
+        if unshared && readable > f.durable.max(meta.shown_written_upto) {
             return Err(format!(
-                "invariant 4: readers are shown commit {readable}, durable only up to {}",
-                f.durable
+                "invariant 4: readers are shown commit {readable}, durable only up to {} and shown undurable only up to {}",
+                f.durable, meta.shown_written_upto
             ));
         }
     }

@@ -21,9 +21,12 @@
 //!    visible (keys in `visible.seq + 1 ..= state.seq`), `not_durable` those visible but not
 //!    yet readable (keys in `readable.seq + 1 ..= visible.seq`); each moves on only when the
 //!    whole prefix before it has (`mark_written`, `promote_durable`). Checked.
-//! 4. **Nothing shown that is not durable.** On a store no other process shares,
-//!    `readable.seq <= durable`: no snapshot shows a commit before a flush of this process
-//!    covered it. With sharing, `readable` may also rise to what another process published
+//! 4. **Nothing shown that is not durable, unless its committer deferred durability.** On a
+//!    store no other process shares, `readable.seq <= max(durable, shown_written_upto)`: no
+//!    snapshot shows a commit before a flush of this process covered it, except commits
+//!    shown once written (`PendingCommit::show`, SQLite's `synchronous=NORMAL`/`OFF`) and
+//!    those before them; a background flush makes those durable within
+//!    `Options::deferred_flush_interval` (`deferred.rs`). With sharing, `readable` may also rise to what another process published
 //!    as durable (`Sharing::others_durable`) or to what this process flushed itself after
 //!    reading it. Checked without sharing.
 //! 5. **The side file is a hint.** A reader may trust its progress to skip reading the
@@ -95,8 +98,10 @@
 mod catch_up;
 mod checkpoint;
 mod commit;
+mod deferred;
 mod group_commit;
 mod invariants;
+mod recent_pages;
 mod sequence;
 mod space;
 
@@ -162,6 +167,10 @@ pub(crate) struct Shared {
     /// This process has left the processes sharing the store (closed).
     departed: AtomicBool,
     writer: Mutex<WriterClaims>,
+    /// The background flush of commits shown before they were durable.
+    deferred: Arc<deferred::Deferred>,
+    /// Contents of pages recently read or committed (`recent_pages.rs`).
+    recent_pages: Mutex<recent_pages::RecentPages>,
 }
 
 /// The cross-process write lock, held while any commit of this process is on its way.
@@ -188,6 +197,9 @@ pub(crate) struct Meta {
     /// Written states not yet known durable, by sequence number (they become `readable` as
     /// flushes, this process's or another's, cover them).
     pub not_durable: BTreeMap<u64, Arc<State>>,
+    /// Commits up to here are shown to readers once written, durable or not (committed
+    /// with durability deferred: `PendingCommit::show`).
+    pub shown_written_upto: u64,
     /// Sequenced states not yet visible (they become so as the written prefix grows).
     pub unpublished: BTreeMap<u64, Arc<State>>,
     pub header: Header,
@@ -207,6 +219,10 @@ pub(crate) struct Meta {
     pub log_bytes_since_checkpoint: u64,
     /// The reader pin this process last published (shared stores).
     pub pin: u64,
+    /// The (generation, sequence) this process last published as the store's progress:
+    /// while the side file still says exactly that, no other process has written since
+    /// (every writer publishes before it writes), and a writer need not read the chain.
+    pub last_published: Option<(u64, u64)>,
     /// Every free slot of the file is this process's to allocate (it opened the store
     /// first, or alone); a process that joined others owns only what it grew.
     pub owns_all_slots: bool,
@@ -240,8 +256,14 @@ impl Drop for Shared {
     /// Dropped without `close` (safe: the next open recovers): still leave the processes
     /// sharing the store, so the last one removes the side file.
     fn drop(&mut self) {
+        self.stop_deferred_flusher();
         if self.departed.load(Ordering::Relaxed) {
             return;
+        }
+        if !self.opts.read_only && self.meta().shown_written_upto > self.durable_seq() {
+            // Commits shown before they were durable: the flush the flusher would have made
+            // (best effort: dropping cannot report; the next open recovers a prefix anyway).
+            let _ = self.flush_written();
         }
         if let Some(s) = &self.sharing {
             if let Ok(_init) = s.lock_init() {
@@ -325,6 +347,7 @@ impl Shared {
             visible: state.clone(),
             readable: state.clone(),
             not_durable: BTreeMap::new(),
+            shown_written_upto: last,
             unpublished: BTreeMap::new(),
             state,
             header: recovered.header,
@@ -349,9 +372,12 @@ impl Shared {
             } else {
                 NO_PIN
             },
+            last_published: None,
         };
+        let mut meta = meta;
         if let (Some(s), false) = (&sharing, joined) {
             s.publish_progress(meta.header.generation, last)?;
+            meta.last_published = Some((meta.header.generation, last));
         }
         let flush = FlushState {
             sequenced: last,
@@ -373,6 +399,8 @@ impl Shared {
             sharing,
             stopped_by,
             departed: AtomicBool::new(false),
+            deferred: Arc::new(deferred::Deferred::new(opts)),
+            recent_pages: Mutex::default(),
         };
         drop(shared.meta());
         Ok(shared)
@@ -399,7 +427,7 @@ impl Shared {
     /// Publish the pin this process needs now (after opening, when a reader pinned
     /// everything while it read the chain).
     pub(crate) fn refresh_pin(&self) {
-        let _ = self.set_pin(&mut self.meta(), None);
+        let _ = self.publish_exact_pin(&mut self.meta());
     }
 
     /// Sequence number of the latest commit (durable or not yet).

@@ -119,6 +119,7 @@ impl Shared {
             // the chain only when this says there is something new.
             if let Some(s) = &self.sharing {
                 s.publish_progress(meta.header.generation, seq)?;
+                meta.last_published = Some((meta.header.generation, seq));
             }
             Ok((placement, next_state, superseded))
         });

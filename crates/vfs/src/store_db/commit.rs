@@ -13,7 +13,9 @@ use crate::names;
 use crate::super_journal::{verdict, Verdict};
 use crate::sys::api::ApiTable;
 
-use super::connections::{note_phasetwo, phasetwo_seen, unlocks_after_commit};
+use super::connections::{
+    commit_synchronous, note_phasetwo, phasetwo_seen, unlocks_after_commit, Synchronous,
+};
 use super::file::{commit_err, StoreDb};
 use super::locking::{note_lock_released, process_lock_key};
 use super::registry::{lock, Coordination};
@@ -35,6 +37,13 @@ impl StoreDb {
             .filter(|m| m.wrote)
             .map(|m| m.logical.clone())
             .collect();
+        let written: Vec<u64> = ct
+            .members
+            .iter()
+            .filter(|(_, m)| m.wrote)
+            .map(|(&handle, _)| handle)
+            .collect();
+        let synchronous = commit_synchronous(conn, &written);
         for m in ct.members.values_mut() {
             m.dirty = false;
             m.wrote = false;
@@ -44,9 +53,16 @@ impl StoreDb {
             .commit_without_waiting()
             .map_err(commit_err(api, "committing"))?;
         let seq = pending.seq();
-        // Chain: an earlier pending commit of this connection is covered by
-        // this one's flush (commits become durable in order).
-        ct.pending = Some(pending);
+        match synchronous {
+            // Chain: an earlier pending commit of this connection is covered by
+            // this one's flush (commits become durable in order).
+            Synchronous::Full => ct.pending = Some(pending),
+            // Shown now; durable within the store's interval (NORMAL) or at the next
+            // flush of any kind (OFF).
+            level => pending
+                .show(level == Synchronous::Normal)
+                .map_err(commit_err(api, "committing"))?,
+        }
         coord.last_commit.insert(conn, seq);
         for name in files {
             coord.files.entry(name).or_default().changed_at = seq;

@@ -29,6 +29,34 @@ pub(super) struct HandleMode {
     pub(super) unlocked: bool,
     /// `nolock=1`: SQLite never calls xLock or xUnlock.
     pub(super) nolock: bool,
+    /// The database's `PRAGMA synchronous`, as far as this VFS saw it set (SQLite sends
+    /// every pragma to the file first, as SQLITE_FCNTL_PRAGMA). Not seen: FULL, SQLite's
+    /// default, and the safe guess.
+    pub(super) synchronous: Synchronous,
+}
+
+/// What a database's `synchronous` level asks of a commit, weakest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Synchronous {
+    /// OFF: COMMIT returns once the commit is written and shown; durable at the next flush
+    /// of any kind, or `PRAGMA onesync_flush`.
+    Off,
+    /// NORMAL: as OFF, and a background flush makes it durable within the store's interval.
+    Normal,
+    /// FULL and EXTRA: COMMIT returns once the commit is durable.
+    Full,
+}
+
+impl Synchronous {
+    /// The level a `PRAGMA synchronous=VALUE` sets (by name or number), if it sets one.
+    pub(super) fn parse(value: &str) -> Option<Synchronous> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "0" | "off" | "no" | "false" => Some(Synchronous::Off),
+            "1" | "normal" => Some(Synchronous::Normal),
+            "2" | "full" | "yes" | "true" | "on" | "3" | "extra" => Some(Synchronous::Full),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -77,6 +105,7 @@ pub(crate) fn join_connection(conn: usize, handle: u64, is_main: bool, nolock: b
             mode,
             unlocked: false,
             nolock,
+            synchronous: Synchronous::Full,
         },
     );
 }
@@ -122,6 +151,34 @@ pub(crate) fn note_locking_mode(conn: usize, handle: u64, value: Option<&str>) {
             h.unlocked = false;
         }
     }
+}
+
+/// `PRAGMA synchronous=...` arrived at `handle`'s file: it applies to that database only
+/// (an unqualified one to the main database).
+pub(crate) fn note_synchronous(conn: usize, handle: u64, value: Option<&str>) {
+    let Some(level) = value.and_then(Synchronous::parse) else {
+        return;
+    };
+    if let Some(h) = lock(&CONNS)
+        .get_mut(&conn)
+        .and_then(|c| c.handles.get_mut(&handle))
+    {
+        h.synchronous = level;
+    }
+}
+
+/// What a commit of these handles' databases asks for: the strongest of their levels (FULL
+/// for a handle this VFS does not know).
+pub(super) fn commit_synchronous(conn: usize, handles: &[u64]) -> Synchronous {
+    let conns = lock(&CONNS);
+    let Some(info) = conns.get(&conn) else {
+        return Synchronous::Full;
+    };
+    handles
+        .iter()
+        .map(|h| info.handles.get(h).map_or(Synchronous::Full, |m| m.synchronous))
+        .max()
+        .unwrap_or(Synchronous::Full)
 }
 
 pub(super) fn note_unlocked(conn: usize, handle: u64) {
@@ -170,5 +227,20 @@ impl StoreDb {
             .handles_by_conn
             .entry(self.conn)
             .or_default() += 1;
+    }
+}
+
+/// The longest `onesync_sync_interval_ms` may be: an hour (longer is OFF in all but name).
+const MAX_SYNC_INTERVAL_MS: u64 = 3_600_000;
+
+/// Parses `onesync_sync_interval_ms` (PRAGMA or URI parameter): whole milliseconds,
+/// 0 to an hour; 0 flushes as soon as the background flusher can.
+pub(crate) fn parse_sync_interval(value: &str) -> Result<std::time::Duration, String> {
+    match value.trim().parse::<u64>() {
+        Ok(ms) if ms <= MAX_SYNC_INTERVAL_MS => Ok(std::time::Duration::from_millis(ms)),
+        _ => Err(format!(
+            "onesync: onesync_sync_interval_ms must be a whole number of milliseconds from 0 to \
+             {MAX_SYNC_INTERVAL_MS}, not {value:?}"
+        )),
     }
 }

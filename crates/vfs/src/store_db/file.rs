@@ -16,7 +16,9 @@ use crate::ffi::{
 use crate::names::{self, NameClaim, Owner};
 use crate::sys::api::ApiTable;
 
-use super::connections::{leave_connection, note_locking_mode, note_unlocked};
+use super::connections::{
+    leave_connection, note_locking_mode, note_synchronous, note_unlocked, parse_sync_interval,
+};
 use super::locking::{process_lock_key, RETRYING_WRITER};
 use super::registry::{lock, next_handle, registry_acquire, registry_release, Member, OpenStore, Want};
 use super::StoreOpener;
@@ -204,14 +206,49 @@ impl StoreDb {
                 ));
                 SQLITE_ERROR
             }
+            (Some("synchronous"), value) => {
+                // Noted, then left to SQLite: NORMAL and OFF commits are shown at once and
+                // made durable later (crates/vfs/README.md, "synchronous").
+                note_synchronous(self.conn, self.handle, value);
+                SQLITE_NOTFOUND
+            }
             (Some("locking_mode"), value) => {
                 // Noted, then left to SQLite (which applies it).
                 note_locking_mode(self.conn, self.handle, value);
                 SQLITE_NOTFOUND
             }
+            (Some("onesync_sync_interval_ms"), value) => {
+                // The store's, so every connection to it in this process (crates/vfs/README.md,
+                // "synchronous").
+                if let Some(value) = value {
+                    match parse_sync_interval(value) {
+                        Ok(interval) => self.store.store.set_deferred_flush_interval(interval),
+                        Err(msg) => {
+                            reply(msg);
+                            return SQLITE_ERROR;
+                        }
+                    }
+                }
+                reply(self.store.store.deferred_flush_interval().as_millis().to_string());
+                SQLITE_OK
+            }
             (Some("onesync_stats"), _) => {
                 reply(stats_json(&self.store.store));
                 SQLITE_OK
+            }
+            (Some("onesync_flush"), _) => {
+                // "Make it durable now": every commit written so far, shown undurable
+                // (synchronous=NORMAL or OFF) included.
+                match self.store.store.flush() {
+                    Ok(durable) => {
+                        reply(serde_json::json!({ "durable_seq": durable }).to_string());
+                        SQLITE_OK
+                    }
+                    Err(e) => {
+                        reply(format!("onesync: PRAGMA onesync_flush failed: {e}"));
+                        SQLITE_IOERR
+                    }
+                }
             }
             (Some("onesync_commit"), _) => {
                 // This connection's last commit, and how far commits are durable: a COMMIT

@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use onesync_store::layout::{HEADER_BLOCK, MAGIC};
 use onesync_store::Store;
 
+use super::connections::parse_sync_interval;
 use super::{
     is_main_database, join_connection, leave_connection, next_handle, note_locking_mode, StoreDb,
     StoreFactory, StoreOpen, Want, DEFAULT_LOGICAL_DB,
@@ -252,9 +253,21 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         logical,
         nolock,
     };
-    let opened = |backend: MainFile, out_flags: c_int| Opened {
-        backend: Box::new(backend),
-        out_flags,
+    // `onesync_sync_interval_ms=N`: the store's background flush interval
+    // (synchronous=NORMAL), as `PRAGMA onesync_sync_interval_ms` sets it.
+    let sync_interval = match param(c"onesync_sync_interval_ms").map(|v| parse_sync_interval(&v)) {
+        Some(Err(msg)) => return Err(r.fail((SQLITE_CANTOPEN, msg))),
+        Some(Ok(interval)) => Some(interval),
+        None => None,
+    };
+    let opened = |backend: MainFile, out_flags: c_int| {
+        if let (MainFile::Store(db), Some(interval)) = (&backend, sync_interval) {
+            db.store.store.set_deferred_flush_interval(interval);
+        }
+        Opened {
+            backend: Box::new(backend),
+            out_flags,
+        }
     };
     let store = |result: Result<(StoreDb, c_int), (c_int, String)>| match result {
         Ok((db, flags)) => Ok(opened(MainFile::Store(db), flags)),

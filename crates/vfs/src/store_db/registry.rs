@@ -146,6 +146,7 @@ pub(super) fn store_options(read_only: bool) -> Options {
         page_size: STORE_PAGE_SIZE,
         embed_limit: EMBED_LIMIT,
         read_only,
+        map_side_file: Some(crate::sys::shared_map::side_file_mapper()),
         // Negative controls of crash tests only (ONESYNC_SABOTAGE); never set otherwise.
         sabotage: onesync_store::Sabotage::from_env(),
         ..Options::default()

@@ -18,6 +18,7 @@ pub mod guard;
 pub mod handles;
 pub mod os;
 pub mod passthrough;
+pub mod shared_map;
 pub mod traits;
 pub mod vfs;
 pub mod vtab;

@@ -101,11 +101,11 @@ pub struct ExploreArgs {
     #[arg(long, value_enum, conflicts_with = "scenario")]
     pub negative_control: Option<NegativeControl>,
 
-    /// After a power cut require, of processes with synchronous=NORMAL or OFF, only the
-    /// transfers a completed flush covered (the store now keeps every setting to FULL's
-    /// promise, so by default every acknowledged transfer is required)
+    /// After a power cut require every acknowledged transfer, also of processes with
+    /// synchronous=NORMAL or OFF (whose commits are durable only once a flush covers them:
+    /// by default only those are required). With NORMAL or OFF scenarios this must fail.
     #[arg(long)]
-    pub relaxed_sync: bool,
+    pub strict_sync: bool,
 
     /// Work in a fresh subdirectory of D [default: the system's temporary directory]
     #[arg(long, value_name = "D")]
@@ -755,7 +755,7 @@ fn power_cuts(
     let mut saws = Vec::new();
     for (pos, note) in log.notes_before(cut) {
         if let Some(id) = note.strip_prefix("ack ") {
-            let relaxed = shared.args.relaxed_sync
+            let relaxed = !shared.args.strict_sync
                 && id
                     .chars()
                     .next()

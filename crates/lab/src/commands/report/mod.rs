@@ -1,11 +1,12 @@
 //! `onesync report --out DIR`: the standard comparison, as pictures and tables.
 //!
-//! It runs `bench insert` on every mode and `bench dbbench` (4 threads) on WAL and onesync,
-//! on a fresh loop-mounted ext4 per mode when it can (root and mkfs.ext4), else in a
-//! temporary directory, and writes `report.html` (SVG bar charts of transactions per second,
-//! KiB and flushes per transaction, and the commit latency CDF; drawn in `charts.rs`) and
-//! `report.md` (the tables). With `--emulate PRESET,...` it compares the schemes across
-//! emulated devices instead (`emulated.rs`).
+//! It runs `bench insert` on every mode and `bench dbbench` (4 threads) on WAL and onesync at
+//! FULL and at NORMAL (and onesync at OFF), on a fresh loop-mounted ext4 per mode when it can
+//! (root and mkfs.ext4), else in a temporary directory, and writes `report.html` (SVG bar
+//! charts of transactions per second per durability class, KiB and flushes per transaction,
+//! and the commit latency CDF; drawn in `charts.rs`) and `report.md` (the tables, one per
+//! durability class, with each mode's ratio to its class's baseline). With `--emulate
+//! PRESET,...` it compares the schemes across emulated devices instead (`emulated.rs`).
 
 mod charts;
 mod emulated;
@@ -51,16 +52,49 @@ pub struct ReportArgs {
     pub no_flash: bool,
 }
 
-const INSERT_MODES: [Mode; 8] = [
+/// Grouped by durability class (FULL, then NORMAL and OFF, then not crash-safe); the first is
+/// the FULL modes' baseline, wal-normal the NORMAL and OFF modes'.
+const INSERT_MODES: [Mode; 10] = [
     Mode::Delete,
     Mode::Truncate,
     Mode::Persist,
     Mode::Wal,
+    Mode::Onesync,
     Mode::WalNormal,
+    Mode::OnesyncNormal,
+    Mode::OnesyncOff,
     Mode::Memory,
     Mode::Off,
-    Mode::Onesync,
 ];
+
+/// WAL and onesync at each level: the NORMAL-class runs cost well under a second each.
+const DBBENCH_MODES: [Mode; 5] = [
+    Mode::Wal,
+    Mode::Onesync,
+    Mode::WalNormal,
+    Mode::OnesyncNormal,
+    Mode::OnesyncOff,
+];
+
+/// The report's groups of modes, by what a returned COMMIT promises, with their titles.
+const CLASSES: [(Durability, &str); 3] = [
+    (Durability::AtCommit, "durable at COMMIT (synchronous=FULL)"),
+    (
+        Durability::AfterCheckpoint,
+        "atomic, durable shortly after COMMIT (synchronous=NORMAL and OFF)",
+    ),
+    (Durability::None, "not crash-safe (negative controls)"),
+];
+
+/// The durability class of the mode of `r` (an unknown mode claims nothing).
+fn class_of(r: &ModeResult) -> Durability {
+    Mode::by_name(r.mode).map_or(Durability::None, |m| m.scheme().durability())
+}
+
+/// The results of `class`, in run order.
+fn of_class(results: &[ModeResult], class: Durability) -> Vec<ModeResult> {
+    results.iter().filter(|r| class_of(r) == class).cloned().collect()
+}
 
 /// What the report asks `bench` for: its standard settings (seed 1, dbbench on 4 threads,
 /// each on its own table) with the place, size and device given.
@@ -103,7 +137,7 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
     };
     let insert_args = bench_args(Workload::Insert, &INSERT_MODES);
     let insert = bench::measure(&insert_args)?;
-    let dbbench_args = bench_args(Workload::Dbbench, &[Mode::Wal, Mode::Onesync]);
+    let dbbench_args = bench_args(Workload::Dbbench, &DBBENCH_MODES);
     let dbbench = bench::measure(&dbbench_args)?;
     let place = match fs {
         Some(kind) => format!("a fresh {} on a loop device per mode", kind.name()),
@@ -114,16 +148,13 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
         "# onesync report\n\nEvery mode ran the same workload in the same run, on {place}.\n\n\
          ## insert ({txns} transactions per mode: one 100-byte INSERT each)\n\n"
     );
-    md.push_str(&markdown_table(&insert));
+    md.push_str(&markdown_tables(&insert, "###"));
     let _ = write!(
         md,
-        "\n## dbbench, 4 threads ({txns} transactions in all: inserts, updates, deletes, searches)\n\n"
+        "## dbbench, 4 threads ({txns} transactions in all: inserts, updates, deletes, searches)\n\n"
     );
-    md.push_str(&markdown_table(&dbbench));
-    md.push_str(
-        "\n`memory` and `off` are not crash-safe; `wal-normal` commits are not durable when \
-         COMMIT returns. They are here as references, not as choices.\n",
-    );
+    md.push_str(&markdown_tables(&dbbench, "###"));
+    md.push_str(NOTE);
     let md_path = args.out.join("report.md");
     std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
 
@@ -133,18 +164,20 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
         None => r.per_txn.bytes_written / 1024.0,
     };
     let flushes = |r: &ModeResult| r.per_txn.dev_flushes.unwrap_or(r.per_txn.fsyncs);
-    // The non-durable references would dwarf the others' bars: TPS is charted for the
-    // crash-safe modes (all modes are in the tables).
-    let durable: Vec<ModeResult> = insert
-        .iter()
-        .filter(|r| Mode::by_name(r.mode).is_some_and(|m| m.scheme().durability() == Durability::AtCommit))
-        .cloned()
-        .collect();
+    // Modes that do not wait for a flush would dwarf the others' bars: TPS is charted per
+    // class, the not crash-safe references left out (all modes are in the tables).
+    let (full, normal) = (Durability::AtCommit, Durability::AfterCheckpoint);
     let charts = [
         bar_chart(
-            "Transactions per second (insert; crash-safe, durable-at-commit modes)",
+            "Transactions per second (insert; synchronous=FULL)",
             "txn/s",
-            &durable,
+            &of_class(&insert, full),
+            |r| r.tps,
+        )?,
+        bar_chart(
+            "Transactions per second (insert; synchronous=NORMAL and OFF)",
+            "txn/s",
+            &of_class(&insert, normal),
             |r| r.tps,
         )?,
         bar_chart(
@@ -169,9 +202,15 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
         )?,
         cdf_chart("Commit latency, cumulative (insert)", &insert)?,
         bar_chart(
-            "Transactions per second (dbbench, 4 threads)",
+            "Transactions per second (dbbench, 4 threads; synchronous=FULL)",
             "txn/s",
-            &dbbench,
+            &of_class(&dbbench, full),
+            |r| r.tps,
+        )?,
+        bar_chart(
+            "Transactions per second (dbbench, 4 threads; synchronous=NORMAL and OFF)",
+            "txn/s",
+            &of_class(&dbbench, normal),
             |r| r.tps,
         )?,
     ];
@@ -182,16 +221,15 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
          th:first-child,td:first-child{{text-align:left}}</style></head><body>\n\
          <h1>onesync report</h1>\n<p>Every mode ran the same workload in the same run, on {place}. \
          Higher is better for transactions per second; lower is better for bytes, flushes and \
-         latency. <code>memory</code> and <code>off</code> are not crash-safe and \
-         <code>wal-normal</code> is not durable at COMMIT: references only.</p>\n"
+         latency. {NOTE}</p>\n"
     );
     for chart in &charts {
         let _ = writeln!(html, "<div>{chart}</div>");
     }
     html.push_str("<h2>insert</h2>\n");
-    html.push_str(&html_table(&insert));
+    html.push_str(&html_tables(&insert, "h3"));
     html.push_str("<h2>dbbench, 4 threads</h2>\n");
-    html.push_str(&html_table(&dbbench));
+    html.push_str(&html_tables(&dbbench, "h3"));
     if !args.no_flash {
         let (flash_html, flash_md) = flash_section()?;
         html.push_str(&flash_html);
@@ -209,9 +247,17 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-const COLUMNS: [&str; 10] = [
+/// What the tables' groups and ratios mean (Markdown and HTML alike).
+const NOTE: &str = "The modes are grouped by what a returned COMMIT promises. Ratios are of \
+                    transactions per second: NORMAL and OFF modes against wal-normal (stock \
+                    SQLite's way to the same promise: atomic, not yet durable), the others \
+                    against the first mode run. memory and off are not crash-safe: \
+                    references, not choices.\n";
+
+const COLUMNS: [&str; 11] = [
     "mode",
     "txn/s",
+    "ratio (against)",
     "p50 us",
     "p99 us",
     "p99.9 us",
@@ -222,11 +268,13 @@ const COLUMNS: [&str; 10] = [
     "dev flushes/txn",
 ];
 
-fn row(r: &ModeResult) -> [String; 10] {
+/// `r`'s cells; its ratio is to its baseline among `results`.
+fn row(results: &[ModeResult], r: &ModeResult) -> [String; 11] {
     let opt = |v: Option<f64>, digits: usize| v.map_or("–".to_owned(), |v| format!("{v:.digits$}"));
     [
         r.mode.to_owned(),
         format!("{:.0}", r.tps),
+        bench::ratio(results, r).map_or("–".to_owned(), |(ratio, base)| format!("{ratio:.2} ({base})")),
         format!("{:.0}", r.latency_us.p50),
         format!("{:.0}", r.latency_us.p99),
         format!("{:.0}", r.latency_us.p999),
@@ -238,28 +286,59 @@ fn row(r: &ModeResult) -> [String; 10] {
     ]
 }
 
-fn markdown_table(results: &[ModeResult]) -> String {
-    let mut out = format!("| {} |\n|{}\n", COLUMNS.join(" | "), "---|".repeat(COLUMNS.len()));
-    for r in results {
-        let _ = writeln!(out, "| {} |", row(r).join(" | "));
+/// The classes that ran, in [`CLASSES`] order, each with its title and rows (ratios taken
+/// among all of `results`, so a class's baseline may be another class's mode).
+fn groups(results: &[ModeResult]) -> Vec<(&'static str, Vec<[String; 11]>)> {
+    CLASSES
+        .iter()
+        .map(|&(class, title)| {
+            let rows = results
+                .iter()
+                .filter(|r| class_of(r) == class)
+                .map(|r| row(results, r))
+                .collect::<Vec<_>>();
+            (title, rows)
+        })
+        .filter(|(_, rows)| !rows.is_empty())
+        .collect()
+}
+
+/// A table per class, each under a `heading` ("###") title.
+fn markdown_tables(results: &[ModeResult], heading: &str) -> String {
+    let mut out = String::new();
+    for (title, rows) in groups(results) {
+        let _ = write!(
+            out,
+            "{heading} {title}\n\n| {} |\n|{}\n",
+            COLUMNS.join(" | "),
+            "---|".repeat(COLUMNS.len())
+        );
+        for cells in rows {
+            let _ = writeln!(out, "| {} |", cells.join(" | "));
+        }
+        out.push('\n');
     }
     out
 }
 
-fn html_table(results: &[ModeResult]) -> String {
-    let mut out = String::from("<table><tr>");
-    for c in COLUMNS {
-        let _ = write!(out, "<th>{c}</th>");
-    }
-    out.push_str("</tr>\n");
-    for r in results {
-        out.push_str("<tr>");
-        for cell in row(r) {
-            let _ = write!(out, "<td>{cell}</td>");
+/// A table per class, each under a `tag` ("h3") title.
+fn html_tables(results: &[ModeResult], tag: &str) -> String {
+    let mut out = String::new();
+    for (title, rows) in groups(results) {
+        let _ = write!(out, "<{tag}>{title}</{tag}>\n<table><tr>");
+        for c in COLUMNS {
+            let _ = write!(out, "<th>{c}</th>");
         }
         out.push_str("</tr>\n");
+        for cells in rows {
+            out.push_str("<tr>");
+            for cell in cells {
+                let _ = write!(out, "<td>{cell}</td>");
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</table>\n");
     }
-    out.push_str("</table>\n");
     out
 }
 

@@ -17,29 +17,45 @@
 //! * A scheme on a onesync store runs the onesync VFS over a store on a `SimDisk`.
 //! * Kills are `vfs-kill-torture` with the mode's child.
 //!
+//! The FULL modes promise every acknowledged transfer. onesync at `synchronous=NORMAL` and
+//! `OFF` promises less at a power cut (`deferred.rs`): a prefix of the acknowledged
+//! transfers, holding every one the store reported durable; their runs last a random time,
+//! so that cuts fall anywhere against the background flush (`timed_cut.rs`), and the loss
+//! window (how old the oldest transfer a cut took back was) is measured and, at NORMAL, held
+//! to the flush interval plus a slack. A kill still loses nothing. (Their seed fixes the
+//! transfers and each cut's plan, not how the flusher thread's calls interleave with them, so
+//! such a run does not replay exactly.)
+//!
 //! With `--fs` and `--emulate` the cuts are real instead (`kernel_torture.rs`): transfer
 //! processes on a real filesystem on an emulated device whose power is cut.
+
+pub mod deferred;
+mod timed_cut;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use onesync_store::sim::SimDisk;
-use onesync_store::{Options, Store};
+use onesync_store::{Options, Sabotage, Store};
 use rand::rngs::SmallRng;
+use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
 use crate::commands::kernel_torture;
-use crate::commands::vfs_kill_torture::{self, ChildKind, KillTortureArgs, Synchronous};
+use crate::commands::vfs_kill_torture::{self, ChildKind, KillTortureArgs, Synchronous, OFF_FLUSH_ONE_IN};
 use crate::loopfs::{EmulateArgs, FsKind};
 use crate::output::{self, Human};
-use crate::progress::phase_bar;
-use crate::schemes::{apply_pragmas, Mode, Scheme, Storage};
+use crate::progress::{log_every, phase_bar};
+use crate::schemes::{apply_pragmas, DeferredFlush, Mode, Scheme, Storage};
 use crate::sim::power_cut_files::SimFs;
 use crate::workloads::bank;
+use deferred::{Ack, LossWindowSummary, LossWindows};
+use timed_cut::CutClock;
 
 /// VFS names of the two simulations.
 const SIM_FILES_VFS: &str = "onesync-sim-files";
@@ -49,6 +65,12 @@ const MAX_CALLS_BEFORE_CUT: u64 = 400;
 /// Cuts on one database before starting over on a fresh one (every cut copies the medium's
 /// image, so a database that grew over thousands of cuts would make each cut slower).
 const CUTS_PER_DATABASE: u64 = 250;
+/// Longest run of the deferred modes before its cut: a few flush intervals, so that cuts
+/// fall before, during and after the background flushes.
+const MAX_DEFERRED_RUN: Duration = Duration::from_millis(80);
+/// Longest pause between two transfers of a deferred run, one picked per run: from
+/// back-to-back commits (many per flush) to a few per flush interval.
+const DEFERRED_PAUSES_MICROS: [u64; 4] = [0, 200, 2_000, 8_000];
 
 #[derive(clap::Args, Debug)]
 pub struct TortureArgs {
@@ -109,6 +131,38 @@ pub struct TortureArgs {
     #[arg(long, value_name = "N", default_value_t = 250,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub cuts_per_database: u64,
+
+    /// Run a negative control instead: it must fail (exit status non-zero). Applies to the
+    /// power cuts of a onesync mode (kills cannot see it: the page cache survives a kill)
+    #[arg(long, value_enum, value_name = "CONTROL")]
+    pub negative_control: Option<NegativeControl>,
+
+    /// onesync-normal: the loss window allowed beyond the store's flush interval (one flush,
+    /// near-instant in the simulation, and the flusher thread's wake-up on a busy machine)
+    #[arg(long, value_name = "MS", default_value_t = 10)]
+    pub loss_window_slack_ms: u64,
+}
+
+/// A defect put back on purpose, which the torture must catch.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NegativeControl {
+    /// The store's flushes skip the device flush yet count their commits durable
+    /// (`Sabotage::SkippedFlush`): commits reported durable are lost at a power cut
+    SkippedFlush,
+}
+
+impl NegativeControl {
+    pub fn name(self) -> &'static str {
+        match self {
+            NegativeControl::SkippedFlush => "skipped-flush",
+        }
+    }
+
+    pub fn sabotage(self) -> Sabotage {
+        match self {
+            NegativeControl::SkippedFlush => Sabotage::SkippedFlush,
+        }
+    }
 }
 
 #[derive(Serialize, Default, Debug)]
@@ -121,28 +175,53 @@ struct Summary {
     first_power_cut_failure: Option<String>,
     kills: u64,
     kill_failures: u64,
+    /// onesync at NORMAL and OFF: what a cut may take back (absent for the FULL modes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    loss_window: Option<LossWindowSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    negative_control: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seconds: Option<f64>,
 }
 
 pub fn run(args: &TortureArgs) -> Result<ExitCode> {
+    let scheme = args.mode.scheme();
+    let sabotage = args.negative_control.map(NegativeControl::sabotage);
+    if sabotage.is_some() && scheme.storage() != Storage::Store {
+        bail!("--negative-control sabotages the onesync store: use a onesync mode");
+    }
     if args.fs.is_some() {
         return kernel_torture::run(args);
     }
     let seed = args.seed.unwrap_or_else(rand::random);
+    let deferred = scheme.deferred_flush();
+    let interval = Options::default().deferred_flush_interval;
+    let mut losses = LossWindows::new(
+        (deferred == Some(DeferredFlush::Background))
+            .then(|| interval + Duration::from_millis(args.loss_window_slack_ms)),
+    );
     let mut summary = Summary {
         // The mode's Debug name lowercased (`walnormal`, not `wal-normal`), as the JSON has
         // always said.
         mode: format!("{:?}", args.mode).to_lowercase(),
         seed,
+        negative_control: args.negative_control.map(NegativeControl::name),
         ..Summary::default()
     };
+    let started = Instant::now();
     let mut rng = SmallRng::seed_from_u64(seed);
-    let sim = Sim::new(args.mode.scheme())?;
+    let sim = Sim::new(scheme, sabotage)?;
     let bar = phase_bar("power cuts", args.power_cuts);
+    let log_every = log_every(args.power_cuts);
     for cut in 1..=args.power_cuts {
         if cut % CUTS_PER_DATABASE == 0 {
             sim.start_over();
         }
-        match sim.one_cut(cut, &mut rng) {
+        let outcome = match deferred {
+            Some(flush) => sim.one_deferred_cut(cut, flush, &mut rng, &mut losses),
+            None => sim.one_cut(cut, &mut rng),
+        };
+        match outcome {
             Ok(acked) => summary.transfers_acknowledged += acked,
             Err(e) => {
                 summary.power_cut_failures += 1;
@@ -152,8 +231,35 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         }
         summary.power_cuts = cut;
         bar.inc(1);
+        if log_every.is_some_and(|every| cut % every == 0) {
+            let window = match deferred {
+                Some(_) => format!(", loss window max {:.2} ms", losses.max_ms()),
+                None => String::new(),
+            };
+            eprintln!(
+                "torture {}: {cut} of {} power cuts, {} transfers acknowledged{window}, {:.0} s",
+                args.mode.name(),
+                args.power_cuts,
+                summary.transfers_acknowledged,
+                started.elapsed().as_secs_f64()
+            );
+        }
     }
     bar.finish_and_clear();
+    if deferred.is_some() {
+        let window = losses.summary(interval);
+        if window.cuts_over_bound > 0 && summary.power_cut_failures == 0 {
+            summary.power_cut_failures = 1;
+            summary.first_power_cut_failure = Some(format!(
+                "{} cut(s) took back a transfer acknowledged more than {:.1} ms before (the \
+                 flush interval plus the slack); the largest loss window was {:.2} ms",
+                window.cuts_over_bound,
+                window.bound_ms.unwrap_or_default(),
+                window.max_ms
+            ));
+        }
+        summary.loss_window = Some(window);
+    }
     if args.kills > 0 {
         let kill_args = KillTortureArgs {
             kills: args.kills,
@@ -172,11 +278,18 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
             summary.kill_failures = 1;
         }
     }
+    if deferred.is_some() || sabotage.is_some() {
+        summary.seconds = Some(started.elapsed().as_secs_f64());
+    }
     let failed = summary.power_cut_failures + summary.kill_failures > 0;
     let line = format!(
-        "torture {} (seed {seed}): {} power cuts, {} transfers acknowledged before them, {} \
-         failure(s){}; {} kills, {} failure(s)",
+        "torture {}{} (seed {seed}): {} power cuts, {} transfers acknowledged before them, {} \
+         failure(s){}{}; {} kills, {} failure(s){}",
         summary.mode,
+        summary
+            .negative_control
+            .map(|control| format!(" with the negative control {control}"))
+            .unwrap_or_default(),
         summary.power_cuts,
         summary.transfers_acknowledged,
         summary.power_cut_failures,
@@ -185,8 +298,17 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
             .as_deref()
             .map(|f| format!(" (first: {f})"))
             .unwrap_or_default(),
+        summary
+            .loss_window
+            .as_ref()
+            .map(|window| format!("; {}", window.text("no flush timer at synchronous=OFF")))
+            .unwrap_or_default(),
         summary.kills,
         summary.kill_failures,
+        summary
+            .seconds
+            .map(|seconds| format!("; {seconds:.1} s"))
+            .unwrap_or_default(),
     );
     output::emit(args.json.as_deref(), &summary, &line, Human::Stdout)?;
     Ok(if failed {
@@ -200,6 +322,8 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
 struct Sim {
     scheme: &'static dyn Scheme,
     medium: Medium,
+    /// A store's cuts at a moment, and when they came.
+    clock: Arc<CutClock>,
 }
 
 /// The simulated medium of a scheme: files for a plain SQLite file, a disk for a store.
@@ -209,23 +333,27 @@ enum Medium {
 }
 
 impl Sim {
-    fn new(scheme: &'static dyn Scheme) -> Result<Sim> {
+    fn new(scheme: &'static dyn Scheme, sabotage: Option<Sabotage>) -> Result<Sim> {
         let api = onesync::api_table_from_sys!(rusqlite::ffi);
+        let clock = Arc::new(CutClock::default());
         if scheme.storage() == Storage::Store {
             let disk = Arc::new(Mutex::new(SimDisk::new()));
             let medium = disk.clone();
+            let stores_clock = clock.clone();
             let opener: onesync::StoreOpener = Arc::new(move |_path: &Path, opts: &Options, create: bool| {
                 // A small medium: every power cut copies its image.
                 let opts = &Options {
                     initial_capacity: 1 << 20,
                     growth_step: 1 << 20,
+                    sabotage: sabotage.or(opts.sabotage),
                     ..opts.clone()
                 };
                 let disk = lock(&medium);
+                let io = stores_clock.io(disk.clone());
                 if disk.image().is_empty() && create {
-                    Store::create_with_io(disk.io(), opts)
+                    Store::create_with_io(io, opts)
                 } else {
-                    Store::open_with_io(disk.io(), opts)
+                    Store::open_with_io(io, opts)
                 }
             });
             // A VFS per simulated disk (a VFS lives for the rest of the process).
@@ -244,6 +372,7 @@ impl Sim {
             return Ok(Sim {
                 scheme,
                 medium: Medium::Store { disk, vfs },
+                clock,
             });
         }
         let fs = Arc::new(SimFs::default());
@@ -261,6 +390,7 @@ impl Sim {
         Ok(Sim {
             scheme,
             medium: Medium::Files(fs),
+            clock,
         })
     }
 
@@ -341,6 +471,70 @@ impl Sim {
         // Earlier runs' transfers are checked by conservation and the ledger; this run's
         // acknowledged ones by name.
         Ok(acked.len() as u64)
+    }
+
+    /// One run of a deferred mode (onesync at NORMAL or OFF): transfers, each followed by
+    /// `PRAGMA onesync_commit` (its seq, and how far the store is durable), until the power
+    /// goes after a random number of calls or a random time; then reopen and check the
+    /// deferred contract. Returns the number of transfers acknowledged in the run.
+    fn one_deferred_cut(
+        &self,
+        cut: u64,
+        flush: DeferredFlush,
+        rng: &mut SmallRng,
+        losses: &mut LossWindows,
+    ) -> Result<u64> {
+        let calls = rng.random_range(1..=MAX_CALLS_BEFORE_CUT);
+        let run_for = Duration::from_micros(rng.random_range(0..=MAX_DEFERRED_RUN.as_micros() as u64));
+        let max_pause = DEFERRED_PAUSES_MICROS.choose(rng).copied().unwrap_or(0);
+        let mut acks = Vec::new();
+        let mut in_flight = None;
+        let mut durable_seen = 0;
+        self.clock.restart();
+        {
+            let conn = self.open().context("opening before the cut")?;
+            bank::set_up(&conn).context("setting up the bank")?;
+            // The setup and what earlier runs left are durable before the power can go: the
+            // contract is about this run's transfers.
+            deferred::flush(&conn).context("making the setup durable")?;
+            self.arm(calls);
+            self.clock.arm(Instant::now() + run_for);
+            for n in 0.. {
+                let from = rng.random_range(1..=bank::ACCOUNTS);
+                let to = (from + rng.random_range(1..bank::ACCOUNTS) - 1) % bank::ACCOUNTS + 1;
+                let id = format!("{cut}.{n}");
+                if bank::transfer_atomically(&conn, &id, from, to, rng.random_range(1..=100)).is_err() {
+                    in_flight = Some(id);
+                    break;
+                }
+                let at = Instant::now();
+                let point = deferred::commit_point(&conn);
+                let seq = point.as_ref().ok().and_then(|p| p.seq);
+                acks.push(Ack { id, seq, at });
+                let Ok(point) = point else { break };
+                durable_seen = durable_seen.max(point.durable_seq);
+                if flush == DeferredFlush::OnDemand && rng.random_ratio(1, OFF_FLUSH_ONE_IN) {
+                    match deferred::flush(&conn) {
+                        Ok(durable) => durable_seen = durable_seen.max(durable),
+                        Err(_) => break,
+                    }
+                }
+                if max_pause > 0 {
+                    std::thread::sleep(Duration::from_micros(rng.random_range(0..=max_pause)));
+                }
+            }
+        }
+        self.clock.disarm();
+        // A run that stopped on something else than the power closed its store, which made
+        // everything durable: then nothing may be missing, whatever moment is taken.
+        let cut_at = self.clock.cut_at().unwrap_or_else(Instant::now);
+        self.cut(rng);
+        let conn = self.open().context("reopening after the cut")?;
+        bank::audit(&conn, true, &[])
+            .context("the setup was reported durable (PRAGMA onesync_flush) before the cut")?;
+        let loss = deferred::check(&conn, &acks, in_flight.as_deref(), durable_seen, cut_at)?;
+        losses.add(&loss);
+        Ok(acks.len() as u64)
     }
 }
 

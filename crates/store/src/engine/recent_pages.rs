@@ -1,0 +1,75 @@
+//! The contents of recently read and committed pages, so that a transaction rewriting a
+//! page it (or the commit before it) just wrote does not read it back from the file to
+//! find what changed. SQLite rewrites the same few pages (page 1, the table's last leaf)
+//! in every transaction.
+//!
+//! A content is kept under its page's (file, page) with the whole entry it belongs to, and
+//! given back only for an equal entry. An entry of a committed state names the commit that
+//! last changed the page (`PageEntry::seq`, never 0 once committed) along with its slot,
+//! checksum and overlay, so equal entries mean equal contents, whichever process wrote them.
+
+use super::{lock, Shared};
+use crate::state::PageEntry;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Pages kept at most (a few MiB at SQLite's page sizes); past it the cache starts over.
+const RECENT_PAGES: usize = 512;
+
+/// A page: its file and number.
+pub(crate) type PageKey = (u32, u64);
+
+/// A page's content, shared (the cache and a reader's copy source).
+pub(crate) type Content = Arc<[u8]>;
+
+#[derive(Default)]
+pub(crate) struct RecentPages {
+    pages: HashMap<PageKey, (PageEntry, Content)>,
+}
+
+impl Shared {
+    /// Copy the content of `(file, page)` as of `entry` into `buf`, if it is known.
+    pub(crate) fn recent_page(&self, file: u32, page: u64, entry: &PageEntry, buf: &mut [u8]) -> bool {
+        if entry.seq == 0 {
+            return false;
+        }
+        let recent = lock(&self.recent_pages);
+        match recent.pages.get(&(file, page)) {
+            Some((known, content)) if known == entry && content.len() == buf.len() => {
+                buf.copy_from_slice(content);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Keep the content of `(file, page)` as of `entry` (a committed one).
+    pub(crate) fn remember_page(&self, file: u32, page: u64, entry: &PageEntry, content: Content) {
+        if entry.seq == 0 {
+            return;
+        }
+        let mut recent = lock(&self.recent_pages);
+        if recent.pages.len() >= RECENT_PAGES && !recent.pages.contains_key(&(file, page)) {
+            recent.pages.clear();
+        }
+        recent.pages.insert((file, page), (entry.clone(), content));
+    }
+
+    /// Keep the contents a commit gave pages: those whose entry in the latest state is
+    /// still the one commit `seq` made.
+    pub(crate) fn remember_committed(&self, seq: u64, pages: Vec<(PageKey, Content)>) {
+        let entries: Vec<_> = {
+            let meta = self.meta();
+            pages
+                .into_iter()
+                .filter_map(|((file, page), content)| {
+                    let entry = meta.state.entry(file, page, self.page_size)?;
+                    (entry.seq == seq).then(|| ((file, page), entry.clone(), content))
+                })
+                .collect()
+        };
+        for ((file, page), entry, content) in entries {
+            self.remember_page(file, page, &entry, content);
+        }
+    }
+}
