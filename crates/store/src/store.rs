@@ -342,7 +342,6 @@ impl Store {
         self.shared.last_seq()
     }
 
-    /// Sequence number up to which every commit is durable.
     /// Make every commit written so far durable now (commits shown before they were
     /// durable included); returns the durable sequence number.
     pub fn flush(&self) -> Result<u64> {
@@ -360,6 +359,7 @@ impl Store {
         self.shared.set_deferred_flush_interval(interval);
     }
 
+    /// Sequence number up to which every commit is durable.
     pub fn durable_seq(&self) -> u64 {
         self.shared.durable_seq()
     }
