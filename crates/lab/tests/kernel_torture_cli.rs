@@ -36,6 +36,10 @@ fn unavailable() -> Option<String> {
 }
 
 fn torture(mode: &str, extra: &[&str]) -> (std::process::Output, Value) {
+    torture_seeded(mode, "16", extra)
+}
+
+fn torture_seeded(mode: &str, seed: &str, extra: &[&str]) -> (std::process::Output, Value) {
     let mut args = vec![
         "torture",
         "--fs",
@@ -47,7 +51,7 @@ fn torture(mode: &str, extra: &[&str]) -> (std::process::Output, Value) {
         "--power-cuts",
         CUTS,
         "--seed",
-        "16",
+        seed,
         "--json",
         "-",
     ];
@@ -149,8 +153,22 @@ fn the_skipped_flush_negative_control_loses_durable_commits_under_kernel_power_c
         println!("note: skipping the kernel torture's skipped-flush control: {reason}");
         return;
     }
-    let (out, s) = torture("onesync-normal", &["--negative-control", "skipped-flush"]);
-    assert!(!out.status.success(), "the harness missed the loss: {s}");
+    // Whether a cut finds a commit reported durable still only in a cache depends on where
+    // the cut falls against the kernel's own writeback, which no seed fixes: one run in CI
+    // missed it (seed 16, 30 cuts). A loss in any of three runs is what the control asks.
+    let mut runs = Vec::new();
+    let (out, s) = loop {
+        let seed = (16 + runs.len()).to_string();
+        let (out, s) = torture_seeded("onesync-normal", &seed, &["--negative-control", "skipped-flush"]);
+        if !out.status.success() || runs.len() == 2 {
+            break (out, s);
+        }
+        runs.push(s);
+    };
+    assert!(
+        !out.status.success(),
+        "the harness missed the loss in three runs: {s}; earlier: {runs:?}"
+    );
     assert_eq!(n(&s, "failures"), 1, "{s}");
     let first = s["first_failure"].as_str().unwrap_or_default();
     assert!(first.contains("reported durable"), "{s}");
