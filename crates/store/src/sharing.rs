@@ -183,20 +183,26 @@ impl std::fmt::Debug for SideFileMapper {
 pub const SIDE_FILE_LEN: usize = SHM_LEN as usize;
 
 impl SideFile {
-    /// The mapped word at byte `offset`, if the file is mapped (and the word within it).
-    fn mapped_word(&self, offset: u64) -> Option<&AtomicU64> {
-        self.mapped.as_ref()?.words().get((offset / 8) as usize)
+    /// The mapped words from byte `offset` on, if the file is mapped; an error if the
+    /// mapping is shorter than `count` words from there.
+    fn mapped_words(&self, offset: u64, count: usize, during: &'static str) -> Result<Option<&[AtomicU64]>> {
+        let Some(mapped) = &self.mapped else {
+            return Ok(None);
+        };
+        let first = (offset / 8) as usize;
+        mapped
+            .words()
+            .get(first..first + count)
+            .map(Some)
+            .ok_or_else(|| Error::io(during, std::io::ErrorKind::UnexpectedEof.into()))
     }
 
     fn write_words(&self, offset: u64, words: &[u64], during: &'static str) -> Result<()> {
-        if self.mapped.is_some() {
+        if let Some(mapped) = self.mapped_words(offset, words.len(), during)? {
             // In order: a reader that sees a later word sees the earlier ones of this write
             // (progress: the generation before the sequence number).
-            for (i, word) in words.iter().enumerate() {
-                match self.mapped_word(offset + 8 * i as u64) {
-                    Some(w) => w.store(*word, Ordering::Release),
-                    None => return Err(Error::io(during, std::io::ErrorKind::UnexpectedEof.into())),
-                }
+            for (word, value) in mapped.iter().zip(words) {
+                word.store(*value, Ordering::Release);
             }
             return Ok(());
         }
@@ -205,15 +211,10 @@ impl SideFile {
     }
 
     fn read_words(&self, offset: u64, count: usize, during: &'static str) -> Result<Vec<u64>> {
-        if self.mapped.is_some() {
+        if let Some(mapped) = self.mapped_words(offset, count, during)? {
             // The reverse of the writer's order (see `write_words`).
-            let mut words = vec![0; count];
-            for i in (0..count).rev() {
-                match self.mapped_word(offset + 8 * i as u64) {
-                    Some(w) => words[i] = w.load(Ordering::Acquire),
-                    None => return Err(Error::io(during, std::io::ErrorKind::UnexpectedEof.into())),
-                }
-            }
+            let mut words: Vec<u64> = mapped.iter().rev().map(|w| w.load(Ordering::Acquire)).collect();
+            words.reverse();
             return Ok(words);
         }
         read_words_at(&self.file, offset, count, during)

@@ -1,6 +1,6 @@
 //! Snapshots and transactions.
 
-use crate::engine::{CommitRequest, PendingCommit, Shared, View};
+use crate::engine::{CommitRequest, Content, PageKey, PendingCommit, Shared, View};
 use crate::error::{CommitError, Error, Result};
 use crate::format::{Op, MAX_NAME_LEN, NO_SLOT};
 use crate::state::{FileState, PageEntry, State};
@@ -127,7 +127,7 @@ fn read_entry(shared: &Shared, entry: &PageEntry, buf: &mut [u8], what: impl Fn(
 /// [`read_entry`] of page `page` of `file`, from the recent pages where it is one of them.
 fn read_page_entry(
     shared: &Shared,
-    (file, page): (u32, u64),
+    (file, page): PageKey,
     entry: &PageEntry,
     buf: &mut [u8],
     what: impl Fn() -> String,
@@ -135,9 +135,7 @@ fn read_page_entry(
     if shared.recent_page(file, page, entry, buf) {
         return Ok(());
     }
-    read_entry(shared, entry, buf, what)?;
-    shared.remember_page(file, page, entry, Arc::from(&*buf));
-    Ok(())
+    read_entry(shared, entry, buf, what)
 }
 
 fn read_page_in(shared: &Shared, state: &State, file: FileId, page: u64, buf: &mut [u8]) -> Result<()> {
@@ -209,7 +207,7 @@ pub struct Transaction {
     /// Counted among the store's likely committers (see `Shared::note_active_writer`).
     counted_active: bool,
     /// The last content written to each page, remembered as a recent page once committed.
-    fresh: BTreeMap<(u32, u64), Arc<[u8]>>,
+    fresh: BTreeMap<PageKey, Content>,
 }
 
 impl Transaction {

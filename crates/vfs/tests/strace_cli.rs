@@ -5,7 +5,8 @@
 //! The control, the same run on a plain file in `journal_mode=DELETE`, makes
 //! at least 2 fsync-family calls per transaction. With `synchronous=NORMAL`
 //! the same run makes at most 1.05 write calls per transaction (the commit's
-//! one `pwrite`; the side file is mapped) and at most one flush per 20 ms
+//! one `pwrite`; the side file is mapped), at most 0.05 preads and 0.05
+//! stat-family calls, and at most one flush per 20 ms
 //! interval (plus two per checkpoint of the mapping, and two), and at least
 //! one (the background flush runs).
 //!
@@ -68,6 +69,8 @@ struct Run {
     per_txn_fsyncs: f64,
     per_txn_bytes: f64,
     per_txn_writes: f64,
+    per_txn_preads: f64,
+    per_txn_stats: f64,
     fsyncs: u64,
     seconds: f64,
 }
@@ -125,6 +128,8 @@ fn measure(label: &str, onesync: bool, n: u64, synchronous: &str) -> Run {
         per_txn_fsyncs: traced.window.fsyncs() as f64 / n as f64,
         per_txn_bytes: traced.window.bytes_written as f64 / n as f64,
         per_txn_writes: traced.window.writes() as f64 / n as f64,
+        per_txn_preads: traced.window.preads() as f64 / n as f64,
+        per_txn_stats: traced.window.stats() as f64 / n as f64,
         fsyncs: traced.window.fsyncs(),
         seconds,
     }
@@ -202,6 +207,19 @@ fn cli_normal_one_write_per_transaction_and_a_flush_per_interval() {
         run.per_txn_writes <= 1.05,
         "onesync NORMAL: {:.3} write calls per transaction, want <= 1.05",
         run.per_txn_writes
+    );
+    // Nothing else on the commit path: the page a transaction rewrites is not read back
+    // (the store keeps recently committed pages), and SQLite's look for a WAL file before
+    // each read transaction is answered without a stat (a store never has one).
+    assert!(
+        run.per_txn_preads <= 0.05,
+        "onesync NORMAL: {:.3} pread calls per transaction, want <= 0.05",
+        run.per_txn_preads
+    );
+    assert!(
+        run.per_txn_stats <= 0.05,
+        "onesync NORMAL: {:.3} stat-family calls per transaction, want <= 0.05",
+        run.per_txn_stats
     );
     // The default interval is 20 ms: at most one background flush per interval the run
     // lasted, plus the two flushes of each mapping checkpoint (one per 1,000 commits).

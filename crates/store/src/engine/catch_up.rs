@@ -70,6 +70,18 @@ impl Shared {
         Ok(())
     }
 
+    /// Tell other processes (under the write lock) that the chain is about to reach commit
+    /// `seq` of checkpoint `generation`: before a record or a checkpoint's header is
+    /// written, so that a writer finding the side file still at its own last publication
+    /// knows nobody wrote since (`follow_chain`).
+    pub(super) fn publish_progress(&self, meta: &mut Meta, generation: u64, seq: u64) -> Result<()> {
+        if let Some(s) = &self.sharing {
+            s.publish_progress(generation, seq)?;
+            meta.last_published = Some((generation, seq));
+        }
+        Ok(())
+    }
+
     /// Run `f` holding the cross-process write lock: taken (and the chain caught up with)
     /// if this process does not hold it already.
     pub(super) fn with_writer<T>(

@@ -5,6 +5,7 @@
 use super::{bump, lock, Meta, Shared};
 use crate::error::{Error, Result};
 use crate::format::{slot_offset, CheckpointRef, Header, LogRef};
+use crate::options::Sabotage;
 use std::sync::atomic::Ordering;
 
 impl Shared {
@@ -134,14 +135,14 @@ impl Shared {
         // Other processes learn of the new generation before its header is written, as of
         // a record before it is written: a writer that finds the side file unchanged since
         // its own last publication may then trust that nobody wrote since (`follow_chain`).
-        let sabotaged = self.opts.sabotage == Some(crate::options::Sabotage::CheckpointPublication);
-        let written = written.and_then(|()| match &self.sharing {
-            Some(s) if !sabotaged => {
-                s.publish_progress(header.generation, last_seq)?;
-                meta.last_published = Some((header.generation, last_seq));
+        // (The negative control publishes only afterwards, as before issue 17.)
+        let publish_late = self.opts.sabotage == Some(Sabotage::CheckpointPublication);
+        let written = written.and_then(|()| {
+            if publish_late {
                 Ok(())
+            } else {
+                self.publish_progress(meta, header.generation, last_seq)
             }
-            _ => Ok(()),
         });
         let written = written.and_then(|()| {
             self.write_counted(
@@ -191,14 +192,12 @@ impl Shared {
             }
         }
         meta.header = header;
-        if let Some(s) = &self.sharing {
-            // Under the write lock still: others see the new generation before any record.
+        if publish_late {
             // Unpublished, another writer could extend the old chain: stop here instead.
-            if let Err(e) = s.publish_progress(header.generation, last_seq) {
+            if let Err(e) = self.publish_progress(meta, header.generation, last_seq) {
                 self.poison(format!("publishing a checkpoint to other processes failed: {e}"));
                 return Err(e);
             }
-            meta.last_published = Some((header.generation, last_seq));
         }
         self.rebase_on_checkpoint(meta, header.log.seed);
         Ok(())

@@ -3,6 +3,8 @@
 
 use super::{bump, lock, Meta, Shared};
 use crate::error::{CommitError, Error, Result};
+use crate::options::Sabotage;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -193,12 +195,9 @@ impl Shared {
                 let target = f.written_upto;
                 drop(f);
                 let flush_started = Instant::now();
-                self.deferred.flush_starting(
-                    self.counters
-                        .bytes_written
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                );
-                let result = if self.opts.sabotage == Some(crate::options::Sabotage::SkippedFlush) {
+                self.deferred
+                    .flush_starting(self.counters.bytes_written.load(Ordering::Relaxed));
+                let result = if self.opts.sabotage == Some(Sabotage::SkippedFlush) {
                     Ok(())
                 } else {
                     self.io.sync_data()

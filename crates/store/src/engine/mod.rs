@@ -107,6 +107,7 @@ mod space;
 
 pub(crate) use commit::CommitRequest;
 pub use group_commit::PendingCommit;
+pub(crate) use recent_pages::{Content, PageKey};
 pub(crate) use space::write_zeros;
 
 use crate::alloc::SlotAllocator;
@@ -372,12 +373,14 @@ impl Shared {
             } else {
                 NO_PIN
             },
-            last_published: None,
+            // The first process publishes where recovery left the chain (just below).
+            last_published: sharing
+                .as_ref()
+                .filter(|_| !joined)
+                .map(|_| (recovered.header.generation, last)),
         };
-        let mut meta = meta;
         if let (Some(s), false) = (&sharing, joined) {
             s.publish_progress(meta.header.generation, last)?;
-            meta.last_published = Some((meta.header.generation, last));
         }
         let flush = FlushState {
             sequenced: last,

@@ -1,7 +1,7 @@
-//! The contents of recently read and committed pages, so that a transaction rewriting a
-//! page it (or the commit before it) just wrote does not read it back from the file to
-//! find what changed. SQLite rewrites the same few pages (page 1, the table's last leaf)
-//! in every transaction.
+//! The contents of recently committed pages, so that a transaction rewriting a page a
+//! commit of this process just wrote does not read it back from the file to find what
+//! changed. SQLite rewrites the same few pages (page 1, the table's last leaf) in every
+//! transaction. Pages read are not kept: SQLite caches what it reads itself.
 //!
 //! A content is kept under its page's (file, page) with the whole entry it belongs to, and
 //! given back only for an equal entry. An entry of a committed state names the commit that
@@ -43,18 +43,6 @@ impl Shared {
         }
     }
 
-    /// Keep the content of `(file, page)` as of `entry` (a committed one).
-    pub(crate) fn remember_page(&self, file: u32, page: u64, entry: &PageEntry, content: Content) {
-        if entry.seq == 0 {
-            return;
-        }
-        let mut recent = lock(&self.recent_pages);
-        if recent.pages.len() >= RECENT_PAGES && !recent.pages.contains_key(&(file, page)) {
-            recent.pages.clear();
-        }
-        recent.pages.insert((file, page), (entry.clone(), content));
-    }
-
     /// Keep the contents a commit gave pages: those whose entry in the latest state is
     /// still the one commit `seq` made.
     pub(crate) fn remember_committed(&self, seq: u64, pages: Vec<(PageKey, Content)>) {
@@ -62,14 +50,18 @@ impl Shared {
             let meta = self.meta();
             pages
                 .into_iter()
-                .filter_map(|((file, page), content)| {
-                    let entry = meta.state.entry(file, page, self.page_size)?;
-                    (entry.seq == seq).then(|| ((file, page), entry.clone(), content))
+                .filter_map(|(key, content)| {
+                    let entry = meta.state.entry(key.0, key.1, self.page_size)?;
+                    (entry.seq == seq).then(|| (key, entry.clone(), content))
                 })
                 .collect()
         };
-        for ((file, page), entry, content) in entries {
-            self.remember_page(file, page, &entry, content);
+        let mut recent = lock(&self.recent_pages);
+        for (key, entry, content) in entries {
+            if recent.pages.len() >= RECENT_PAGES && !recent.pages.contains_key(&key) {
+                recent.pages.clear();
+            }
+            recent.pages.insert(key, (entry, content));
         }
     }
 }

@@ -117,10 +117,7 @@ impl Shared {
             // Other processes learn that the chain is about to reach `seq` before its record
             // is written (they verify what they read); the next writer then needs to read
             // the chain only when this says there is something new.
-            if let Some(s) = &self.sharing {
-                s.publish_progress(meta.header.generation, seq)?;
-                meta.last_published = Some((meta.header.generation, seq));
-            }
+            self.publish_progress(meta, meta.header.generation, seq)?;
             Ok((placement, next_state, superseded))
         });
         let (placement, next_state, superseded) = match prepared {

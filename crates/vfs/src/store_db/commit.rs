@@ -31,18 +31,13 @@ impl StoreDb {
         let Some(txn) = ct.txn.take() else {
             return Ok(());
         };
-        let files: Vec<String> = ct
-            .members
-            .values()
-            .filter(|m| m.wrote)
-            .map(|m| m.logical.clone())
-            .collect();
-        let written: Vec<u64> = ct
+        // The databases written (their handles and names).
+        let (written, files): (Vec<u64>, Vec<String>) = ct
             .members
             .iter()
             .filter(|(_, m)| m.wrote)
-            .map(|(&handle, _)| handle)
-            .collect();
+            .map(|(&handle, m)| (handle, m.logical.clone()))
+            .unzip();
         let synchronous = commit_synchronous(conn, &written);
         for m in ct.members.values_mut() {
             m.dirty = false;

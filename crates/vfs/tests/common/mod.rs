@@ -73,6 +73,18 @@ pub const END_MARK: &str = "ONESYNC_MEASURE_END";
 pub const FSYNC_FAMILY: &[&str] = &["fsync", "fdatasync", "sync_file_range", "syncfs", "msync"];
 /// The syscalls that write file data.
 pub const WRITE_FAMILY: &[&str] = &["write", "pwrite64", "writev", "pwritev", "pwritev2"];
+/// The syscalls that read file data at an offset (the store's reads; not the CLI's stdin).
+pub const PREAD_FAMILY: &[&str] = &["pread64", "preadv", "preadv2"];
+/// The syscalls that look a file up or stat it (SQLite's look for a hot journal or WAL).
+pub const STAT_FAMILY: &[&str] = &[
+    "stat",
+    "lstat",
+    "newfstatat",
+    "statx",
+    "access",
+    "faccessat",
+    "faccessat2",
+];
 
 /// Calls and bytes of traced syscalls in one stretch of a trace.
 #[derive(Clone, Debug, Default)]
@@ -84,14 +96,23 @@ pub struct Syscalls {
 
 impl Syscalls {
     pub fn fsyncs(&self) -> u64 {
-        FSYNC_FAMILY
-            .iter()
-            .map(|s| self.calls.get(*s).copied().unwrap_or(0))
-            .sum()
+        self.of(FSYNC_FAMILY)
     }
 
     pub fn writes(&self) -> u64 {
-        WRITE_FAMILY
+        self.of(WRITE_FAMILY)
+    }
+
+    pub fn preads(&self) -> u64 {
+        self.of(PREAD_FAMILY)
+    }
+
+    pub fn stats(&self) -> u64 {
+        self.of(STAT_FAMILY)
+    }
+
+    fn of(&self, family: &[&str]) -> u64 {
+        family
             .iter()
             .map(|s| self.calls.get(*s).copied().unwrap_or(0))
             .sum()
@@ -113,11 +134,11 @@ pub struct Traced {
     pub total: Syscalls,
 }
 
-/// Runs `cmd` (stdin from `stdin`) under `strace -f` tracing the fsync and
-/// write families, and counts calls and written bytes, both between the
+/// Runs `cmd` (stdin from `stdin`) under `strace -f` tracing the fsync, write,
+/// pread and stat families, and counts calls and written bytes, both between the
 /// [`BEGIN_MARK`] and [`END_MARK`] lines the program writes and overall.
 pub fn strace(cmd: Command, stdin: Option<&Path>, trace_file: &Path) -> Traced {
-    let syscalls: Vec<&str> = FSYNC_FAMILY.iter().chain(WRITE_FAMILY).copied().collect();
+    let syscalls: Vec<&str> = [FSYNC_FAMILY, WRITE_FAMILY, PREAD_FAMILY, STAT_FAMILY].concat();
     let mut st = Command::new("strace");
     st.arg("-f")
         .arg("-qq")
