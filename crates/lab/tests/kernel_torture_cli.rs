@@ -35,6 +35,17 @@ fn unavailable() -> Option<String> {
     None
 }
 
+/// Whether the kernel torture can run here; if not, says so (the test then passes, skipped).
+fn runs_here(what: &str) -> bool {
+    match unavailable() {
+        Some(reason) => {
+            println!("note: skipping {what}: {reason}");
+            false
+        }
+        None => true,
+    }
+}
+
 fn torture(mode: &str, extra: &[&str]) -> (std::process::Output, Value) {
     torture_seeded(mode, "16", extra)
 }
@@ -67,8 +78,7 @@ fn n(v: &Value, key: &str) -> u64 {
 
 #[test]
 fn power_cuts_through_the_kernel_keep_every_acknowledged_transfer() {
-    if let Some(reason) = unavailable() {
-        println!("note: skipping the kernel torture: {reason}");
+    if !runs_here("the kernel torture") {
         return;
     }
     let started = Instant::now();
@@ -95,8 +105,7 @@ fn power_cuts_through_the_kernel_keep_every_acknowledged_transfer() {
 
 #[test]
 fn the_negative_control_loses_or_corrupts_under_kernel_power_cuts() {
-    if let Some(reason) = unavailable() {
-        println!("note: skipping the kernel torture's negative control: {reason}");
+    if !runs_here("the kernel torture's negative control") {
         return;
     }
     for mode in ["off", "memory"] {
@@ -112,14 +121,14 @@ fn the_negative_control_loses_or_corrupts_under_kernel_power_cuts() {
 
 #[test]
 fn delete_at_synchronous_full_can_lose_its_last_commit() {
-    if let Some(reason) = unavailable() {
-        println!("note: skipping the kernel torture of delete at FULL: {reason}");
+    if !runs_here("the kernel torture of delete at FULL") {
         return;
     }
     // Not a promise of the harness but a documented property of SQLite, checked so that the
     // README's statement stays true: FULL does not sync the journal's deletion.
     let (out, s) = torture("delete", &[]);
     assert!(!out.status.success(), "delete at FULL survived {CUTS} cuts: {s}");
+    assert_eq!(n(&s, "failures"), 1, "{s}");
     let first = s["first_failure"].as_str().unwrap_or_default();
     assert!(
         first.contains("reported committed but is not in the ledger"),
@@ -129,13 +138,13 @@ fn delete_at_synchronous_full_can_lose_its_last_commit() {
 
 #[test]
 fn onesync_normal_and_off_keep_a_durable_prefix_through_the_kernel() {
-    if let Some(reason) = unavailable() {
-        println!("note: skipping the kernel torture of onesync-normal and -off: {reason}");
+    if !runs_here("the kernel torture of onesync-normal and -off") {
         return;
     }
     for mode in ["onesync-normal", "onesync-off"] {
         let (out, s) = torture(mode, &[]);
         assert!(out.status.success(), "{mode}: {}", common::said(&out));
+        assert_eq!(n(&s, "power_cuts"), 30, "{mode}: {s}");
         assert_eq!(n(&s, "failures"), 0, "{mode}: {s}");
         assert_eq!(n(&s, "fsck_complaints"), 0, "{mode}: {s}");
         let window = &s["loss_window"];
@@ -149,8 +158,7 @@ fn onesync_normal_and_off_keep_a_durable_prefix_through_the_kernel() {
 
 #[test]
 fn the_skipped_flush_negative_control_loses_durable_commits_under_kernel_power_cuts() {
-    if let Some(reason) = unavailable() {
-        println!("note: skipping the kernel torture's skipped-flush control: {reason}");
+    if !runs_here("the kernel torture's skipped-flush control") {
         return;
     }
     // Whether a cut finds a commit reported durable still only in a cache depends on where

@@ -1,20 +1,17 @@
 //! `onesync torture`: simulated power cuts (and kills) on the crash-safe modes pass, and the
 //! negative controls (journal_mode OFF and MEMORY) are caught and exit non-zero.
 
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
 
 use serde_json::Value;
 
 fn torture(args: &[&str]) -> (Output, Value) {
     let mut all = vec!["torture", "--seed", "11", "--json", "-"];
     all.extend(args);
-    let out = Command::new(env!("CARGO_BIN_EXE_onesync"))
-        .args(&all)
-        .output()
-        .expect("the onesync binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let summary = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let out = common::onesync(&all);
+    let summary = common::json(&out);
     (out, summary)
 }
 

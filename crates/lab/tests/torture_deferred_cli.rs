@@ -59,7 +59,9 @@ fn normal_keeps_a_durable_prefix_and_its_loss_window_is_bounded() {
 fn off_keeps_a_durable_prefix() {
     let (out, s) = torture(&["--mode", "onesync-off", "--power-cuts", "200", "--kills", "3"]);
     assert!(out.status.success(), "{}", common::said(&out));
+    assert_eq!(n(&s, "power_cuts"), 200, "{s}");
     assert_eq!(n(&s, "power_cut_failures"), 0, "{s}");
+    assert_eq!(n(&s, "kills"), 3, "{s}");
     assert_eq!(n(&s, "kill_failures"), 0, "{s}");
     let window = &s["loss_window"];
     // No timer at OFF: no bound; PRAGMA onesync_flush made some transfers durable.
@@ -93,4 +95,26 @@ fn full_modes_keep_their_json() {
     let (out, s) = torture(&["--mode", "onesync", "--power-cuts", "20"]);
     assert!(out.status.success(), "{}", common::said(&out));
     assert!(s.get("loss_window").is_none(), "{s}");
+    // Exactly the fields it had before NORMAL and OFF came (no seconds, no negative control).
+    let mut keys: Vec<&str> = s
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "first_power_cut_failure",
+            "kill_failures",
+            "kills",
+            "mode",
+            "power_cut_failures",
+            "power_cuts",
+            "seed",
+            "transfers_acknowledged"
+        ],
+        "{s}"
+    );
 }

@@ -45,7 +45,7 @@ use crate::commands::vfs_kill_torture::{ChildKind, RunningChild};
 use crate::loopfs::{self, Emulation, FsKind, LoopFs};
 use crate::output::{self, Human};
 use crate::progress::phase_bar;
-use crate::schemes::{Mode, Scheme};
+use crate::schemes::Mode;
 use crate::workloads::bank;
 
 const MIB: u64 = 1 << 20;
@@ -59,8 +59,9 @@ const WORK_DIR: &str = "torture";
 
 /// The image each filesystem gets unless `--fs-size-mib` says otherwise: small, so that the
 /// checker and the log replay after each cut are quick, but with room for a onesync store,
-/// which writes 64 MiB of page slots when it is created and grows 64 MiB at a time (and,
-/// measured here, by a step each time two processes open it together after a crash).
+/// which writes 64 MiB of page slots when it is created and grows 64 MiB at a time (and by a
+/// step each time two processes open it together: crates/lab/README.md, "A onesync round
+/// spends most of its time growing the store").
 const DEFAULT_SIZE_MIB: u64 = 512;
 /// A fresh database is made when the filesystem has less free than this: room for two
 /// growth steps of a onesync store in one round, and some.
@@ -123,6 +124,25 @@ struct Summary {
     loss_window: Option<LossWindowSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     negative_control: Option<&'static str>,
+}
+
+impl Summary {
+    /// Counts cut number `cut`, made by `plan` (`timed_out`: its flush never came, so it was
+    /// made at the wait's end and counts as a random one).
+    fn count_cut(&mut self, cut: u64, plan: CutPlan, timed_out: bool) {
+        self.power_cuts = cut;
+        match plan {
+            CutPlan::AtFlush(n) if !timed_out => {
+                self.flush_boundary_cuts += 1;
+                self.max_flush_boundary = self.max_flush_boundary.max(n);
+            }
+            CutPlan::AtFlush(_) => {
+                self.flush_waits_timed_out += 1;
+                self.random_cuts += 1;
+            }
+            CutPlan::After(_) => self.random_cuts += 1,
+        }
+    }
 }
 
 /// What the cuts did to the device's cached writes, summed.
@@ -213,9 +233,21 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         child.arg(),
     );
     let loop_fs = LoopFs::create_seeded(kind, size, Some(&emulation), seed)?;
+    let summary = Summary {
+        mode: args.mode.name().to_owned(),
+        fs: kind.name().to_owned(),
+        device: emulation.name.clone(),
+        seed,
+        processes: args.processes,
+        max_delay_ms: args.max_delay_ms,
+        power_cuts_requested: args.power_cuts,
+        synchronous: args.synchronous.map(|level| level.name().to_owned()),
+        nodatacow: args.nodatacow,
+        negative_control: args.negative_control.map(|control| control.name()),
+        ..Summary::default()
+    };
     let mut torture = Torture {
         args,
-        mode: args.mode,
         child,
         emulation,
         exe,
@@ -225,24 +257,14 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         acknowledged: Vec::new(),
         deferred: child.deferred_flush(args.synchronous).is_some(),
         losses: LossWindows::new(None),
-        summary: Summary {
-            mode: args.mode.name().to_owned(),
-            fs: kind.name().to_owned(),
-            seed,
-            processes: args.processes,
-            max_delay_ms: args.max_delay_ms,
-            power_cuts_requested: args.power_cuts,
-            synchronous: args.synchronous.map(|level| level.name().to_owned()),
-            nodatacow: args.nodatacow,
-            negative_control: args.negative_control.map(|control| control.name()),
-            ..Summary::default()
-        },
+        summary,
     };
-    torture.summary.device = torture.emulation.name.clone();
     let started = Instant::now();
     let outcome = torture.run_all();
     if torture.deferred {
-        torture.summary.loss_window = Some(torture.losses.summary(deferred_flush_interval()));
+        // The children's stores run with the VFS's default interval.
+        let interval = onesync_store::Options::default().deferred_flush_interval;
+        torture.summary.loss_window = Some(torture.losses.summary(interval));
     }
     let summary = &mut torture.summary;
     summary.seconds = started.elapsed().as_secs_f64();
@@ -274,11 +296,6 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
     })
 }
 
-/// The store's interval for commits shown before they are durable (the VFS's default).
-fn deferred_flush_interval() -> Duration {
-    onesync_store::Options::default().deferred_flush_interval
-}
-
 /// The transfer child of `mode`, if it can run on ext4, xfs or btrfs.
 fn child_for(mode: Mode) -> Result<ChildKind> {
     let child = ChildKind::for_mode(mode);
@@ -305,7 +322,6 @@ impl From<anyhow::Error> for Stop {
 
 struct Torture<'a> {
     args: &'a TortureArgs,
-    mode: Mode,
     child: ChildKind,
     emulation: Emulation,
     exe: PathBuf,
@@ -329,17 +345,9 @@ impl Torture<'_> {
             .ok_or_else(|| anyhow!("the filesystem is not on an emulated device"))
     }
 
-    fn scheme(&self) -> &'static dyn Scheme {
-        self.mode.scheme()
-    }
-
     /// Opens the database as the children do.
     fn open(&self) -> Result<rusqlite::Connection> {
-        let conn = self.scheme().open(&self.database())?;
-        if let Some(level) = self.args.synchronous {
-            level.apply(&conn)?;
-        }
-        Ok(conn)
+        self.child.open_with(&self.database(), self.args.synchronous)
     }
 
     fn database(&self) -> PathBuf {
@@ -379,15 +387,7 @@ impl Torture<'_> {
                 Err(stop) => {
                     if let Stop::Failed(_) = stop {
                         // The failing cut was made: it counts (its figures are not summed).
-                        let summary = &mut self.summary;
-                        summary.power_cuts = cut;
-                        match plan {
-                            CutPlan::AtFlush(n) => {
-                                summary.flush_boundary_cuts += 1;
-                                summary.max_flush_boundary = summary.max_flush_boundary.max(n);
-                            }
-                            CutPlan::After(_) => summary.random_cuts += 1,
-                        }
+                        self.summary.count_cut(cut, plan, false);
                     }
                     outcome = Err(stop);
                     break;
@@ -399,18 +399,7 @@ impl Torture<'_> {
             if cut == 1 {
                 summary.flushes_per_round = round.flushes_before_cut.max(1);
             }
-            match plan {
-                CutPlan::AtFlush(n) if !round.timed_out => {
-                    summary.flush_boundary_cuts += 1;
-                    summary.max_flush_boundary = summary.max_flush_boundary.max(n);
-                }
-                CutPlan::AtFlush(_) => {
-                    summary.flush_waits_timed_out += 1;
-                    summary.random_cuts += 1;
-                }
-                CutPlan::After(_) => summary.random_cuts += 1,
-            }
-            summary.power_cuts = cut;
+            summary.count_cut(cut, plan, round.timed_out);
             summary.transfers_acknowledged += round.acknowledged;
             summary.children_ended_by_io_error += round.ended_by_io_error;
             summary.lazy_unmounts += u64::from(round.lazy_unmount);

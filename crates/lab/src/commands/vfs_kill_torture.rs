@@ -127,7 +127,7 @@ impl ChildKind {
     }
 
     /// [`ChildKind::open`], with `synchronous` instead of the scheme's own level if given.
-    fn open_with(self, path: &Path, synchronous: Option<Synchronous>) -> Result<Connection> {
+    pub fn open_with(self, path: &Path, synchronous: Option<Synchronous>) -> Result<Connection> {
         let conn = self.open(path)?;
         if let Some(level) = synchronous {
             level.apply(&conn)?;
@@ -213,8 +213,7 @@ pub struct TransferChildArgs {
 }
 
 /// A level of `PRAGMA synchronous`, to run a scheme with another than its own.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Synchronous {
     Off,
     Normal,
@@ -632,9 +631,7 @@ pub fn run_child(args: &TransferChildArgs) -> Result<()> {
                         break;
                     }
                     let id = format!("{run}.{thread_no}.{n}");
-                    let from = rng.random_range(1..=bank::ACCOUNTS);
-                    let to = (from + rng.random_range(1..bank::ACCOUNTS) - 1) % bank::ACCOUNTS + 1;
-                    let amount = rng.random_range(1..=100);
+                    let (from, to, amount) = bank::random_transfer(&mut rng);
                     match kind {
                         // Each of its three statements retries on its own.
                         ChildKind::PlainSplitTransfers => {

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use anyhow::{bail, Result};
+use rand::Rng;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::sqlite::{in_transaction, retry_while_busy, BUSY_RETRY_PAUSE};
@@ -40,6 +41,14 @@ pub fn set_up(conn: &Connection) -> rusqlite::Result<()> {
         }
         Ok(())
     })
+}
+
+/// A random transfer: `(from, to, amount)`, two different accounts and 1 to 100 (drawn in
+/// that order, so that a seed replays the same transfers wherever it is used).
+pub fn random_transfer(rng: &mut impl Rng) -> (i64, i64, i64) {
+    let from = rng.random_range(1..=ACCOUNTS);
+    let to = (from + rng.random_range(1..ACCOUNTS) - 1) % ACCOUNTS + 1;
+    (from, to, rng.random_range(1..=100))
 }
 
 /// One transfer as one transaction: both balance updates and the ledger row, or none.

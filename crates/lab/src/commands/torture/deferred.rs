@@ -98,28 +98,24 @@ pub fn check(
             );
         }
     }
-    let kept = present
-        .iter()
-        .take_while(|&&there| there)
-        .count()
-        .min(ordered.len());
+    // The first one missing; every one from there on must be missing too.
+    let gap = present.iter().position(|&there| !there).unwrap_or(present.len());
+    if let Some(later) = present[gap..].iter().position(|&there| there) {
+        let name = |k: usize| match ordered.get(k) {
+            Some(ack) => format!("{} (seq {})", ack.id, seq_text(ack.seq)),
+            None => format!("{} (not acknowledged)", ids[k]),
+        };
+        bail!(
+            "not a prefix: transfer {} survived the cut but {}, committed before it, did not",
+            name(gap + later),
+            name(gap)
+        );
+    }
+    let kept = gap.min(ordered.len());
     loss.survivors = ordered[..kept].iter().map(|ack| ack.id.clone()).collect();
-    if let Some(gap) = present.iter().position(|there| !there) {
-        if let Some(later) = present[gap..].iter().position(|&there| there) {
-            let name = |k: usize| match ordered.get(k) {
-                Some(ack) => format!("{} (seq {})", ack.id, seq_text(ack.seq)),
-                None => format!("{} (not acknowledged)", ids[k]),
-            };
-            bail!(
-                "not a prefix: transfer {} survived the cut but {}, committed before it, did not",
-                name(gap + later),
-                name(gap)
-            );
-        }
-        if let Some(oldest) = ordered.get(gap) {
-            loss.lost = (ordered.len() - gap) as u64;
-            loss.window = Some(cut_at.saturating_duration_since(oldest.at));
-        }
+    if let Some(oldest) = ordered.get(gap) {
+        loss.lost = (ordered.len() - gap) as u64;
+        loss.window = Some(cut_at.saturating_duration_since(oldest.at));
     }
     Ok(loss)
 }

@@ -112,7 +112,7 @@ pub struct TortureArgs {
     #[arg(long, value_name = "MS", default_value_t = 300)]
     pub max_delay_ms: u64,
 
-    /// With --fs: the image's size [default: ext4 64, xfs 300, btrfs 128]
+    /// With --fs: the image's size [default: 512]
     #[arg(long, value_name = "MIB", requires = "fs")]
     pub fs_size_mib: Option<u64>,
 
@@ -456,10 +456,9 @@ impl Sim {
             bank::set_up(&conn).context("setting up the bank")?;
             self.arm(calls);
             for n in 0.. {
-                let from = rng.random_range(1..=bank::ACCOUNTS);
-                let to = (from + rng.random_range(1..bank::ACCOUNTS) - 1) % bank::ACCOUNTS + 1;
+                let (from, to, amount) = bank::random_transfer(rng);
                 let id = format!("{cut}.{n}");
-                match bank::transfer_atomically(&conn, &id, from, to, rng.random_range(1..=100)) {
+                match bank::transfer_atomically(&conn, &id, from, to, amount) {
                     Ok(()) => acked.push(id),
                     Err(_) => break,
                 }
@@ -500,10 +499,9 @@ impl Sim {
             self.arm(calls);
             self.clock.arm(Instant::now() + run_for);
             for n in 0.. {
-                let from = rng.random_range(1..=bank::ACCOUNTS);
-                let to = (from + rng.random_range(1..bank::ACCOUNTS) - 1) % bank::ACCOUNTS + 1;
+                let (from, to, amount) = bank::random_transfer(rng);
                 let id = format!("{cut}.{n}");
-                if bank::transfer_atomically(&conn, &id, from, to, rng.random_range(1..=100)).is_err() {
+                if bank::transfer_atomically(&conn, &id, from, to, amount).is_err() {
                     in_flight = Some(id);
                     break;
                 }
