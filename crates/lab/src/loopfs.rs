@@ -414,16 +414,8 @@ impl LoopFs {
         if self.mounted {
             bail!("checking {}: it is still mounted", self.mount_point.display());
         }
-        let device_path = self.attached_path()?;
         let (program, args) = self.kind.checker();
-        let mut command = Command::new(program);
-        command.args(args);
-        let command_line = format!("{program} {} {}", args.join(" "), device_path.display());
-        let output = command
-            .arg(device_path)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .with_context(|| format!("could not start `{command_line}`"))?;
+        let (command_line, output) = output_of(Command::new(program).args(args).arg(self.attached_path()?))?;
         Ok((!output.status.success()).then(|| failure_text(&command_line, &output)))
     }
 
@@ -609,15 +601,21 @@ const FAILED_OUTPUT_LINES: usize = 40;
 /// Runs a command to completion with no input and returns its stdout; on failure the error
 /// carries the command line and the last lines of its output.
 pub fn run(command: &mut Command) -> Result<String> {
+    let (command_line, output) = output_of(command)?;
+    if !output.status.success() {
+        bail!("{}", failure_text(&command_line, &output));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Runs a command to completion with no input: its command line (for messages) and output.
+fn output_of(command: &mut Command) -> Result<(String, std::process::Output)> {
     let command_line = format!("{command:?}").replace('"', "");
     let output = command
         .stdin(std::process::Stdio::null())
         .output()
         .with_context(|| format!("could not start `{command_line}`"))?;
-    if !output.status.success() {
-        bail!("{}", failure_text(&command_line, &output));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    Ok((command_line, output))
 }
 
 /// "`COMMAND` failed (STATUS):" and the last lines of what a failed command printed.

@@ -40,9 +40,9 @@ enum Command {
     /// Bank transfers under simulated power cuts (and real kills) on one commit scheme;
     /// checks integrity, conservation of money and every acknowledged transfer
     Torture(torture::TortureArgs),
-    /// Run the standard comparison (insert on every mode, dbbench on WAL and onesync, each at
-    /// FULL and NORMAL) and write report.html (SVG charts) and report.md (tables per
-    /// durability class: NORMAL and OFF compared with wal-normal) into --out
+    /// Run the standard comparison (insert on ten modes, dbbench on WAL and onesync at FULL
+    /// and NORMAL and onesync at OFF) and write report.html (SVG charts) and report.md (tables
+    /// per durability class: NORMAL and OFF compared with wal-normal) into --out
     Report(report::ReportArgs),
     /// Measure the store's commit rate, flushes and bytes per commit (1 and 4 threads), a raw
     /// pwrite+fdatasync baseline and recovery time; with --fs also the device's view

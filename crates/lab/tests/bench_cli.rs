@@ -130,6 +130,8 @@ fn dbbench_threads_all_run_at_the_modes_synchronous_level() {
         "--json",
         "-",
     ]));
+    let names: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(names, ["onesync", "onesync-normal", "onesync-off"]);
     let flushes = |r: &Value| f(r, &["per_txn", "fsyncs"]) * txns;
     let seconds = |r: &Value| txns / f(r, &["tps"]);
     let (full, normal, off) = (&rows[0], &rows[1], &rows[2]);
@@ -216,15 +218,31 @@ fn normal_modes_take_their_ratio_against_wal_normal() {
         ),
         "{text}"
     );
-    let ratio = |mode: &str| -> f64 {
+    // A row's column: mode, txn/s, ratio, ...
+    let column = |mode: &str, n: usize| -> f64 {
         let line = text
             .lines()
             .find(|l| l.split_whitespace().next() == Some(mode))
             .unwrap_or_else(|| panic!("no {mode} row in {text}"));
-        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+        line.split_whitespace().nth(n).unwrap().parse().unwrap()
     };
+    let ratio = |mode: &str| column(mode, 2);
     assert_eq!(ratio("wal"), 1.0);
     assert_eq!(ratio("wal-normal"), 1.0);
+    // The column itself, not only the note, takes each ratio against its baseline (txn/s
+    // printed whole, the ratio to two places).
+    for (mode, base) in [
+        ("onesync", "wal"),
+        ("onesync-normal", "wal-normal"),
+        ("onesync-off", "wal-normal"),
+    ] {
+        let expected = column(mode, 1) / column(base, 1);
+        assert!(
+            (ratio(mode) - expected).abs() <= 0.006 + expected * 0.01,
+            "{mode}: ratio {} is not its txn/s over {base}'s ({expected:.3}):\n{text}",
+            ratio(mode)
+        );
+    }
 }
 
 #[test]
@@ -300,4 +318,16 @@ fn report_writes_html_with_charts_and_markdown_tables() {
         assert!(line.contains(" (wal-normal) |"), "not against wal-normal: {line}");
     }
     assert!(md.contains("| onesync |") && md.contains(" (delete) |"), "{md}");
+    // FULL modes against the workload's first mode: delete in insert, wal in dbbench.
+    let insert = &md[..md.find("## dbbench").unwrap()];
+    for (section, first) in [(insert, "delete"), (dbbench, "wal")] {
+        let line = section
+            .lines()
+            .find(|l| l.starts_with("| onesync |"))
+            .expect("onesync row");
+        assert!(
+            line.contains(&format!(" ({first}) |")),
+            "not against {first}: {line}"
+        );
+    }
 }

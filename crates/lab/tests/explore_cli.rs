@@ -143,6 +143,54 @@ fn negative_control_checkpoint_publication_order_fails() {
     assert_eq!(first["process"], "A");
 }
 
+/// By default a NORMAL or OFF process's acknowledged transfers are required after a power
+/// cut only once a flush covered them; `--strict-sync` requires them all, so a cut before
+/// the flush must fail it (and the default must not).
+#[test]
+fn strict_sync_fails_where_normal_and_off_defer_their_flush() {
+    if strace_missing() {
+        return;
+    }
+    for scenario in ["single-normal", "single-off"] {
+        let run = |strict: bool| {
+            let mut args = vec![
+                "explore",
+                "--scenario",
+                scenario,
+                "--budget",
+                "0",
+                "--power-cuts",
+                "some",
+                "--seed",
+                "14",
+                "--json",
+                "-",
+            ];
+            if strict {
+                args.push("--strict-sync");
+            }
+            let out = onesync(&args);
+            (json(&out), out)
+        };
+        let (summary, out) = run(false);
+        assert_eq!(summary["failure_count"], 0, "{scenario}: {}", failures(&summary));
+        assert!(out.status.success(), "{}", said(&out));
+        let (summary, out) = run(true);
+        let all = summary["failures"].as_array().expect("failures");
+        assert!(
+            !all.is_empty(),
+            "{scenario} --strict-sync did not fail: {}",
+            said(&out)
+        );
+        assert!(
+            all.iter().all(|f| f["clause"] == "acknowledged"),
+            "{scenario}: {}",
+            failures(&summary)
+        );
+        assert!(!out.status.success(), "{}", said(&out));
+    }
+}
+
 #[test]
 fn list_a_short_run_and_an_unknown_scenario() {
     if strace_missing() {

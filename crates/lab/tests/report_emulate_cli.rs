@@ -51,7 +51,17 @@ fn report_on_an_emulated_nvme_writes_the_preset_section_and_sweep_charts() {
     assert_eq!(md.matches(normal).count(), 2, "{md}");
     let dbbench = &md[md.find("### dbbench").unwrap()..];
     assert!(dbbench.contains("| onesync-normal |"), "{md}");
+    assert!(
+        !dbbench.contains("| onesync-off |"),
+        "onesync-off ran dbbench:\n{md}"
+    );
     assert!(md.contains("| 1.00 (wal-normal) |"), "{md}");
+    for line in md
+        .lines()
+        .filter(|l| l.starts_with("| onesync-normal |") || l.starts_with("| onesync-off |"))
+    {
+        assert!(line.contains(" (wal-normal) |"), "not against wal-normal: {line}");
+    }
     // Not crash-safe: not part of the comparison across devices.
     assert!(!md.contains("| memory |") && !md.contains("| off |"), "{md}");
     assert!(md.contains("### dbbench, 4 threads"), "{md}");

@@ -285,18 +285,15 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
     })
 }
 
-/// The result `r`'s txn/s ratio is taken against: its durability class's reference mode
-/// (wal-normal for NORMAL and OFF) when that is in `results`, else the run's first mode.
-pub fn baseline<'a>(results: &'a [ModeResult], r: &ModeResult) -> Option<&'a ModeResult> {
+/// `r`'s txn/s over its baseline's, and the baseline's mode. The baseline is its durability
+/// class's reference mode (wal-normal for NORMAL and OFF) when that is in `results`, else the
+/// run's first mode.
+pub fn ratio(results: &[ModeResult], r: &ModeResult) -> Option<(f64, &'static str)> {
     Mode::by_name(r.mode)
         .and_then(|mode| mode.scheme().durability().reference())
         .and_then(|reference| results.iter().find(|b| b.mode == reference.name()))
         .or(results.first())
-}
-
-/// `r`'s txn/s over its baseline's, and the baseline's mode.
-pub fn ratio(results: &[ModeResult], r: &ModeResult) -> Option<(f64, &'static str)> {
-    baseline(results, r).map(|b| (r.tps / b.tps, b.mode))
+        .map(|b| (r.tps / b.tps, b.mode))
 }
 
 /// One line naming each ratio's baseline (which differs by durability class).
@@ -351,9 +348,9 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
             (None, None) => "a fresh directory per mode".to_owned(),
         }
     );
-    let w = Mode::name_width();
+    let width = Mode::name_width();
     out.push_str(&format!(
-        "{:<w$} {:>9} {:>6} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>7}",
+        "{:<width$} {:>9} {:>6} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>7}",
         "mode", "txn/s", "ratio", "p50 us", "p99 us", "p99.9 us", "writes", "KiB", "fsyncs", ""
     ));
     if args.fs.is_some() || args.device.is_some() {
@@ -362,7 +359,7 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
     out.push('\n');
     for r in results {
         out.push_str(&format!(
-            "{:<w$} {:>9.0} {:>6.2} {:>8.0} {:>8.0} {:>9.0} {:>9.2} {:>7.2} {:>8.3} {:>7}",
+            "{:<width$} {:>9.0} {:>6.2} {:>8.0} {:>8.0} {:>9.0} {:>9.2} {:>7.2} {:>8.3} {:>7}",
             r.mode,
             r.tps,
             ratio(results, r).map_or(f64::NAN, |(ratio, _)| ratio),

@@ -13,7 +13,8 @@ pub struct Onesync {
     name: &'static str,
     description: &'static str,
     pragmas: &'static [&'static str],
-    durability: Durability,
+    /// What makes a commit durable after its COMMIT returned (NORMAL, OFF); `None` at FULL,
+    /// whose COMMIT waits for the flush. It decides the promise (`durability`) too.
     deferred_flush: Option<DeferredFlush>,
     chart_color: Rgb,
 }
@@ -22,7 +23,6 @@ pub const ONESYNC: Onesync = Onesync {
     name: "onesync",
     description: "The onesync VFS over a onesync store (synchronous=FULL)",
     pragmas: &["PRAGMA synchronous=FULL"],
-    durability: Durability::AtCommit,
     deferred_flush: None,
     chart_color: (0x1b, 0x9e, 0x77),
 };
@@ -31,7 +31,6 @@ pub const ONESYNC_NORMAL: Onesync = Onesync {
     name: "onesync-normal",
     description: "The onesync VFS, synchronous=NORMAL (commits shown at once, durable within 20 ms)",
     pragmas: &["PRAGMA synchronous=NORMAL"],
-    durability: Durability::AfterCheckpoint,
     deferred_flush: Some(DeferredFlush::Background),
     chart_color: (0x7f, 0xc9, 0xb0),
 };
@@ -40,7 +39,6 @@ pub const ONESYNC_OFF: Onesync = Onesync {
     name: "onesync-off",
     description: "The onesync VFS, synchronous=OFF (commits shown at once, durable at the next flush or PRAGMA onesync_flush)",
     pragmas: &["PRAGMA synchronous=OFF"],
-    durability: Durability::AfterCheckpoint,
     deferred_flush: Some(DeferredFlush::OnDemand),
     chart_color: (0xb2, 0xe2, 0xd2),
 };
@@ -67,7 +65,10 @@ impl Scheme for Onesync {
     }
 
     fn durability(&self) -> Durability {
-        self.durability
+        match self.deferred_flush {
+            None => Durability::AtCommit,
+            Some(_) => Durability::AfterCheckpoint,
+        }
     }
 
     fn deferred_flush(&self) -> Option<DeferredFlush> {

@@ -44,6 +44,14 @@ pub struct WorkerArgs {
     pub seed: u64,
 }
 
+impl WorkerArgs {
+    /// A onesync store at NORMAL or OFF: its commits wait for a flush the worker makes itself
+    /// (see `Worker::open`).
+    fn flushes_by_hand(&self) -> bool {
+        self.backend == Backend::Onesync && self.sync != Sync::Full
+    }
+}
+
 struct Worker<'a> {
     args: &'a WorkerArgs,
     conn: Option<Connection>,
@@ -146,7 +154,7 @@ impl Worker<'_> {
             args.locking.pragma(),
             args.sync.pragma()
         ))?;
-        if args.backend == Backend::Onesync && args.sync != Sync::Full {
+        if args.flushes_by_hand() {
             // No background flush: its thread's timing would change the calls from one run
             // to the next, and every crash point must be reached where the reference run had
             // it. Flushes come from `PRAGMA onesync_flush` instead (see `transfer`), through
@@ -182,10 +190,7 @@ impl Worker<'_> {
         }
         .with_context(|| format!("transfer {id}"))?;
         self.report(&format!("ack {id}"))?;
-        if self.args.backend == Backend::Onesync
-            && self.args.sync != Sync::Full
-            && self.transfers.is_multiple_of(2)
-        {
+        if self.args.flushes_by_hand() && self.transfers.is_multiple_of(2) {
             // What the background flush would do now and then (see `open`).
             self.conn()?
                 .query_row("PRAGMA onesync_flush", [], |_| Ok(()))

@@ -1,9 +1,10 @@
 //! `onesync report --emulate nvme-plp,nvme,emmc`: the comparison across devices. For each
 //! preset, `bench insert` on the crash-safe modes (FULL, then NORMAL and OFF) and `bench
-//! dbbench` (4 threads, WAL and onesync at FULL and NORMAL), each mode on a fresh ext4 on an emulated
-//! device with that preset's flush latency, write latency and bandwidth (`onesync-device`);
-//! then tables per preset in report.md and, in report.html, each scheme's transactions per
-//! second and p99.9 commit latency against the device's flush latency.
+//! dbbench` (4 threads, WAL and onesync at FULL and NORMAL), each mode on a fresh ext4 on an
+//! emulated device with that preset's flush latency, write latency and bandwidth
+//! (`onesync-device`); then tables per preset in report.md and, in report.html, each
+//! scheme's transactions per second and p99.9 commit latency against the device's flush
+//! latency.
 
 use std::fmt::Write as _;
 use std::path::Path;

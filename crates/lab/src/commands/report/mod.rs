@@ -1,12 +1,13 @@
 //! `onesync report --out DIR`: the standard comparison, as pictures and tables.
 //!
-//! It runs `bench insert` on every mode and `bench dbbench` (4 threads) on WAL and onesync at
-//! FULL and at NORMAL (and onesync at OFF), on a fresh loop-mounted ext4 per mode when it can
-//! (root and mkfs.ext4), else in a temporary directory, and writes `report.html` (SVG bar
-//! charts of transactions per second per durability class, KiB and flushes per transaction,
-//! and the commit latency CDF; drawn in `charts.rs`) and `report.md` (the tables, one per
-//! durability class, with each mode's ratio to its class's baseline). With `--emulate
-//! PRESET,...` it compares the schemes across emulated devices instead (`emulated.rs`).
+//! It runs `bench insert` on every mode but wal-delayed, maw and batch-atomic, and `bench
+//! dbbench` (4 threads) on WAL and onesync at FULL and at NORMAL (and onesync at OFF), on a
+//! fresh loop-mounted ext4 per mode when it can (root and mkfs.ext4), else in a temporary
+//! directory, and writes `report.html` (SVG bar charts of transactions per second per
+//! durability class, KiB and flushes per transaction, and the commit latency CDF; drawn in
+//! `charts.rs`) and `report.md` (the tables, one per durability class, with each mode's ratio
+//! to its class's baseline). With `--emulate PRESET,...` it compares the schemes across
+//! emulated devices instead (`emulated.rs`).
 
 mod charts;
 mod emulated;
@@ -166,20 +167,18 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
     let flushes = |r: &ModeResult| r.per_txn.dev_flushes.unwrap_or(r.per_txn.fsyncs);
     // Modes that do not wait for a flush would dwarf the others' bars: TPS is charted per
     // class, the not crash-safe references left out (all modes are in the tables).
+    let tps_chart = |workload: &str, results: &[ModeResult], class: Durability, level: &str| {
+        bar_chart(
+            &format!("Transactions per second ({workload}; synchronous={level})"),
+            "txn/s",
+            &of_class(results, class),
+            |r| r.tps,
+        )
+    };
     let (full, normal) = (Durability::AtCommit, Durability::AfterCheckpoint);
     let charts = [
-        bar_chart(
-            "Transactions per second (insert; synchronous=FULL)",
-            "txn/s",
-            &of_class(&insert, full),
-            |r| r.tps,
-        )?,
-        bar_chart(
-            "Transactions per second (insert; synchronous=NORMAL and OFF)",
-            "txn/s",
-            &of_class(&insert, normal),
-            |r| r.tps,
-        )?,
+        tps_chart("insert", &insert, full, "FULL")?,
+        tps_chart("insert", &insert, normal, "NORMAL and OFF")?,
         bar_chart(
             if device {
                 "KiB written to the device per transaction (insert)"
@@ -201,18 +200,8 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
             flushes,
         )?,
         cdf_chart("Commit latency, cumulative (insert)", &insert)?,
-        bar_chart(
-            "Transactions per second (dbbench, 4 threads; synchronous=FULL)",
-            "txn/s",
-            &of_class(&dbbench, full),
-            |r| r.tps,
-        )?,
-        bar_chart(
-            "Transactions per second (dbbench, 4 threads; synchronous=NORMAL and OFF)",
-            "txn/s",
-            &of_class(&dbbench, normal),
-            |r| r.tps,
-        )?,
+        tps_chart("dbbench, 4 threads", &dbbench, full, "FULL")?,
+        tps_chart("dbbench, 4 threads", &dbbench, normal, "NORMAL and OFF")?,
     ];
     let mut html = format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>onesync report</title>\n\
