@@ -51,11 +51,6 @@ impl FsKind {
         }
     }
 
-    /// The Debian package that ships the checker (the same as mkfs's).
-    pub fn checker_package(self) -> &'static str {
-        self.package()
-    }
-
     /// Quiet, and overwrite whatever signature an earlier run left on a reused device.
     /// ext4 also initializes its inode tables and journal now: by default a kernel thread
     /// zeroes them after mount, and those writes would be billed to the first measurements.
@@ -66,8 +61,8 @@ impl FsKind {
         }
     }
 
-    /// The Debian package that ships the mkfs program.
-    fn package(self) -> &'static str {
+    /// The Debian package that ships the mkfs program (and the checker).
+    pub fn package(self) -> &'static str {
         match self {
             FsKind::Ext4 => "e2fsprogs",
             FsKind::Xfs => "xfsprogs",

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use rusqlite::{Connection, OpenFlags};
+use serde::Deserialize;
 
 /// How long a connection waits for another one's write lock before SQLITE_BUSY.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -124,4 +125,32 @@ pub fn store_counters(conn: &Connection) -> Result<StoreCounters> {
         .query_row("PRAGMA onesync_stats", [], |row| row.get(0))
         .context("PRAGMA onesync_stats (is this connection on the onesync VFS?)")?;
     serde_json::from_str(&json).with_context(|| format!("parsing PRAGMA onesync_stats: {json}"))
+}
+
+/// `PRAGMA onesync_commit`: this connection's last commit and how far the store is durable.
+#[derive(Deserialize, Debug, Clone, Copy)]
+pub struct CommitPoint {
+    pub seq: Option<u64>,
+    pub durable_seq: u64,
+}
+
+pub fn commit_point(conn: &Connection) -> Result<CommitPoint> {
+    let json: String = conn
+        .query_row("PRAGMA onesync_commit", [], |r| r.get(0))
+        .context("PRAGMA onesync_commit")?;
+    serde_json::from_str(&json).with_context(|| format!("parsing PRAGMA onesync_commit: {json}"))
+}
+
+/// `PRAGMA onesync_flush`: every commit written so far made durable; returns `durable_seq`.
+pub fn onesync_flush(conn: &Connection) -> Result<u64> {
+    #[derive(Deserialize)]
+    struct Flushed {
+        durable_seq: u64,
+    }
+    let json: String = conn
+        .query_row("PRAGMA onesync_flush", [], |r| r.get(0))
+        .context("PRAGMA onesync_flush")?;
+    let flushed: Flushed =
+        serde_json::from_str(&json).with_context(|| format!("parsing PRAGMA onesync_flush: {json}"))?;
+    Ok(flushed.durable_seq)
 }

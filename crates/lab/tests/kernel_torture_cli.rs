@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::n;
+
 use std::path::Path;
 use std::time::Instant;
 
@@ -70,10 +72,6 @@ fn torture_seeded(mode: &str, seed: &str, extra: &[&str]) -> (std::process::Outp
     let out = common::onesync(&args);
     let summary = common::json(&out);
     (out, summary)
-}
-
-fn n(v: &Value, key: &str) -> u64 {
-    v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
 }
 
 #[test]

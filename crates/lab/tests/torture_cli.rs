@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::n;
+
 use std::process::Output;
 
 use serde_json::Value;
@@ -13,10 +15,6 @@ fn torture(args: &[&str]) -> (Output, Value) {
     let out = common::onesync(&all);
     let summary = common::json(&out);
     (out, summary)
-}
-
-fn n(v: &Value, key: &str) -> u64 {
-    v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
 }
 
 #[test]

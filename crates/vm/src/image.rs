@@ -62,22 +62,29 @@ pub fn make_image(path: &Path, fs: GuestFs, size_mib: u64) -> Result<()> {
     let size = size_mib
         .checked_mul(1 << 20)
         .ok_or_else(|| anyhow!("an image of {size_mib} MiB is too large"))?;
+    // Before the file is replaced: a missing mkfs leaves an existing image alone.
+    let mkfs = mkfs_program(fs)?;
     // Truncating to 0 first drops the old blocks, so the image is sparse again.
     File::create(path)
         .and_then(|image| image.set_len(size))
         .with_context(|| format!("making sparse image {}", path.display()))?;
-    format_image(path, fs)
+    run_to_completion(Command::new(mkfs).args(fs.mkfs_flags()).arg(path))
 }
 
 /// Formats the existing file at `path` with `fs`, keeping its size: for an image that cannot
 /// be truncated or resized, such as an emulated device's (`onesync-device`).
 pub fn format_image(path: &Path, fs: GuestFs) -> Result<()> {
-    let mkfs = find_program(fs.mkfs_program()).ok_or_else(|| {
+    let mkfs = mkfs_program(fs)?;
+    run_to_completion(Command::new(mkfs).args(fs.mkfs_flags()).arg(path))
+}
+
+/// Where `fs`'s mkfs is, or what to install.
+fn mkfs_program(fs: GuestFs) -> Result<std::path::PathBuf> {
+    find_program(fs.mkfs_program()).ok_or_else(|| {
         anyhow!(
             "{} not found: apt-get install {}",
             fs.mkfs_program(),
             fs.package()
         )
-    })?;
-    run_to_completion(Command::new(mkfs).args(fs.mkfs_flags()).arg(path))
+    })
 }

@@ -217,7 +217,8 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
     }
     loopfs::check_prerequisites(kind)?;
     let (checker, _) = kind.checker();
-    loopfs::require_program(checker, kind.checker_package())?;
+    // The checker ships in the same package as mkfs.
+    loopfs::require_program(checker, kind.package())?;
     loopfs::require_program("blockdev", "util-linux")?;
     let size_mib = args.fs_size_mib.unwrap_or(DEFAULT_SIZE_MIB);
     let size = size_mib

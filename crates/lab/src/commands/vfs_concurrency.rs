@@ -16,7 +16,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
@@ -238,8 +238,7 @@ fn insert_durably(conn: &Connection, thread_no: i64, pause: Duration) -> Result<
             Ok(conn.last_insert_rowid())
         })
     })?;
-    let json: String = conn.query_row("PRAGMA onesync_commit", [], |r| r.get(0))?;
-    let commit: CommitReport = serde_json::from_str(&json).context("parsing PRAGMA onesync_commit")?;
+    let commit = crate::sqlite::commit_point(conn)?;
     let Some(seq) = commit.seq else {
         bail!("COMMIT of row {id} returned but the store has no commit of this connection");
     };
@@ -251,10 +250,4 @@ fn insert_durably(conn: &Connection, thread_no: i64, pause: Duration) -> Result<
         );
     }
     Ok(id)
-}
-
-#[derive(serde::Deserialize)]
-struct CommitReport {
-    seq: Option<u64>,
-    durable_seq: u64,
 }

@@ -35,7 +35,7 @@ use rand::{Rng, SeedableRng};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
-use crate::commands::torture::deferred::{self, Ack};
+use crate::commands::torture::deferred::Ack;
 use crate::output::{self, Human};
 use crate::progress::{log_every, phase_bar};
 use crate::schemes::{DeferredFlush, Mode, Scheme, Storage};
@@ -647,7 +647,7 @@ pub fn run_child(args: &TransferChildArgs) -> Result<()> {
                         print_line(&format!("{COMMITTED_PREFIX}{id}"))?;
                         continue;
                     };
-                    let point = deferred::commit_point(&conn)?;
+                    let point = crate::sqlite::commit_point(&conn)?;
                     let seq = point.seq.ok_or_else(|| {
                         anyhow!("PRAGMA onesync_commit names no commit after transfer {id}")
                     })?;
@@ -655,7 +655,7 @@ pub fn run_child(args: &TransferChildArgs) -> Result<()> {
                     // After the line: a flush that fails (a power cut) must not keep the
                     // transfer from being reported.
                     if flush == DeferredFlush::OnDemand && rng.random_ratio(1, OFF_FLUSH_ONE_IN) {
-                        deferred::flush(&conn)?;
+                        crate::sqlite::onesync_flush(&conn)?;
                     }
                 }
                 Ok(())

@@ -28,6 +28,11 @@ pub fn json(output: &Output) -> Value {
         .unwrap_or_else(|e| panic!("no JSON on stdout ({e}): {}", said(output)))
 }
 
+/// The unsigned integer field `key` of a JSON summary (panics naming it if absent).
+pub fn n(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
+}
+
 /// The `results` array of a successful `--json -` run.
 pub fn results(output: &Output) -> Vec<Value> {
     assert!(output.status.success(), "failed: {}", said(output));

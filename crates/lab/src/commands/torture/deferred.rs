@@ -11,39 +11,11 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use rusqlite::Connection;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::workloads::bank;
-
-/// `PRAGMA onesync_commit`: this connection's last commit and how far the store is durable.
-#[derive(Deserialize, Debug, Clone, Copy)]
-pub struct CommitPoint {
-    pub seq: Option<u64>,
-    pub durable_seq: u64,
-}
-
-pub fn commit_point(conn: &Connection) -> Result<CommitPoint> {
-    let json: String = conn
-        .query_row("PRAGMA onesync_commit", [], |r| r.get(0))
-        .context("PRAGMA onesync_commit")?;
-    serde_json::from_str(&json).with_context(|| format!("parsing PRAGMA onesync_commit: {json}"))
-}
-
-/// `PRAGMA onesync_flush`: every commit written so far made durable; returns `durable_seq`.
-pub fn flush(conn: &Connection) -> Result<u64> {
-    #[derive(Deserialize)]
-    struct Flushed {
-        durable_seq: u64,
-    }
-    let json: String = conn
-        .query_row("PRAGMA onesync_flush", [], |r| r.get(0))
-        .context("PRAGMA onesync_flush")?;
-    let flushed: Flushed =
-        serde_json::from_str(&json).with_context(|| format!("parsing PRAGMA onesync_flush: {json}"))?;
-    Ok(flushed.durable_seq)
-}
 
 /// A transfer whose COMMIT returned.
 #[derive(Debug, Clone)]

@@ -495,7 +495,7 @@ impl Sim {
             bank::set_up(&conn).context("setting up the bank")?;
             // The setup and what earlier runs left are durable before the power can go: the
             // contract is about this run's transfers.
-            deferred::flush(&conn).context("making the setup durable")?;
+            crate::sqlite::onesync_flush(&conn).context("making the setup durable")?;
             self.arm(calls);
             self.clock.arm(Instant::now() + run_for);
             for n in 0.. {
@@ -506,13 +506,13 @@ impl Sim {
                     break;
                 }
                 let at = Instant::now();
-                let point = deferred::commit_point(&conn);
+                let point = crate::sqlite::commit_point(&conn);
                 let seq = point.as_ref().ok().and_then(|p| p.seq);
                 acks.push(Ack { id, seq, at });
                 let Ok(point) = point else { break };
                 durable_seen = durable_seen.max(point.durable_seq);
                 if flush == DeferredFlush::OnDemand && rng.random_ratio(1, OFF_FLUSH_ONE_IN) {
-                    match deferred::flush(&conn) {
+                    match crate::sqlite::onesync_flush(&conn) {
                         Ok(durable) => durable_seen = durable_seen.max(durable),
                         Err(_) => break,
                     }
