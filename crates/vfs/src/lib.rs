@@ -32,7 +32,10 @@ pub use mvbt_vtab::{
 pub use store_db::{store_stats_json, StoreFactory, StoreOpener, DEFAULT_LOGICAL_DB, STORE_PAGE_SIZE};
 pub use super_journal::SuperJournalNames;
 pub use sys::api::{ApiTable, VtabConfigRoutine, VtabRoutines};
-pub use sys::entry::{register_mvbt_for_new_connections, sqlite3_onesync_init, MIN_EXTENSION_SQLITE_VERSION};
+pub use sys::entry::{
+    register_mvbt_for_new_connections, sqlite3_onesync_auto_init, sqlite3_onesync_default_auto_init,
+    sqlite3_onesync_default_init, sqlite3_onesync_init, MIN_EXTENSION_SQLITE_VERSION,
+};
 pub use sys::ffi;
 pub use sys::vtab::register_mvbt_module;
 pub use vfs::{

@@ -198,6 +198,22 @@ pub(crate) fn is_super_journal_name(name: &[u8]) -> bool {
     }
 }
 
+/// `path` as the path of a `file:` URI, as SQLite decodes it: `%`, `?`, `#`, spaces and
+/// every byte outside printable ASCII percent-encoded (a bare `#` would end the path).
+pub(crate) fn uri_path(path: &std::path::Path) -> String {
+    use std::fmt::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_graphic() && !matches!(b, b'%' | b'?' | b'#') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,5 +241,11 @@ mod tests {
         assert!(is_super_journal_name(b"/tmp/x.db-mj1A2B3C9D4"));
         assert!(!is_super_journal_name(b"/tmp/x.db-journal"));
         assert!(!is_super_journal_name(b"/tmp/x.db-mjXYZ"));
+    }
+
+    #[test]
+    fn uri_path_encodes_what_would_end_or_change_the_path() {
+        let p = std::path::Path::new("/tmp/a b#c?d%e.onesync");
+        assert_eq!(super::uri_path(p), "/tmp/a%20b%23c%3Fd%25e.onesync");
     }
 }

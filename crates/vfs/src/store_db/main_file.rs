@@ -9,6 +9,13 @@
 //!   permission; read-only, it is an empty database).
 //! - Any other database (ATTACHed, or a `VACUUM INTO` target, without `vfs=onesync`) is a
 //!   plain SQLite file on the default VFS, its journals on disk, as in stock SQLite.
+//! - When this VFS is SQLite's default (`sqlite3_onesync_default_init`) and the URI does
+//!   not say `vfs=onesync`, a main database that exists and is not a store (a plain SQLite
+//!   file, or anything else) is passed through too, so that an application choosing
+//!   onesync for its new databases still opens its old ones as they are.
+//! - A file refused as a store (a plain SQLite database named with `vfs=onesync`, a
+//!   directory, a missing directory, a damaged store) is opened as a handle that fails,
+//!   and the reason reaches `sqlite3_errmsg` (`refusals.rs`).
 //!
 //! SQLite's xOpen does not say which database of which connection a file is: a main
 //! database and an attached one arrive with the same flags. It says so right after, with
@@ -29,6 +36,7 @@ use onesync_store::layout::{HEADER_BLOCK, MAGIC};
 use onesync_store::Store;
 
 use super::connections::parse_sync_interval;
+use super::refusals::{self, Refusal, When};
 use super::{
     is_main_database, join_connection, leave_connection, next_handle, note_locking_mode, StoreDb,
     StoreFactory, StoreOpen, Want, DEFAULT_LOGICAL_DB,
@@ -39,21 +47,29 @@ use crate::backend::{
 };
 use crate::ffi::{
     SQLITE_CANTOPEN, SQLITE_IOCAP_POWERSAFE_OVERWRITE, SQLITE_IOERR_SHMMAP, SQLITE_IOERR_SHORT_READ,
-    SQLITE_NOTFOUND, SQLITE_OK, SQLITE_OPEN_CREATE, SQLITE_OPEN_READONLY, SQLITE_OPEN_READWRITE,
+    SQLITE_NOTADB, SQLITE_NOTFOUND, SQLITE_OK, SQLITE_OPEN_CREATE, SQLITE_OPEN_READONLY,
+    SQLITE_OPEN_READWRITE,
 };
 use crate::names::{self, NameClaim, Owner};
 use crate::sys::api::ApiTable;
 
 /// What is at a path before anything is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Probe {
     Missing,
     /// An existing file of 0 bytes.
     Empty,
     /// Begins with the store magic (in either header copy).
     Store,
-    /// Anything else: a plain SQLite file, something that is neither, or unreadable.
+    /// Begins with SQLite's own header string: a plain SQLite database.
+    Sqlite,
+    Directory,
+    /// Anything else: a file that is neither, or unreadable.
     Other,
 }
+
+/// The first 16 bytes of every SQLite database file.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
 fn probe(path: &Path) -> Probe {
     let mut file = match File::open(path) {
@@ -69,12 +85,19 @@ fn probe(path: &Path) -> Probe {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) if path.is_dir() => return Probe::Directory,
             Err(_) => return Probe::Other,
         }
     }
     let copy = HEADER_BLOCK as usize;
     if got == 0 {
-        Probe::Empty
+        if path.is_dir() {
+            Probe::Directory
+        } else {
+            Probe::Empty
+        }
+    } else if head.starts_with(SQLITE_HEADER) {
+        Probe::Sqlite
     } else if head.starts_with(&MAGIC) || (got >= copy + MAGIC.len() && head[copy..].starts_with(&MAGIC)) {
         // The second copy alone: a crash fell between the two header writes.
         Probe::Store
@@ -175,12 +198,48 @@ impl Request {
         self.store()
     }
 
-    fn fail(&self, (code, msg): (c_int, String)) -> c_int {
-        // xOpen cannot carry a message: SQLite's log gets it, and so does stderr, which
-        // is what a CLI user sees.
-        self.api.log(code, &msg);
-        eprintln!("{msg}");
-        code
+    /// A refusal told as SQLite opens the connection (`refusals.rs`), and logged.
+    fn refuse(&self, (code, message): (c_int, String)) -> Refusal {
+        self.refuse_when((code, message), When::AtOpen)
+    }
+
+    fn refuse_when(&self, (code, message): (c_int, String), when: When) -> Refusal {
+        self.api.log(code, &message);
+        Refusal { code, message, when }
+    }
+
+    /// This file, which is no store, named as one: refused, as stock SQLite gives the code.
+    fn refuse_content(&self, probe: Probe) -> Refusal {
+        let path = self.path.display();
+        match probe {
+            Probe::Directory => self.refuse((SQLITE_CANTOPEN, format!("onesync: {path} is a directory"))),
+            Probe::Sqlite => self.refuse((
+                SQLITE_NOTADB,
+                super::not_a_store_message(&self.path, "it is a plain SQLite database"),
+            )),
+            // Stock SQLite opens a file that is no database and refuses it at first use.
+            _ => self.refuse_when(
+                (
+                    SQLITE_NOTADB,
+                    super::not_a_store_message(&self.path, "it is neither a store nor a SQLite database"),
+                ),
+                When::AtFirstUse,
+            ),
+        }
+    }
+
+    /// A missing file that may not be created, or whose directory is missing.
+    fn refuse_missing(&self) -> Refusal {
+        let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty());
+        let why = match dir {
+            Some(dir) if !dir.is_dir() => format!(
+                "onesync: cannot create {}: the directory {} does not exist",
+                self.path.display(),
+                dir.display()
+            ),
+            _ => format!("onesync: {} does not exist", self.path.display()),
+        };
+        self.refuse((SQLITE_CANTOPEN, why))
     }
 }
 
@@ -255,8 +314,14 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     };
     // `onesync_sync_interval_ms=N`: the store's background flush interval
     // (synchronous=NORMAL), as `PRAGMA onesync_sync_interval_ms` sets it.
+    let refused = |refusal: Refusal| Opened {
+        backend: Box::new(MainFile::Failed(Failed::new(refusal))),
+        out_flags: r.flags,
+    };
+    // `onesync_sync_interval_ms=N`: the store's background flush interval
+    // (synchronous=NORMAL), as `PRAGMA onesync_sync_interval_ms` sets it.
     let sync_interval = match param(c"onesync_sync_interval_ms").map(|v| parse_sync_interval(&v)) {
-        Some(Err(msg)) => return Err(r.fail((SQLITE_CANTOPEN, msg))),
+        Some(Err(msg)) => return Ok(refused(r.refuse((SQLITE_CANTOPEN, msg)))),
         Some(Ok(interval)) => Some(interval),
         None => None,
     };
@@ -271,7 +336,11 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     };
     let store = |result: Result<(StoreDb, c_int), (c_int, String)>| match result {
         Ok((db, flags)) => Ok(opened(MainFile::Store(db), flags)),
-        Err(e) => Err(r.fail(e)),
+        Err(e) => Ok(refused(r.refuse(e))),
+    };
+    let plain = || -> IoResult<Opened> {
+        let (db, flags) = r.plain()?;
+        Ok(opened(MainFile::Plain(db), flags))
     };
     if let Some(opener) = &factory.opener {
         let (db, read_only) = StoreDb::open(StoreOpen {
@@ -286,7 +355,7 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
             },
             nolock,
         })
-        .map_err(|e| r.fail(e))?;
+        .map_err(|e| r.refuse(e).code)?;
         let flags = if read_only {
             (r.flags & !(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_READONLY
         } else {
@@ -294,39 +363,41 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         };
         return Ok(opened(MainFile::Store(db), flags));
     }
-    match probe(&r.path) {
+    let probe = probe(&r.path);
+    // Chosen as SQLite's default VFS rather than named: files that are not stores stay
+    // what they are.
+    let by_default = !explicit && factory.api.default_vfs_is(c"onesync");
+    match probe {
         Probe::Store => store(r.store()),
-        Probe::Missing if !r.create() && explicit => store(Err((
-            SQLITE_CANTOPEN,
-            format!("onesync: {} does not exist", r.path.display()),
-        ))),
-        // Fails as stock SQLite does (a database that is not to be a store).
-        Probe::Missing if !r.create() => {
-            let (db, flags) = r.plain()?;
-            Ok(opened(MainFile::Plain(db), flags))
+        Probe::Missing if explicit && (!r.create() || !parent_exists(&r.path)) => {
+            Ok(refused(r.refuse_missing()))
         }
+        // Fails as stock SQLite does (a database that is not to be a store).
+        Probe::Missing if !r.create() => plain(),
         Probe::Missing if explicit => store(r.store()),
         // An empty database, whatever it becomes, when it cannot be written: read-only
         // as asked, or as stock SQLite falls back to.
-        Probe::Empty if r.read_only() || !writable(&r.path) => {
-            let (db, flags) = r.plain()?;
-            Ok(opened(MainFile::Plain(db), flags))
-        }
+        Probe::Empty if r.read_only() || !writable(&r.path) => plain(),
         Probe::Empty if explicit => store(r.store_from_empty()),
-        Probe::Other if explicit => store(r.store()),
+        Probe::Sqlite | Probe::Other | Probe::Directory if explicit => Ok(refused(r.refuse_content(probe))),
+        Probe::Sqlite | Probe::Other | Probe::Directory if by_default => plain(),
+        // Stock SQLite refuses it at open, with its own code.
+        Probe::Directory => plain(),
         Probe::Missing | Probe::Empty => Ok(opened(
             MainFile::Pending(Box::new(Pending {
                 request: r,
+                probe,
                 file: None,
             })),
             req.flags(),
         )),
-        Probe::Other => {
+        Probe::Sqlite | Probe::Other => {
             // Served as the plain file meanwhile (it is one, if attached).
             let (file, out_flags) = req.open_passthrough_file()?;
             Ok(opened(
                 MainFile::Pending(Box::new(Pending {
                     request: r,
+                    probe,
                     file: Some(file),
                 })),
                 out_flags,
@@ -335,9 +406,33 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     }
 }
 
+fn parent_exists(path: &Path) -> bool {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .is_none_or(Path::is_dir)
+}
+
+/// A main database file refused: every use fails with the refusal's code (see
+/// `refusals.rs` for how the application learns why).
+struct Failed {
+    refusal: Refusal,
+    handle: u64,
+}
+
+impl Failed {
+    fn new(refusal: Refusal) -> Self {
+        Self {
+            refusal,
+            handle: next_handle(),
+        }
+    }
+}
+
 /// A file whose backend is decided at SQLITE_FCNTL_PDB.
 struct Pending {
     request: Request,
+    /// What the file held when it was opened.
+    probe: Probe,
     /// The file as it is, for a non-empty file that is not a store.
     file: Option<PassThrough>,
 }
@@ -347,8 +442,8 @@ enum MainFile {
     Pending(Box<Pending>),
     Store(StoreDb),
     Plain(PlainDb),
-    /// The decision failed (logged when it was made): every call fails so.
-    Failed(c_int),
+    /// Refused (logged when it was decided): every call fails so.
+    Failed(Failed),
 }
 
 impl MainFile {
@@ -366,15 +461,22 @@ impl MainFile {
             (false, Some(file)) => MainFile::Plain(PlainDb::new(file, r)),
             (false, None) => match r.plain() {
                 Ok((db, _)) => MainFile::Plain(db),
-                Err(code) => MainFile::Failed(code),
+                Err(code) => MainFile::Failed(Failed::new(Refusal {
+                    code,
+                    message: format!("onesync: cannot open {}", r.path.display()),
+                    when: When::AtFirstUse,
+                })),
             },
-            (true, file) => {
-                let result = if file.is_none() && r.path.exists() {
+            (true, Some(file)) => {
+                drop(file);
+                MainFile::Failed(Failed::new(r.refuse_content(pending.probe)))
+            }
+            (true, None) => {
+                let result = if r.path.exists() {
                     r.store_from_empty()
                 } else {
                     r.store()
                 };
-                drop(file);
                 match result {
                     Ok((db, flags)) => {
                         if flags & SQLITE_OPEN_READONLY != 0 && !r.read_only() {
@@ -387,10 +489,13 @@ impl MainFile {
                         }
                         MainFile::Store(db)
                     }
-                    Err(e) => MainFile::Failed(r.fail(e)),
+                    Err(e) => MainFile::Failed(Failed::new(r.refuse(e))),
                 }
             }
         };
+        if let (MainFile::Failed(failed), Some(db)) = (&next, db) {
+            refusals::note(db.id(), failed.handle, &failed.refusal);
+        }
         *self = next;
     }
 
@@ -402,7 +507,7 @@ impl MainFile {
         match self {
             MainFile::Store(db) => Ok(db),
             MainFile::Plain(db) => Ok(db),
-            MainFile::Failed(code) => Err(*code),
+            MainFile::Failed(failed) => Err(failed.refusal.code),
             MainFile::Pending(_) => Err(SQLITE_CANTOPEN),
         }
     }
@@ -419,6 +524,12 @@ impl DbBackend for MainFile {
                     Err(SQLITE_IOERR_SHORT_READ)
                 }
             },
+            // Read while SQLite opens the file (it then fails at open or at the first lock):
+            // as a missing file reads.
+            MainFile::Failed(_) => {
+                buf.fill(0);
+                Err(SQLITE_IOERR_SHORT_READ)
+            }
             _ => self.active()?.read(buf, offset),
         }
     }
@@ -458,6 +569,10 @@ impl DbBackend for MainFile {
     }
 
     fn file_control(&mut self, call: &FileControlCall<'_>) -> c_int {
+        if let (MainFile::Failed(failed), FileControl::Pdb(Some(db))) = (&*self, &call.control) {
+            refusals::note(db.id(), failed.handle, &failed.refusal);
+            return SQLITE_NOTFOUND;
+        }
         if let MainFile::Pending(p) = self {
             if let FileControl::Pdb(db) = call.control {
                 self.decide(db);
@@ -545,7 +660,10 @@ impl DbBackend for MainFile {
             MainFile::Pending(p) => p.file.as_mut().map_or(Ok(()), |f| f.close()),
             MainFile::Store(db) => db.close(),
             MainFile::Plain(db) => db.close(),
-            MainFile::Failed(_) => Ok(()),
+            MainFile::Failed(failed) => {
+                refusals::forget(failed.handle);
+                Ok(())
+            }
         }
     }
 }

@@ -31,6 +31,7 @@ mod connections;
 mod file;
 mod locking;
 mod main_file;
+mod refusals;
 mod registry;
 
 use std::os::unix::ffi::OsStrExt;
@@ -49,6 +50,7 @@ use crate::sys::api::ApiTable;
 pub(crate) use connections::{is_main_database, join_connection, leave_connection, note_locking_mode};
 pub(crate) use file::{StoreDb, StoreOpen};
 pub(crate) use locking::sleep_until_lock_released;
+pub(crate) use refusals::open_refusal;
 pub use registry::store_stats_json;
 pub(crate) use registry::{next_handle, Want};
 
@@ -98,8 +100,9 @@ impl StoreFactory {
 
 pub(crate) fn not_a_store_message(path: &Path, why: &str) -> String {
     format!(
-        "onesync: {} is not a onesync store ({why}); nothing was written to it. \
-         To use a plain SQLite database with vfs=onesync, convert it first: onesync import {} NEW.db",
+        "onesync: {} is not a onesync store ({why}); nothing was written to it. Open a plain \
+         SQLite database without vfs=onesync, or copy it into a store: onesync import {} \
+         NEW.onesync, or VACUUM INTO 'file:NEW.onesync?vfs=onesync'",
         path.display(),
         path.display()
     )

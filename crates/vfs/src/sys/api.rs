@@ -207,6 +207,43 @@ impl ApiTable {
         Some(main.is_null() || main == name.as_ptr())
     }
 
+    /// Whether the VFS called `name` is SQLite's default one now.
+    pub(crate) fn default_vfs_is(&self, name: &CStr) -> bool {
+        // SAFETY: this SQLite's `sqlite3_vfs_find`; null asks for the default, `name` is
+        // NUL-terminated. The pointers are only compared.
+        let (default, named) = unsafe { ((self.vfs_find)(std::ptr::null()), (self.vfs_find)(name.as_ptr())) };
+        !named.is_null() && default == named
+    }
+
+    /// Makes the registered VFS called `name` SQLite's default (`sqlite3_vfs_register` with
+    /// `makeDflt`, which moves a registered VFS to the head of the list). Returns SQLite's
+    /// result code (`SQLITE_ERROR` when no such VFS is registered).
+    pub(crate) fn make_default_vfs(&self, name: &CStr) -> c_int {
+        // SAFETY: this SQLite's `sqlite3_vfs_find`; `name` is NUL-terminated.
+        let vfs = unsafe { (self.vfs_find)(name.as_ptr()) };
+        if vfs.is_null() {
+            return super::ffi::SQLITE_ERROR;
+        }
+        // SAFETY: `vfs` is registered with this SQLite (it just found it) and stays so.
+        unsafe { (self.vfs_register)(vfs, 1) }
+    }
+
+    /// `sqlite3_db_filename(conn, "main")` as a path, if this SQLite has the routine and
+    /// the main database is a file.
+    pub(crate) fn main_db_filename(&self, conn: Connection) -> Option<std::path::PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        let db_filename = self.vtab().and_then(|v| v.db_filename)?;
+        // SAFETY: `conn` is a connection of this SQLite that its caller is being run for
+        // (an auto-extension entry point); the name is NUL-terminated.
+        let main = unsafe { db_filename(conn.as_ptr(), c"main".as_ptr()) };
+        if main.is_null() {
+            return None;
+        }
+        // SAFETY: SQLite returns a NUL-terminated string that lives as long as the connection.
+        let bytes = unsafe { CStr::from_ptr(main) }.to_bytes();
+        (!bytes.is_empty()).then(|| std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+    }
+
     /// Copies `msg` into memory from `sqlite3_malloc`, for an `*pzErrMsg`
     /// out-parameter that SQLite will `sqlite3_free`. Null if unavailable.
     pub(crate) fn sqlite_string(&self, msg: &str) -> *mut c_char {

@@ -7,6 +7,7 @@ use std::ffi::{c_char, c_int, c_void};
 use super::api::ApiTable;
 use super::ffi::{self, sqlite3_api_routines, SQLITE_ERROR, SQLITE_OK_LOAD_PERMANENTLY};
 use super::guard::guard;
+use super::handles::Connection;
 use super::traits::RegisterError;
 use super::vtab::register_mvbt_module;
 
@@ -15,6 +16,17 @@ use super::vtab::register_mvbt_module;
 /// the VFS's function pointers stay valid) appeared in 3.14.0.
 pub const MIN_EXTENSION_SQLITE_VERSION: i32 = 3_014_000;
 
+/// How an entry point loads the extension.
+#[derive(Clone, Copy)]
+struct Load {
+    /// Make `onesync` SQLite's default VFS.
+    make_default: bool,
+    /// Called by `sqlite3_load_extension` (answer `SQLITE_OK_LOAD_PERMANENTLY`, and register
+    /// the per-connection entry point), not as an automatic extension of a connection
+    /// being opened (answer `SQLITE_OK`: anything else fails that open).
+    by_load_extension: bool,
+}
+
 /// The extension entry point. SQLite derives this name from the file name
 /// `libonesync.so` (strip `lib`, take the letters before the first `.`), so
 /// `.load libonesync` finds it without naming it.
@@ -22,8 +34,8 @@ pub const MIN_EXTENSION_SQLITE_VERSION: i32 = 3_014_000;
 /// Registers the `onesync` VFS (not as the default) with the loading SQLite
 /// and the `mvbt` virtual table module on the loading connection and, through
 /// `sqlite3_auto_extension`, on every connection that SQLite opens later (so
-/// the CLI's `.load` then `.open` has it too), and returns
-/// `SQLITE_OK_LOAD_PERMANENTLY`.
+/// the CLI's `.load` then `.open` has it too, and a refused open says why in
+/// `sqlite3_errmsg`), and returns `SQLITE_OK_LOAD_PERMANENTLY`.
 ///
 /// # Safety
 /// Called by SQLite only: `api` is the loading SQLite's routine table, `db`
@@ -35,9 +47,97 @@ pub unsafe extern "C" fn sqlite3_onesync_init(
     err_msg: *mut *mut c_char,
     api: *const sqlite3_api_routines,
 ) -> c_int {
+    let how = Load {
+        make_default: false,
+        by_load_extension: true,
+    };
+    // SAFETY: SQLite's own arguments, passed on.
+    unsafe { load(db, err_msg, api, how) }
+}
+
+/// As [`sqlite3_onesync_init`], and makes `onesync` SQLite's default VFS, so that
+/// applications and drivers that cannot name a VFS (no URI, no `vfs` argument) open
+/// onesync databases: a new database is a store, a store is opened as one, and an existing
+/// file that is not a store (a plain SQLite database) is passed through to the VFS that
+/// was the default before. `.load libonesync sqlite3_onesync_default_init`.
+///
+/// # Safety
+/// As [`sqlite3_onesync_init`].
+#[no_mangle]
+pub unsafe extern "C" fn sqlite3_onesync_default_init(
+    db: *mut c_void,
+    err_msg: *mut *mut c_char,
+    api: *const sqlite3_api_routines,
+) -> c_int {
+    let how = Load {
+        make_default: true,
+        by_load_extension: true,
+    };
+    // SAFETY: SQLite's own arguments, passed on.
+    unsafe { load(db, err_msg, api, how) }
+}
+
+/// The entry point to hand to `sqlite3_auto_extension` (bindings that link SQLite
+/// themselves, or reach it through `ctypes`): SQLite runs it for every connection it opens
+/// from then on. The first run registers the `onesync` VFS (not as the default); each
+/// registers the `mvbt` module on its connection and fails an open this VFS refused with
+/// the reason. Returns `SQLITE_OK` (any other answer fails the open). Open one connection
+/// (`:memory:` will do) before the first one that names `vfs=onesync`: SQLite opens a
+/// connection's main database before it runs automatic extensions.
+///
+/// # Safety
+/// As [`sqlite3_onesync_init`].
+#[no_mangle]
+pub unsafe extern "C" fn sqlite3_onesync_auto_init(
+    db: *mut c_void,
+    err_msg: *mut *mut c_char,
+    api: *const sqlite3_api_routines,
+) -> c_int {
+    let how = Load {
+        make_default: false,
+        by_load_extension: false,
+    };
+    // SAFETY: SQLite's own arguments, passed on.
+    unsafe { load(db, err_msg, api, how) }
+}
+
+/// As [`sqlite3_onesync_auto_init`], and the first run makes `onesync` the default VFS (see
+/// [`sqlite3_onesync_default_init`]).
+///
+/// # Safety
+/// As [`sqlite3_onesync_init`].
+#[no_mangle]
+pub unsafe extern "C" fn sqlite3_onesync_default_auto_init(
+    db: *mut c_void,
+    err_msg: *mut *mut c_char,
+    api: *const sqlite3_api_routines,
+) -> c_int {
+    let how = Load {
+        make_default: true,
+        by_load_extension: false,
+    };
+    // SAFETY: SQLite's own arguments, passed on.
+    unsafe { load(db, err_msg, api, how) }
+}
+
+/// Whether an entry point made `onesync` the default already (once: an application that
+/// chose another default afterwards keeps it).
+static MADE_DEFAULT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// What every entry point does.
+///
+/// # Safety
+/// As [`sqlite3_onesync_init`].
+unsafe fn load(
+    db: *mut c_void,
+    err_msg: *mut *mut c_char,
+    api: *const sqlite3_api_routines,
+    how: Load,
+) -> c_int {
     guard(SQLITE_ERROR, || {
         // SAFETY: SQLite passes its own routine table (or null, handled).
         let Some(table) = (unsafe { ApiTable::from_routines(api) }) else {
+            // SQLite built without extension loading hands an automatic extension no table.
             return SQLITE_ERROR;
         };
         let fail = |code: c_int, msg: &str| {
@@ -57,17 +157,27 @@ pub unsafe extern "C" fn sqlite3_onesync_init(
         if let Err(e) = crate::register_static(&table) {
             return fail(e.code, &e.to_string());
         }
+        if how.make_default && !MADE_DEFAULT.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let rc = table.make_default_vfs(c"onesync");
+            if rc != ffi::SQLITE_OK {
+                return fail(rc, "onesync: could not make onesync the default VFS");
+            }
+        }
+        if !how.by_load_extension {
+            // SAFETY: SQLite's arguments, with its own table.
+            return unsafe { register_on_new_connection(&table, db, err_msg) };
+        }
         if !db.is_null() && table.vtab().is_some() {
             // SAFETY: `db` is the connection loading us, of the SQLite behind `table`.
             if let Err(e) = unsafe { register_mvbt_module(db, &table) } {
                 return fail(e.code, &e.to_string());
             }
-            if let Some(auto_extension) = table.auto_extension {
-                // SAFETY: this SQLite's `sqlite3_auto_extension`, given an entry
-                // point with the signature SQLite calls it with; the library stays
-                // loaded (SQLITE_OK_LOAD_PERMANENTLY). Registering twice is a no-op.
-                unsafe { auto_extension(onesync_connection_init as *const c_void) };
-            }
+        }
+        if let Some(auto_extension) = table.auto_extension {
+            // SAFETY: this SQLite's `sqlite3_auto_extension`, given an entry
+            // point with the signature SQLite calls it with; the library stays
+            // loaded (SQLITE_OK_LOAD_PERMANENTLY). Registering twice is a no-op.
+            unsafe { auto_extension(onesync_connection_init as *const c_void) };
         }
         SQLITE_OK_LOAD_PERMANENTLY
     })
@@ -127,14 +237,25 @@ unsafe extern "C" fn host_connection_init(
     })
 }
 
-/// Registers the `mvbt` module on the connection `db` that SQLite is opening (nothing when
-/// `db` is null or `table` lacks the virtual table routines); an error goes to `err_msg`.
+/// Run as SQLite opens connection `db`: fails the open if this VFS refused its main
+/// database (the reason to `err_msg`), and registers the `mvbt` module there (nothing
+/// when `db` is null or `table` lacks the virtual table routines).
 ///
 /// # Safety
 /// `db` is null or a connection of the SQLite behind `table`; `err_msg` is null or SQLite's
 /// out-pointer for a message.
 unsafe fn register_on_new_connection(table: &ApiTable, db: *mut c_void, err_msg: *mut *mut c_char) -> c_int {
-    if db.is_null() || table.vtab().is_none() {
+    if db.is_null() {
+        return ffi::SQLITE_OK;
+    }
+    if let Some((code, message)) = crate::store_db::open_refusal(table, Connection::new(db)) {
+        // SAFETY: `err_msg` is null or SQLite's out-pointer for the message.
+        if let Some(out) = unsafe { err_msg.as_mut() } {
+            *out = table.sqlite_string(&message);
+        }
+        return code;
+    }
+    if table.vtab().is_none() {
         return ffi::SQLITE_OK;
     }
     // SAFETY: the caller's contract.
