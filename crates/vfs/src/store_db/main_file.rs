@@ -314,14 +314,19 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     };
     // `onesync_sync_interval_ms=N`: the store's background flush interval
     // (synchronous=NORMAL), as `PRAGMA onesync_sync_interval_ms` sets it.
-    let refused = |refusal: Refusal| Opened {
-        backend: Box::new(MainFile::Failed(Failed::new(refusal))),
-        out_flags: r.flags,
+    let refused = |refusal: Refusal| -> IoResult<Opened> {
+        if !refusals::told_at_open(&refusal) {
+            return Err(refusal.code);
+        }
+        Ok(Opened {
+            backend: Box::new(MainFile::Failed(Failed::new(refusal))),
+            out_flags: r.flags,
+        })
     };
     // `onesync_sync_interval_ms=N`: the store's background flush interval
     // (synchronous=NORMAL), as `PRAGMA onesync_sync_interval_ms` sets it.
     let sync_interval = match param(c"onesync_sync_interval_ms").map(|v| parse_sync_interval(&v)) {
-        Some(Err(msg)) => return Ok(refused(r.refuse((SQLITE_CANTOPEN, msg)))),
+        Some(Err(msg)) => return refused(r.refuse((SQLITE_CANTOPEN, msg))),
         Some(Ok(interval)) => Some(interval),
         None => None,
     };
@@ -336,7 +341,7 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     };
     let store = |result: Result<(StoreDb, c_int), (c_int, String)>| match result {
         Ok((db, flags)) => Ok(opened(MainFile::Store(db), flags)),
-        Err(e) => Ok(refused(r.refuse(e))),
+        Err(e) => refused(r.refuse(e)),
     };
     let plain = || -> IoResult<Opened> {
         let (db, flags) = r.plain()?;
@@ -369,9 +374,7 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     let by_default = !explicit && factory.api.default_vfs_is(c"onesync");
     match probe {
         Probe::Store => store(r.store()),
-        Probe::Missing if explicit && (!r.create() || !parent_exists(&r.path)) => {
-            Ok(refused(r.refuse_missing()))
-        }
+        Probe::Missing if explicit && (!r.create() || !parent_exists(&r.path)) => refused(r.refuse_missing()),
         // Fails as stock SQLite does (a database that is not to be a store).
         Probe::Missing if !r.create() => plain(),
         Probe::Missing if explicit => store(r.store()),
@@ -379,7 +382,7 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         // as asked, or as stock SQLite falls back to.
         Probe::Empty if r.read_only() || !writable(&r.path) => plain(),
         Probe::Empty if explicit => store(r.store_from_empty()),
-        Probe::Sqlite | Probe::Other | Probe::Directory if explicit => Ok(refused(r.refuse_content(probe))),
+        Probe::Sqlite | Probe::Other | Probe::Directory if explicit => refused(r.refuse_content(probe)),
         Probe::Sqlite | Probe::Other | Probe::Directory if by_default => plain(),
         // Stock SQLite refuses it at open, with its own code.
         Probe::Directory => plain(),

@@ -8,7 +8,9 @@
 //! (`sqlite3_auto_extension`), which SQLite runs at the end of `sqlite3_open_v2`, then
 //! fails the open with that code and the message: "automatic extension loading failed:
 //! onesync: ...". Where no such entry point runs (an ATTACH, a host that registered only
-//! the VFS), the first use fails with the same code, and `sqlite3_log` has the message.
+//! the VFS), the first use fails with the same code, and `sqlite3_log` has the message. A
+//! process where no per-connection entry point was ever registered (a host that registered
+//! only the VFS) gets the refusals told at open as failed `xOpen`s instead, as before.
 //!
 //! When the refusal is told, as stock SQLite would give its code:
 //! - [`When::AtOpen`]: what stock SQLite also refuses at open (a missing directory or a
@@ -23,6 +25,7 @@
 use std::ffi::c_int;
 use std::io::Read;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use onesync_store::layout::MAGIC;
@@ -48,6 +51,21 @@ pub(crate) struct Refusal {
     pub(crate) code: c_int,
     pub(crate) message: String,
     pub(crate) when: When,
+}
+
+/// Whether a per-connection entry point that reports refusals was registered in this
+/// process.
+static HOOKED: AtomicBool = AtomicBool::new(false);
+
+/// A per-connection entry point that calls [`open_refusal`] is registered.
+pub(crate) fn note_hook_registered() {
+    HOOKED.store(true, Ordering::Relaxed);
+}
+
+/// Whether a refusal made at `xOpen` can be told by the per-connection entry point (else
+/// `xOpen` fails with its code).
+pub(crate) fn told_at_open(refusal: &Refusal) -> bool {
+    refusal.when == When::AtFirstUse || HOOKED.load(Ordering::Relaxed)
 }
 
 struct Noted {

@@ -164,6 +164,7 @@ unsafe fn load(
             }
         }
         if !how.by_load_extension {
+            crate::store_db::note_hook_registered();
             // SAFETY: SQLite's arguments, with its own table.
             return unsafe { register_on_new_connection(&table, db, err_msg) };
         }
@@ -178,6 +179,7 @@ unsafe fn load(
             // point with the signature SQLite calls it with; the library stays
             // loaded (SQLITE_OK_LOAD_PERMANENTLY). Registering twice is a no-op.
             unsafe { auto_extension(onesync_connection_init as *const c_void) };
+            crate::store_db::note_hook_registered();
         }
         SQLITE_OK_LOAD_PERMANENTLY
     })
@@ -214,6 +216,7 @@ pub fn register_mvbt_for_new_connections(api: &ApiTable) -> Result<(), RegisterE
             message: format!("sqlite3_auto_extension failed ({code})"),
         });
     }
+    crate::store_db::note_hook_registered();
     Ok(())
 }
 
