@@ -49,3 +49,15 @@ pub use vfs::{
 pub(crate) fn register_modules(target: &sys::vtab::ModuleTarget<'_>) -> Result<(), RegisterError> {
     target.register::<mvbt_vtab::MvbtTable>(MVBT_MODULE_NAME)
 }
+
+/// The composition root's half of a connection being opened: the code and message to fail
+/// it with, if the store backend refused its main database (`store_db/refusals.rs`). `sys`
+/// calls this instead of naming the backend.
+pub(crate) fn open_refusal(api: &ApiTable, db: backend::Connection) -> Option<(std::ffi::c_int, String)> {
+    store_db::open_refusal(api, db)
+}
+
+/// A per-connection entry point that calls [`open_refusal`] is registered in this process.
+pub(crate) fn note_refusal_hook_registered() {
+    store_db::note_hook_registered()
+}

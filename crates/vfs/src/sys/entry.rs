@@ -164,7 +164,7 @@ unsafe fn load(
             }
         }
         if !how.by_load_extension {
-            crate::store_db::note_hook_registered();
+            crate::note_refusal_hook_registered();
             // SAFETY: SQLite's arguments, with its own table.
             return unsafe { register_on_new_connection(&table, db, err_msg) };
         }
@@ -179,7 +179,7 @@ unsafe fn load(
             // point with the signature SQLite calls it with; the library stays
             // loaded (SQLITE_OK_LOAD_PERMANENTLY). Registering twice is a no-op.
             unsafe { auto_extension(onesync_connection_init as *const c_void) };
-            crate::store_db::note_hook_registered();
+            crate::note_refusal_hook_registered();
         }
         SQLITE_OK_LOAD_PERMANENTLY
     })
@@ -216,7 +216,7 @@ pub fn register_mvbt_for_new_connections(api: &ApiTable) -> Result<(), RegisterE
             message: format!("sqlite3_auto_extension failed ({code})"),
         });
     }
-    crate::store_db::note_hook_registered();
+    crate::note_refusal_hook_registered();
     Ok(())
 }
 
@@ -251,7 +251,7 @@ unsafe fn register_on_new_connection(table: &ApiTable, db: *mut c_void, err_msg:
     if db.is_null() {
         return ffi::SQLITE_OK;
     }
-    if let Some((code, message)) = crate::store_db::open_refusal(table, Connection::new(db)) {
+    if let Some((code, message)) = crate::open_refusal(table, Connection::new(db)) {
         // SAFETY: `err_msg` is null or SQLite's out-pointer for the message.
         if let Some(out) = unsafe { err_msg.as_mut() } {
             *out = table.sqlite_string(&message);
