@@ -149,3 +149,37 @@ fn refused_opens_write_only_the_applications_error_to_stderr() {
         assert!(err.contains(says), "{db:?}:\n{err}");
     }
 }
+
+#[test]
+fn a_uri_passed_as_a_file_name_is_refused_not_created() {
+    if !have("python3", &["-c", "import apsw"]) {
+        eprintln!("SKIPPED: python3 with apsw not installed (pip install apsw)");
+        return;
+    }
+    // apsw opens without SQLITE_OPEN_URI unless asked: the URI arrives as a file name.
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        r#"
+import apsw, os
+os.chdir({dir:?})
+c = apsw.Connection(":memory:"); c.enable_load_extension(True)
+c.load_extension({lib:?}, "sqlite3_onesync_default_init")
+try:
+    apsw.Connection("file:x.onesync?vfs=onesync").execute("SELECT 1").fetchall()
+    print("opened")
+except apsw.CantOpenError as e:
+    print("refused:", e)
+print(sorted(os.listdir(".")))
+"#,
+        dir = dir.path().display().to_string(),
+        lib = cdylib().display().to_string(),
+    );
+    let out = Command::new("python3").arg("-c").arg(script).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("refused:") && stdout.contains("looks like a URI"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.trim_end().ends_with("[]"), "nothing created: {stdout}");
+}

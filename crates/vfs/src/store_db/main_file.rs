@@ -368,6 +368,17 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         };
         return Ok(opened(MainFile::Store(db), flags));
     }
+    if !explicit && looks_like_an_unparsed_uri(&r.path) && probe(&r.path) == Probe::Missing {
+        return refused(r.refuse((
+            SQLITE_CANTOPEN,
+            format!(
+                "onesync: {} looks like a URI, but SQLite was not asked to read URIs, so it \
+                 would be a file of that name: open it with SQLITE_OPEN_URI (or a SQLite built \
+                 with SQLITE_USE_URI=1), or name the VFS in the open call",
+                r.path.display()
+            ),
+        )));
+    }
     let probe = probe(&r.path);
     // Chosen as SQLite's default VFS rather than named: files that are not stores stay
     // what they are.
@@ -407,6 +418,14 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
             ))
         }
     }
+}
+
+/// A name whose last part begins `file:` and carries `?`: a URI that SQLite passed on as a
+/// file name (its caller did not enable URIs).
+fn looks_like_an_unparsed_uri(path: &Path) -> bool {
+    let whole = path.as_os_str().as_bytes();
+    let last = whole.rsplit(|&b| b == b'/').next().unwrap_or(whole);
+    whole.windows(5).any(|w| w == b"file:") && last.contains(&b'?')
 }
 
 fn parent_exists(path: &Path) -> bool {
