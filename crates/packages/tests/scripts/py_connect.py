@@ -1,7 +1,8 @@
 """Run by tests/python.rs in a fresh venv with the wheel installed: onesync.connect on a
 path that needs percent-encoding commits, reopens and reads back; the store's counters
-show the commits; a plain SQLite file is refused and left as it was. Argument: a scratch
-directory."""
+show the commits; a plain SQLite file is refused and left as it was; load(default=True)
+where sqlite3 cannot load extensions (through sqlite3_auto_extension) makes new files
+stores and leaves plain ones plain. Argument: a scratch directory."""
 
 import json
 import os
@@ -53,4 +54,17 @@ except sqlite3.DatabaseError as e:
 else:
     sys.exit("onesync.connect opened a plain SQLite database")
 assert open(plain, "rb").read() == before, "the refused plain file was changed"
+
+onesync.load(sqlite3.connect(":memory:"), default=True)
+fresh = os.path.join(scratch, "by-default.onesync")
+db = sqlite3.connect(fresh)  # no URI: onesync is the default VFS now
+with db:
+    db.execute("CREATE TABLE t(v)")
+db.close()
+with open(fresh, "rb") as f:
+    assert f.read(16) == onesync.STORE_MAGIC, "a new file did not become a store"
+p = sqlite3.connect(plain)  # an existing plain file still opens as one
+assert p.execute("SELECT count(*) FROM x").fetchone() == (0,)
+p.close()
+assert open(plain, "rb").read() == before
 print("connect: ok")
