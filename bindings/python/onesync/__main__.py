@@ -1,0 +1,6 @@
+"""python -m onesync: the onesync command."""
+import sys
+
+from onesync._cli import main
+
+sys.exit(main())
