@@ -58,7 +58,22 @@ fn npm_tarball_with_better_sqlite3() {
         install.1.starts_with("npm install"),
         "the README's first block installs: {install:?}"
     );
-    let npm_env = [("npm_config_audit", "false"), ("npm_config_fund", "false")];
+    // better-sqlite3 compiles against Node's headers: node-gyp would download them, which
+    // this machine cannot; the distribution's are used where it ships them.
+    let nodedir = ["/usr/include/node/node.h", "/usr/local/include/node/node.h"]
+        .iter()
+        .find(|h| Path::new(h).exists())
+        .map(|h| {
+            if h.starts_with("/usr/local") {
+                "/usr/local"
+            } else {
+                "/usr"
+            }
+        });
+    let mut npm_env = vec![("npm_config_audit", "false"), ("npm_config_fund", "false")];
+    if let Some(dir) = nodedir {
+        npm_env.push(("npm_config_nodedir", dir));
+    }
     run_sh_block(&install.1, &project, None, &npm_env);
 
     run(node(&project).args([
