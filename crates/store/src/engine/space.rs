@@ -182,8 +182,8 @@ impl Shared {
     }
 
     /// Reserve a run for the records and pages that follow: a full window if one is free,
-    /// else the largest free run of at least `min` slots, else make room (a checkpoint on a
-    /// large file, else growth) and take one.
+    /// else the largest free run of at least `min` slots, else make room (a checkpoint on
+    /// a large file, else growth) and take one.
     pub(super) fn new_window(&self, meta: &mut Meta, min: u64) -> Result<(u64, u64)> {
         let want = self.opts.window_slots(self.space_base(meta)).max(min);
         let take = |meta: &mut Meta| {
