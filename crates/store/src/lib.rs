@@ -12,8 +12,9 @@
 //! chain through the slots, starting from the last *mapping checkpoint*; recovery follows it
 //! and stops at the first record that is missing, torn, out of sequence, off the chain, or
 //! whose pages do not match their checksums. Checkpoints, taken every `checkpoint_interval`
-//! commits, write the mapping table only; no data page is ever copied. The file is
-//! preallocated by writing and grows in large steps, so a commit's flush journals no
+//! commits, write the mapping table only; no data page is ever copied. The file starts
+//! small (256 KiB of slots) and grows ahead of the commits in steps of zeros written and
+//! flushed (a quarter of itself, 256 KiB to 64 MiB), so a commit's flush journals no
 //! filesystem metadata.
 //!
 //! Small changes (SQLite's change counter on page 1, say) are carried in the commit record as

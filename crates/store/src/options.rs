@@ -14,16 +14,26 @@ pub struct Options {
     /// Bytes of commit records since the last checkpoint that force a checkpoint: bounds
     /// the work (and time) of recovery.
     pub log_capacity: u64,
-    /// Bytes of page slots written at creation, so that commits do not grow the file.
+    /// Bytes of page slots written at creation: a new store is this small (plus its header
+    /// and the first checkpoint), and grows in steps as commits need room.
     pub initial_capacity: u64,
-    /// The file grows by at least this many bytes at a time (and at least by 1/8 of itself).
+    /// The smallest growth step in bytes. The file grows by a quarter of the slots this
+    /// process allocates from (the whole file, or what a process that joined others grew
+    /// itself), at least this and at most `max_growth_step` (more only if one allocation
+    /// needs more). Each step writes zeros and flushes once, before any commit uses it.
     pub growth_step: u64,
+    /// The largest growth step in bytes. Below this size a process grows the file rather
+    /// than checkpoint early to reuse slots (small steps are cheap, and checkpoints stay as
+    /// rare as `checkpoint_interval` makes them); from it on, a checkpoint that frees slots
+    /// comes before a step this large.
+    pub max_growth_step: u64,
     /// A page write that changes at most this many bytes of the page (accumulated since the
     /// page was last written whole) is carried in the commit record instead of a new slot.
     /// 0 turns this off.
     pub embed_limit: usize,
     /// Bytes reserved ahead of the commit chain, so that consecutive commits land next to
-    /// each other (each commit is then one contiguous write).
+    /// each other (each commit is then one contiguous write). A window takes at most a
+    /// quarter of the slots the process allocates from, so a small store stays small.
     pub window_bytes: u64,
     /// How long a commit shown before it is durable (`PendingCommit::show`: SQLite's
     /// `synchronous=NORMAL`/`OFF`) waits at most for the background flush that makes it
@@ -59,18 +69,29 @@ pub enum Sabotage {
     /// Flushes skip the device flush but still count their commits durable: commits shown
     /// undurable (`synchronous=NORMAL`/`OFF`) and reported durable are lost at a power cut.
     SkippedFlush,
+    /// Growing hands out the new slots without writing zeros or flushing, as if the file
+    /// were extended by the commits' own writes: each such commit's flush then carries a
+    /// change of the file's length (filesystem metadata), and a record whose reserved
+    /// window reaches past the file's end is dropped by recovery.
+    LazyGrowth,
+    /// A growth step whose flush fails returns the error without poisoning the store: the
+    /// kernel may have dropped other commits' unflushed pages with that failure and reports
+    /// it only once, so the next flush succeeds and calls those commits durable.
+    GrowthFlushFailureIgnored,
 }
 
 impl Sabotage {
     /// The environment variable crash tests set in the processes they start.
     pub const ENV: &'static str = "ONESYNC_SABOTAGE";
 
-    /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`, `skipped-flush`), if
-    /// any.
+    /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`, `skipped-flush`,
+    /// `lazy-growth`, `growth-flush-failure-ignored`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
             Ok("skipped-flush") => Some(Sabotage::SkippedFlush),
+            Ok("lazy-growth") => Some(Sabotage::LazyGrowth),
+            Ok("growth-flush-failure-ignored") => Some(Sabotage::GrowthFlushFailureIgnored),
             _ => None,
         }
     }
@@ -82,8 +103,11 @@ impl Default for Options {
             page_size: 4096,
             checkpoint_interval: 1000,
             log_capacity: 64 << 20,
-            initial_capacity: 64 << 20,
-            growth_step: 64 << 20,
+            // Two rows of SQLite fit in a few slots: a new store is about 256 KiB and grows
+            // a quarter at a time, from 256 KiB steps up to 64 MiB ones.
+            initial_capacity: 256 << 10,
+            growth_step: 256 << 10,
+            max_growth_step: 64 << 20,
             embed_limit: 64,
             window_bytes: 1 << 20,
             // WAL at NORMAL is durable only at its checkpoints; 20 ms bounds the window
@@ -117,6 +141,8 @@ pub struct Stats {
     pub write_calls: u64,
     /// Bytes of zeros written to grow the file.
     pub bytes_preallocated: u64,
+    /// Times the file grew (each wrote zeros and flushed once).
+    pub growths: u64,
     /// Calls to fdatasync (or the I/O layer's equivalent).
     pub flushes: u64,
     /// Microseconds spent in group-commit flushes, all together.
@@ -133,10 +159,35 @@ pub struct Stats {
     pub slots_free: u64,
 }
 
+/// A process grows the file by this fraction (1/N) of the slots it allocates from.
+pub(crate) const GROWTH_DIVISOR: u64 = 4;
+/// A window ahead of the chain takes at most this fraction (1/N) of those slots.
+pub(crate) const WINDOW_DIVISOR: u64 = 4;
+/// The smallest growth in slots, whatever the options say.
+const MIN_GROWTH_SLOTS: u64 = 16;
+
 impl Options {
-    /// Slots reserved ahead of the commit chain at a time.
-    pub(crate) fn window_slots(&self) -> u64 {
-        (self.window_bytes / self.page_size as u64).max(2)
+    /// Slots reserved ahead of the commit chain at a time, for a process allocating from
+    /// `base` slots: `window_bytes`, but at most a quarter of `base` (at least 2).
+    pub(crate) fn window_slots(&self, base: u64) -> u64 {
+        (self.window_bytes / self.page_size as u64)
+            .min(base / WINDOW_DIVISOR)
+            .max(2)
+    }
+
+    /// Slots to add to a file when a process allocating from `base` slots needs `at_least`
+    /// more: a quarter of `base`, within the smallest and largest step, and `at_least`.
+    pub(crate) fn growth_slots(&self, base: u64, at_least: u64) -> u64 {
+        let page_size = self.page_size as u64;
+        let smallest = (self.growth_step / page_size).max(MIN_GROWTH_SLOTS);
+        let largest = (self.max_growth_step / page_size).max(smallest);
+        (base / GROWTH_DIVISOR).clamp(smallest, largest).max(at_least)
+    }
+
+    /// Whether a process allocating from `base` slots checkpoints to reuse slots before it
+    /// grows the file (see `max_growth_step`).
+    pub(crate) fn reclaims_before_growing(&self, base: u64) -> bool {
+        base >= self.max_growth_step / self.page_size as u64
     }
 
     pub(crate) fn validate(&self) -> Result<()> {

@@ -8,7 +8,8 @@
 //! * `INIT` (exclusive) is held while a read-write process opens or closes the store;
 //!   `OPEN` is held shared by every read-write process that has it open. The first one (it
 //!   gets `OPEN` exclusively) runs full recovery and owns every free slot; later ones join:
-//!   they read the chain and own no free slot until they grow the file.
+//!   they read the chain and own no free slot until they grow the file (by a step sized
+//!   on what they grew themselves, 256 KiB at first by default, not on the whole file).
 //! * `WRITE` (exclusive) is held by the process sequencing and writing commits. Taking it, a
 //!   process first catches up with the chain, reading the header and the record at the
 //!   chain's head from the store file itself (never trusting the side file alone: a process

@@ -33,6 +33,9 @@ struct SimState {
     failing_syncs: u32,
     syncs: u64,
     writes: u64,
+    /// The medium's length as of the last successful flush.
+    flushed_len: u64,
+    syncs_of_new_length: u64,
 }
 
 /// What happened to one unflushed write at a power cut.
@@ -59,6 +62,7 @@ impl SimDisk {
         {
             let mut s = disk.lock();
             s.current = image.clone();
+            s.flushed_len = image.len() as u64;
             s.durable = image;
         }
         disk
@@ -99,6 +103,13 @@ impl SimDisk {
     /// Successful writes so far.
     pub fn writes(&self) -> u64 {
         self.lock().writes
+    }
+
+    /// Successful flushes that made a longer medium durable. On a real file system each
+    /// of them journals the file's new length (filesystem metadata: another device write
+    /// and flush), so a store's commits must never be among them.
+    pub fn syncs_of_new_length(&self) -> u64 {
+        self.lock().syncs_of_new_length
     }
 
     /// Make writes that would grow the medium past `bytes` fail with ENOSPC.
@@ -249,6 +260,10 @@ impl StorageIo for SimDisk {
             write_into(&mut s.durable, offset, &data);
         }
         s.syncs += 1;
+        if s.current.len() as u64 > s.flushed_len {
+            s.syncs_of_new_length += 1;
+            s.flushed_len = s.current.len() as u64;
+        }
         Ok(())
     }
 

@@ -176,10 +176,13 @@ impl Store {
             return Err(Error::InvalidArgument("the medium is not empty".into()));
         }
         let page_size = opts.page_size as u64;
-        let window = opts.window_slots();
         let (blob, blob_crc) = State::default().encode_checkpoint();
         let blob_slots = (blob.len() as u64).div_ceil(page_size).max(1);
-        let capacity = (opts.initial_capacity / page_size).max(blob_slots + window + 16);
+        // Small: the first window is a share of the first slots, and the file grows in
+        // steps as commits need room (`Options::growth_step`).
+        let initial = (opts.initial_capacity / page_size).max(blob_slots + 2 + 16);
+        let window = opts.window_slots(initial);
+        let capacity = initial.max(blob_slots + window + 16);
         // Preallocate by writing: commits into written extents change no filesystem metadata.
         write_zeros(io.as_ref(), 0, slot_offset(capacity, page_size))?;
         io.write_at(&blob, slot_offset(0, page_size))

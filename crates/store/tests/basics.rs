@@ -198,8 +198,9 @@ fn small_windows_make_commits_jump_and_still_recover() {
     t.commit().unwrap();
     for i in 0..200u32 {
         let mut t = store.begin();
-        // Every tenth commit maps 40 pages: its record spans several slots.
-        let pages = if i % 10 == 0 { 40 } else { (i % 5) as u64 };
+        // Every tenth commit maps 200 pages: its record spans more slots than the
+        // window the commit before it left, so it jumps.
+        let pages = if i % 10 == 0 { 200 } else { (i % 5) as u64 };
         for p in 0..pages {
             t.write_page(f, p, &page((i + p as u32) as u8, 512)).unwrap();
         }

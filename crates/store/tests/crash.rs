@@ -273,6 +273,9 @@ fn options(rng: &mut StdRng) -> Options {
         log_capacity: [4096, 16384][rng.random_range(0..2)],
         initial_capacity: 64 * 1024,
         growth_step: 32 * 1024,
+        // Small: a checkpoint that frees slots comes before growing (the path a large
+        // store takes); large: the store grows in steps instead.
+        max_growth_step: [32 * 1024, 64 << 20][rng.random_range(0..2)],
         embed_limit: [0, 64][rng.random_range(0..2)],
         // Small windows make commits jump and spill pages out of line; large ones don't.
         window_bytes: [1024, 4096, 1 << 20][rng.random_range(0..3)],

@@ -18,6 +18,9 @@ fn opts() -> Options {
         page_size: PS as u32,
         initial_capacity: 64 << 10,
         growth_step: 32 << 10,
+        // The first process (64 KiB of slots) checkpoints to reuse slots before it grows;
+        // one that joined grows its own few slots in small steps.
+        max_growth_step: 64 << 10,
         log_capacity: 16 << 10,
         window_bytes: 8 << 10,
         checkpoint_interval: 7,

@@ -49,6 +49,36 @@ fn loads_into_the_system_sqlite3_cli() {
     assert_eq!(left, ["x.db"]);
 }
 
+/// A store made by stock SQLite through the VFS for two rows is at most 1 MiB on disk (its
+/// length and its allocated blocks): the store starts small and grows in steps (issue 18).
+#[test]
+fn a_new_store_of_two_rows_takes_at_most_a_mebibyte() {
+    use std::os::unix::fs::MetadataExt;
+    if !have("sqlite3", &["--version"]) {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.onesync");
+    let script = format!(
+        ".load {lib}\n\
+         .open 'file:{db}?vfs=onesync'\n\
+         CREATE TABLE t(x);\n\
+         INSERT INTO t VALUES (1), (2);\n",
+        lib = cdylib().with_extension("").display(),
+        db = db.display(),
+    );
+    common::sqlite3_script(&script);
+    let meta = std::fs::metadata(&db).unwrap();
+    let on_disk = meta.len().max(meta.blocks() * 512);
+    assert!(
+        on_disk <= 1 << 20,
+        "{} bytes long, {} bytes allocated",
+        meta.len(),
+        meta.blocks() * 512
+    );
+}
+
 #[test]
 fn loads_into_apsw_bundled_sqlite() {
     if !have("python3", &["-c", "import apsw"]) {

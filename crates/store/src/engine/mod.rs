@@ -56,6 +56,12 @@
 //! 10. **Snapshots are counted.** `meta.snapshots` holds a count above zero for each
 //!     sequence number some live snapshot (or transaction base) shows, never past `state`.
 //!     Checked.
+//! 11. **Every slot handed out is inside the file's flushed length.** The allocator's
+//!     capacity grows only after a growth step's zeros are written and flushed (`grow`),
+//!     so no commit's write extends the file or lands in a never-written extent, and its
+//!     one flush carries no filesystem metadata. Steps are geometric (a quarter of the slots
+//!     the process allocates from, `Options::growth_step` to `max_growth_step`), so growth
+//!     flushes are few (about a dozen to reach 8 MiB). Kept by `grow_holding_writer`.
 //!
 //! # Locks
 //!
@@ -87,7 +93,8 @@
 //! |---|---|---|
 //! | `checkpoint_locked` | `meta` throughout (+ a writer claim); `flush` briefly | waits for every sequenced commit to be written, flushes them, writes the mapping and one header copy, flushes, the other copy, flushes; `awaiting_checkpoint` → `awaiting_readers`; frees what no reader needs |
 //! | `register_snapshot` / `forget_snapshot` | `meta` | `snapshots` count, the published pin; dropping the last snapshot of a seq frees slots only it held |
-//! | `alloc_slot` / `grow` / `reclaim` | `meta` (+ a writer claim to grow) | the allocator; growing writes zeros and flushes the new length |
+//! | `alloc_slot` / `new_window` / `make_room` | `meta` | the allocator; out of room, `make_room` checkpoints first on a file of `max_growth_step` or more (`reclaim`), else grows, and checkpoints after all if the medium is full |
+//! | `grow` | `meta` + a writer claim; none released during the zeros and the flush | zeros written past the file's end (where nothing lives), flushed, and only then `alloc.grow`, `grown_here`: a cut before the flush ends leaves slots nobody was given |
 //! | `close` | `INIT` (shared), then `meta` + a writer claim | a final checkpoint by the last read-write process |
 //!
 //! Module map: `sequence.rs` gives a commit its place; `space.rs` slots, windows, growth
@@ -133,6 +140,7 @@ struct Counters {
     pub bytes_written: AtomicU64,
     pub write_calls: AtomicU64,
     pub bytes_preallocated: AtomicU64,
+    pub growths: AtomicU64,
     pub flushes: AtomicU64,
     pub flush_micros: AtomicU64,
     pub checkpoints: AtomicU64,
@@ -227,6 +235,8 @@ pub(crate) struct Meta {
     /// Every free slot of the file is this process's to allocate (it opened the store
     /// first, or alone); a process that joined others owns only what it grew.
     pub owns_all_slots: bool,
+    /// Slots this process added to the file since it opened it.
+    pub grown_here: u64,
 }
 
 /// Group-commit state: which records are written, which are durable, who is flushing.
@@ -367,6 +377,7 @@ impl Shared {
             commits_since_checkpoint: recovered.records_replayed,
             log_bytes_since_checkpoint: recovered.log_bytes,
             owns_all_slots: !joined,
+            grown_here: 0,
             // A read-only process arrives pinning everything (see `Sharing::arrive`).
             pin: if sharing.as_ref().is_some_and(|s| s.read_only()) {
                 0
@@ -465,6 +476,7 @@ impl Shared {
             bytes_written: get(&c.bytes_written),
             write_calls: get(&c.write_calls),
             bytes_preallocated: get(&c.bytes_preallocated),
+            growths: get(&c.growths),
             flushes: get(&c.flushes),
             flush_micros: get(&c.flush_micros),
             checkpoints: get(&c.checkpoints),

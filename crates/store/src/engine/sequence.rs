@@ -84,12 +84,27 @@ impl Shared {
             };
             let contiguous = page_slots.first() == Some(&(start + record_slots));
             let new_head = start + record_slots + if contiguous { pages } else { 0 };
-            let (next_slot, next_end) = if new_head < end {
+            // The next commit starts where this one ends only if one like it (or a record
+            // and one page, the most common commit) fits there in one write: a record and
+            // its pages need one slot more than they take, see above. Else it starts at a
+            // new window, so that it need not split into two writes. In a store with little
+            // free room the windows are holes between live pages, and this keeps the commit
+            // at each hole's end one write.
+            let like_this = (record_slots + pages).max(2) + 1;
+            let left = end.saturating_sub(new_head);
+            let (next_slot, next_end) = if left >= like_this {
                 (new_head, end)
             } else {
-                let (s, e) = self.new_window(meta, 1)?;
-                taken.push((s, e - s));
-                (s, e)
+                let window = match self.new_window(meta, like_this) {
+                    // A full medium: what is left of this window, or any free slot.
+                    Err(Error::NoSpace) if left > 0 => Ok((new_head, end)),
+                    Err(Error::NoSpace) => self.new_window(meta, 1),
+                    window => window,
+                }?;
+                if window.0 != new_head {
+                    taken.push((window.0, window.1 - window.0));
+                }
+                window
             };
             Ok(Placement {
                 start,

@@ -6,6 +6,7 @@ use super::{bump, Meta, Shared};
 use crate::error::{Error, Result};
 use crate::format::{slot_offset, MAX_CHECKPOINT_EXTENTS, SLOT_BASE};
 use crate::io::StorageIo;
+use crate::options::Sabotage;
 use crate::recovery::recover;
 use crate::sharing::NO_PIN;
 
@@ -84,14 +85,46 @@ impl Shared {
         8 + (pages * 24).div_ceil(self.page_size)
     }
 
+    /// The slots this process allocates from, against which growth steps and windows are
+    /// measured: the whole file when it owns every free slot, else only what it grew itself
+    /// (a process that joined others would otherwise grow by a share of their file).
+    fn space_base(&self, meta: &Meta) -> u64 {
+        if meta.owns_all_slots {
+            meta.alloc.capacity()
+        } else {
+            meta.grown_here
+        }
+    }
+
+    /// Make room for `at_least` more slots: on a large file a checkpoint that frees
+    /// superseded slots comes first (`Options::reclaims_before_growing`), then the file
+    /// grows; when the medium is full, a checkpoint is tried after all. `fits` says whether
+    /// what a checkpoint freed will do.
+    fn make_room(&self, meta: &mut Meta, at_least: u64, fits: impl Fn(&Self, &Meta) -> bool) -> Result<()> {
+        let mut reclaimed = false;
+        if self.opts.reclaims_before_growing(self.space_base(meta)) {
+            reclaimed = self.reclaim(meta)?;
+            if reclaimed && fits(self, meta) {
+                return Ok(());
+            }
+        }
+        match self.grow(meta, at_least) {
+            Err(Error::NoSpace) if !reclaimed => {
+                if self.reclaim(meta)? && fits(self, meta) {
+                    Ok(())
+                } else {
+                    Err(Error::NoSpace)
+                }
+            }
+            grown => grown,
+        }
+    }
+
     /// After a commit took slots for pages: keep the reserve, growing the file if need be.
     pub(super) fn keep_reserve(&self, meta: &mut Meta) -> Result<()> {
         let reserve = self.reserve(meta);
         if meta.alloc.free_count() < reserve {
-            self.reclaim(meta)?;
-        }
-        if meta.alloc.free_count() < reserve {
-            self.grow(meta, reserve)?;
+            self.make_room(meta, reserve, |s, m| m.alloc.free_count() >= s.reserve(m))?;
         }
         Ok(())
     }
@@ -99,17 +132,14 @@ impl Shared {
     /// Take one free slot for a page (one a large transaction spills early, or one that did
     /// not fit next to its commit record), checkpointing or growing the file if need be.
     pub(super) fn alloc_slot(&self, meta: &mut Meta) -> Result<u64> {
-        if meta.alloc.free_count() > self.reserve(meta) {
+        let reserve = self.reserve(meta);
+        if meta.alloc.free_count() > reserve {
             if let Some(slot) = meta.alloc.take_run(1) {
                 return Ok(slot);
             }
         }
-        if self.reclaim(meta)? {
-            if let Some(slot) = meta.alloc.take_run(1) {
-                return Ok(slot);
-            }
-        }
-        self.grow(meta, 1)?;
+        // After a checkpoint any free slot will do (the reserve is kept after the commit).
+        self.make_room(meta, reserve + 1, |_, m| m.alloc.free_count() > 0)?;
         meta.alloc
             .take_run(1)
             .ok_or_else(|| Error::Corrupt("no free slot after growing".into()))
@@ -152,24 +182,27 @@ impl Shared {
     }
 
     /// Reserve a run for the records and pages that follow: a full window if one is free,
-    /// else the largest free run of at least `min` slots, else grow.
+    /// else the largest free run of at least `min` slots, else make room (a checkpoint on
+    /// a large file, else growth) and take one.
     pub(super) fn new_window(&self, meta: &mut Meta, min: u64) -> Result<(u64, u64)> {
-        let want = self.opts.window_slots().max(min);
-        for attempt in 0..2 {
+        let want = self.opts.window_slots(self.space_base(meta)).max(min);
+        let take = |meta: &mut Meta| {
             if let Some(first) = meta.alloc.take_run(want) {
-                return Ok((first, first + want));
+                return Some((first, first + want));
             }
             if meta.alloc.largest_run() >= min {
-                if let Some((first, len)) = meta.alloc.take_largest(want) {
-                    return Ok((first, first + len));
-                }
+                return meta
+                    .alloc
+                    .take_largest(want)
+                    .map(|(first, len)| (first, first + len));
             }
-            if attempt == 0 && !self.reclaim(meta)? {
-                break;
-            }
+            None
+        };
+        if let Some(window) = take(meta) {
+            return Ok(window);
         }
-        let first = self.alloc_run(meta, want)?;
-        Ok((first, first + want))
+        self.make_room(meta, want, |_, m| m.alloc.largest_run() >= min)?;
+        take(meta).ok_or_else(|| Error::Corrupt("no free run after growing".into()))
     }
 
     /// Before growing the file, free what a checkpoint would free. Returns whether it ran.
@@ -181,7 +214,11 @@ impl Shared {
         Ok(true)
     }
 
-    /// Extend the file by writing zeros, in a large step, and flush the new size once.
+    /// Extend the file by one step (`Options::growth_slots`) of zeros and flush the new
+    /// length, before any commit can be given the new slots: a commit's own write then
+    /// never extends the file, so its flush carries no filesystem metadata. A power cut
+    /// before the flush completes leaves the old length or a longer one of zeros (or torn
+    /// zeros) past every slot in use, which recovery counts as free.
     fn grow(&self, meta: &mut Meta, at_least: u64) -> Result<()> {
         self.with_writer(meta, |meta| self.grow_holding_writer(meta, at_least))
     }
@@ -200,21 +237,27 @@ impl Shared {
                 old = now;
             }
         }
-        let step = (self.opts.growth_step / self.page_size)
-            .max(old / 8)
-            .max(at_least)
-            .max(16);
+        let step = self.opts.growth_slots(self.space_base(meta), at_least);
         let new = old + step;
-        write_zeros(
-            self.io.as_ref(),
-            slot_offset(old, self.page_size),
-            slot_offset(new, self.page_size),
-        )?;
-        self.io
-            .sync_data()
-            .map_err(|e| Error::io("flushing the grown store file", e))?;
-        bump(&self.counters.bytes_preallocated, step * self.page_size);
-        bump(&self.counters.flushes, 1);
+        if self.opts.sabotage != Some(Sabotage::LazyGrowth) {
+            write_zeros(
+                self.io.as_ref(),
+                slot_offset(old, self.page_size),
+                slot_offset(new, self.page_size),
+            )?;
+            if let Err(e) = self.io.sync_data() {
+                // Like any failed flush ("fsyncgate"): the kernel may have dropped the
+                // unflushed pages of commits written meanwhile, and will not say so again.
+                if self.opts.sabotage != Some(Sabotage::GrowthFlushFailureIgnored) {
+                    self.poison(format!("flushing a growth step failed: {e}"));
+                }
+                return Err(Error::io("flushing the grown store file", e));
+            }
+            bump(&self.counters.bytes_preallocated, step * self.page_size);
+            bump(&self.counters.flushes, 1);
+        }
+        bump(&self.counters.growths, 1);
+        meta.grown_here += step;
         meta.alloc.grow(new);
         Ok(())
     }

@@ -279,6 +279,7 @@ pub(super) fn stats_json(store: &Store) -> String {
         "bytes_written": s.bytes_written,
         "write_calls": s.write_calls,
         "bytes_preallocated": s.bytes_preallocated,
+        "growths": s.growths,
         "flushes": s.flushes,
         "flush_micros": s.flush_micros,
         "checkpoints": s.checkpoints,

@@ -50,6 +50,19 @@ pub fn sqlite3_script(script: &str) -> String {
     stdout
 }
 
+/// The growth steps of a new store during a measured run of single-insert transactions
+/// (`growths` flushes, `zeros` bytes) stay logarithmic and bounded: a store grows by a
+/// quarter of itself at a time, to about what the commits between two checkpoints (1,000)
+/// take, a few MiB, whatever the number of transactions. A step per commit, or a step as
+/// large as the 64 MiB the store used to be, fails.
+pub fn assert_growth_bounded(label: &str, growths: u64, zeros: u64) {
+    assert!(
+        growths <= 16 && zeros <= 12 << 20,
+        "{label}: the store grew {growths} times by {zeros} bytes in all, want <= 16 steps \
+         and <= 12 MiB"
+    );
+}
+
 /// `ONESYNC_BIG_TESTS=1`: the full-size runs.
 pub fn big_tests() -> bool {
     std::env::var("ONESYNC_BIG_TESTS").is_ok_and(|v| v == "1")

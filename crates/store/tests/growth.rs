@@ -1,0 +1,412 @@
+//! A store starts small and grows in steps (issue 18): a store of two rows is at most
+//! 1 MiB; growing never lets a commit's own write extend the file (its one flush would then
+//! carry the file's new length, filesystem metadata); a power cut at any point of a growth
+//! step loses no acknowledged commit; and a process that joins others grows the file by one
+//! small step, not a share of their file. Each crash test has a negative control
+//! (`Sabotage::LazyGrowth`: the new slots handed out unwritten) that must fail.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use onesync_store::sim::SimDisk;
+use onesync_store::{Options, Sabotage, Store};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+const PS: usize = 512;
+/// Pages of the one logical file the growth workload writes.
+const PAGES: u64 = 600;
+/// Commits of the growth workload.
+const COMMITS: u64 = 320;
+
+const MIB: u64 = 1 << 20;
+
+/// Bytes a file takes on disk: its length and its allocated blocks, the larger.
+fn on_disk(path: &Path) -> u64 {
+    let meta = std::fs::metadata(path).unwrap();
+    meta.len().max(meta.blocks() * 512)
+}
+
+/// A store of 512-byte pages that starts at 8 KiB and grows in steps of 8 KiB up to a
+/// quarter of itself, so that the workload below grows it many times.
+fn small_steps(sabotage: Option<Sabotage>) -> Options {
+    Options {
+        page_size: PS as u32,
+        initial_capacity: 8 << 10,
+        growth_step: 8 << 10,
+        max_growth_step: 256 << 10,
+        window_bytes: 4 << 10,
+        checkpoint_interval: 40,
+        sabotage,
+        ..Options::default()
+    }
+}
+
+/// The pages commit `seq` writes: a new one (so the store keeps needing room) and one
+/// already written (so slots are superseded and, after checkpoints, reused).
+fn pages_of(seq: u64) -> Vec<u64> {
+    let new = (seq - 1) % PAGES;
+    let old = (seq * 7) % (new + 1);
+    if old == new {
+        vec![new]
+    } else {
+        vec![new, old]
+    }
+}
+
+fn content(seq: u64, page: u64) -> Vec<u8> {
+    let mut data = vec![(seq as u8) ^ (page as u8); PS];
+    data[..8].copy_from_slice(&seq.to_le_bytes());
+    data[8..16].copy_from_slice(&page.to_le_bytes());
+    data
+}
+
+/// What one run of the workload saw.
+#[derive(Default)]
+struct Run {
+    /// The last commit acknowledged (returned durable).
+    acknowledged: u64,
+    /// The last commit given a sequence number (acknowledged or not).
+    sequenced: u64,
+    /// Per commit: the disk's I/O calls before and after it, and whether it grew the file.
+    commits: Vec<(u64, u64, bool)>,
+}
+
+/// Create a store on `disk` and commit the workload until the disk fails.
+fn run_workload(disk: &SimDisk, opts: &Options) -> Run {
+    let mut run = Run::default();
+    let Ok(store) = Store::create_with_io(disk.io(), opts) else {
+        return run;
+    };
+    for seq in 1..=COMMITS {
+        let (calls, growths) = (disk.calls(), store.stats().growths);
+        let mut t = store.begin();
+        let written = (|| {
+            let id = match t.file("data") {
+                Some(id) => id,
+                None => t.create_file("data")?,
+            };
+            for page in pages_of(seq) {
+                t.write_page(id, page, &content(seq, page))?;
+            }
+            Ok::<_, onesync_store::Error>(())
+        })();
+        if written.is_err() {
+            break;
+        }
+        match t.commit() {
+            Ok(got) => {
+                assert_eq!(got, seq, "the workload's commits are numbered from 1");
+                run.acknowledged = seq;
+                run.sequenced = seq;
+            }
+            Err(e) => {
+                if let Some(got) = e.seq {
+                    run.sequenced = got;
+                }
+                break;
+            }
+        }
+        let grew = store.stats().growths > growths;
+        run.commits.push((calls, disk.calls(), grew));
+    }
+    run
+}
+
+/// Check a recovered store: at least every acknowledged commit, at most the sequenced ones,
+/// and each page as the last commit up to there wrote it.
+fn check_recovered(store: &Store, run: &Run) -> Result<(), String> {
+    let last = store.last_seq();
+    if last < run.acknowledged || last > run.sequenced {
+        return Err(format!(
+            "recovered to commit {last}: acknowledged {}, sequenced {}",
+            run.acknowledged, run.sequenced
+        ));
+    }
+    let snap = store.snapshot();
+    let mut expected = std::collections::BTreeMap::new();
+    for seq in 1..=last {
+        for page in pages_of(seq) {
+            expected.insert(page, seq);
+        }
+    }
+    let Some(id) = snap.file("data") else {
+        return if expected.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("recovered to commit {last} without the data file"))
+        };
+    };
+    let mut buf = vec![0u8; PS];
+    for (page, seq) in expected {
+        snap.read_page(id, page, &mut buf)
+            .map_err(|e| format!("reading page {page}: {e}"))?;
+        if buf != content(seq, page) {
+            return Err(format!(
+                "after commit {last}: page {page} is not what commit {seq} wrote"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Cut the power at every I/O call of every commit that grew the file (the zeros, the
+/// flush of the new length, the commit's own writes and flush, the next call after), each
+/// with several outcomes for the unflushed writes, and recover. Returns the failures and
+/// the number of growth steps.
+fn power_cuts_in_growth(sabotage: Option<Sabotage>) -> (Vec<String>, usize) {
+    let opts = small_steps(sabotage);
+    let dry = run_workload(&SimDisk::new(), &opts);
+    assert_eq!(dry.acknowledged, COMMITS, "the run without a cut completes");
+    let growths: Vec<(u64, u64)> = dry
+        .commits
+        .iter()
+        .filter(|(_, _, grew)| *grew)
+        .map(|&(from, to, _)| (from, to))
+        .collect();
+    let mut failures = Vec::new();
+    let mut cuts = 0;
+    for &(from, to) in &growths {
+        for cut in from..=to {
+            for outcome in 0..4u64 {
+                let disk = SimDisk::new();
+                disk.cut_after(cut);
+                let run = run_workload(&disk, &opts);
+                let after = disk.power_cut(&mut StdRng::seed_from_u64(cut * 8 + outcome));
+                let checked = Store::open_with_io(after.io(), &opts)
+                    .map_err(|e| format!("reopening failed: {e}"))
+                    .and_then(|store| check_recovered(&store, &run));
+                if let Err(e) = checked {
+                    failures.push(format!("cut at call {cut}, outcome {outcome}: {e}"));
+                }
+                cuts += 1;
+            }
+        }
+    }
+    eprintln!(
+        "{} growth steps, {cuts} power cuts in them, {} failed{}",
+        growths.len(),
+        failures.len(),
+        failures
+            .first()
+            .map(|f| format!("; first: {f}"))
+            .unwrap_or_default()
+    );
+    (failures, growths.len())
+}
+
+#[test]
+fn a_power_cut_at_any_point_of_a_growth_step_loses_no_acknowledged_commit() {
+    let (failures, growths) = power_cuts_in_growth(None);
+    assert!(growths >= 12, "the workload grew the store only {growths} times");
+    assert!(
+        failures.is_empty(),
+        "{} of the cuts in {growths} growth steps failed; first: {}",
+        failures.len(),
+        failures[0]
+    );
+}
+
+/// The negative control: with the new slots handed out before anything is written there,
+/// records name windows past the file's end and recovery drops acknowledged commits.
+#[test]
+fn negative_control_lazy_growth_loses_commits_at_power_cuts() {
+    let (failures, _) = power_cuts_in_growth(Some(Sabotage::LazyGrowth));
+    assert!(
+        !failures.is_empty(),
+        "growth that hands out unwritten slots passed every power cut"
+    );
+}
+
+/// Run the workload; return the flushes that made a longer file durable, the growth
+/// steps, and the file's length before and after.
+fn length_flushes(sabotage: Option<Sabotage>) -> (u64, u64, u64, u64) {
+    let disk = SimDisk::new();
+    let opts = small_steps(sabotage);
+    let store = Store::create_with_io(disk.io(), &opts).unwrap();
+    let first_len = disk.image().len() as u64;
+    let before = disk.syncs_of_new_length();
+    let mut acknowledged = 0;
+    for seq in 1..=COMMITS {
+        let mut t = store.begin();
+        let id = match t.file("data") {
+            Some(id) => id,
+            None => t.create_file("data").unwrap(),
+        };
+        for page in pages_of(seq) {
+            t.write_page(id, page, &content(seq, page)).unwrap();
+        }
+        acknowledged = t.commit().unwrap();
+    }
+    assert_eq!(acknowledged, COMMITS);
+    let growths = store.stats().growths;
+    eprintln!(
+        "{growths} growth steps from {first_len} to {} bytes; {} flushes carried a new length",
+        disk.image().len(),
+        disk.syncs_of_new_length() - before
+    );
+    (
+        disk.syncs_of_new_length() - before,
+        growths,
+        first_len,
+        disk.image().len() as u64,
+    )
+}
+
+/// Only a growth step's own flush carries a new length: no commit's write extends the
+/// file. And the steps are geometric: growing from 8 KiB to the workload's size takes a
+/// few steps of at least a quarter of the file each, not one per commit.
+#[test]
+fn only_growth_steps_flush_a_new_file_length() {
+    let (length_flushes, growths, first_len, last_len) = length_flushes(None);
+    assert_eq!(
+        length_flushes, growths,
+        "{length_flushes} flushes carried a new length, but the store grew {growths} times"
+    );
+    // Each step adds at least a quarter of the slots: n steps reach first * 1.25^n.
+    let most_steps = ((last_len as f64 / first_len as f64).ln() / 1.25f64.ln()).ceil() as u64 + 1;
+    assert!(
+        (12..=most_steps).contains(&growths),
+        "{growths} steps from {first_len} to {last_len} bytes (at most {most_steps})"
+    );
+}
+
+/// The negative control: with commits extending the file themselves, their flushes carry
+/// the new lengths.
+#[test]
+fn negative_control_lazy_growth_makes_commits_flush_new_lengths() {
+    let (length_flushes, growths, _, _) = length_flushes(Some(Sabotage::LazyGrowth));
+    assert!(
+        length_flushes > growths,
+        "{length_flushes} flushes carried a new length for {growths} growth steps"
+    );
+}
+
+/// Commit `rows` small changes to page 0 and 1 of "main", as SQLite inserting rows does.
+fn commit_rows(store: &Store, rows: u8) {
+    for row in 0..rows {
+        let mut t = store.begin();
+        let id = match t.file("main") {
+            Some(id) => id,
+            None => t.create_file("main").unwrap(),
+        };
+        let mut page = vec![0u8; store.page_size()];
+        page[100 + row as usize] = row + 1;
+        t.write_page(id, (row % 2) as u64, &page).unwrap();
+        t.commit().unwrap();
+    }
+}
+
+/// With the default options, a store holding two rows takes at most 1 MiB on disk, and
+/// still does after closing and reopening (a checkpoint).
+#[test]
+fn a_store_of_two_rows_takes_at_most_a_mebibyte() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("two-rows.onesync");
+    let opts = Options {
+        page_size: 4096,
+        ..Options::default()
+    };
+    let store = Store::create(&path, &opts).unwrap();
+    commit_rows(&store, 2);
+    assert!(on_disk(&path) <= MIB, "{} bytes on disk", on_disk(&path));
+    store.close().unwrap();
+    let store = Store::open(&path, &opts).unwrap();
+    commit_rows(&store, 2);
+    store.close().unwrap();
+    assert!(
+        on_disk(&path) <= MIB,
+        "{} bytes on disk after reopening",
+        on_disk(&path)
+    );
+}
+
+/// A second process that joins and writes grows the store by one small step: it owns no
+/// free slot of the first one's, and grows by a share of what it grew itself, not of the
+/// whole file.
+#[test]
+fn a_joining_process_grows_the_store_by_one_small_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("joined.onesync");
+    let opts = Options {
+        page_size: 4096,
+        ..Options::default()
+    };
+    let first = Store::create(&path, &opts).unwrap();
+    // Make the file larger than a few steps, so that a quarter of it is more than a step.
+    for round in 0..8u8 {
+        let mut t = first.begin();
+        let id = match t.file("bulk") {
+            Some(id) => id,
+            None => t.create_file("bulk").unwrap(),
+        };
+        for page in 0..128u64 {
+            t.write_page(id, u64::from(round) * 128 + page, &[round + 1; 4096])
+                .unwrap();
+        }
+        t.commit().unwrap();
+    }
+    commit_rows(&first, 2);
+    let before = std::fs::metadata(&path).unwrap().len();
+    assert!(before > 4 * opts.growth_step, "{before} bytes");
+    let second = Store::open(&path, &opts).unwrap();
+    commit_rows(&second, 20);
+    let grown = std::fs::metadata(&path).unwrap().len() - before;
+    assert!(
+        grown <= opts.growth_step,
+        "the joining process grew the store by {grown} bytes"
+    );
+    // None when the chain's window still had room for its commits.
+    assert!(second.stats().growths <= 1, "{:?}", second.stats());
+    drop(second);
+    first.close().unwrap();
+}
+
+/// A growth step whose flush fails (EIO) while another commit is written but not yet
+/// flushed: Linux may have dropped that commit's pages and will not report it again, so
+/// the store must refuse to call it durable. Returns whether the pending commit was
+/// acknowledged, and whether a power cut then lost it.
+fn failed_growth_flush(sabotage: Option<Sabotage>) -> (bool, bool) {
+    let disk = SimDisk::new();
+    let opts = small_steps(sabotage);
+    let store = Store::create_with_io(disk.io(), &opts).unwrap();
+    let mut t = store.begin();
+    let id = t.create_file("data").unwrap();
+    t.write_page(id, 0, &content(1, 0)).unwrap();
+    let pending = t.commit_without_waiting().unwrap();
+    // Far more pages than the free slots: the store must grow, and that flush fails.
+    let mut big = store.begin();
+    disk.fail_syncs(1);
+    let grew = (|| {
+        for page in 1..=64 {
+            big.write_page(id, page, &content(2, page))?;
+        }
+        big.commit().map_err(|e| e.error)
+    })();
+    assert!(grew.is_err(), "the commit that needed a growth step succeeded");
+    let acknowledged = pending.wait().is_ok();
+    drop(store);
+    let after = disk.power_cut(&mut StdRng::seed_from_u64(1));
+    let store = Store::open_with_io(after.io(), &opts).unwrap();
+    (acknowledged, store.last_seq() < 1)
+}
+
+#[test]
+fn a_failed_growth_flush_acknowledges_no_unflushed_commit() {
+    let (acknowledged, lost) = failed_growth_flush(None);
+    assert!(
+        !(acknowledged && lost),
+        "a commit acknowledged after a failed growth flush was lost at a power cut"
+    );
+    assert!(!acknowledged, "the store was not poisoned by the failed flush");
+}
+
+/// The negative control: with the failed growth flush not poisoning the store, the pending
+/// commit is acknowledged and a power cut loses it.
+#[test]
+fn negative_control_an_ignored_growth_flush_failure_loses_an_acknowledged_commit() {
+    assert_eq!(
+        failed_growth_flush(Some(Sabotage::GrowthFlushFailureIgnored)),
+        (true, true)
+    );
+}
