@@ -1,12 +1,89 @@
-//! The go package.
+//! The Go module: `bindings/go` (a cgo package for github.com/mattn/go-sqlite3) with the
+//! static library of the VFS it links, `lib/libonesync.a`.
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
+use crate::rust::{build_dir, cargo};
 use crate::workspace::Workspace;
 
-/// Builds the package into `out`; returns its path.
-pub fn build(_ws: &Workspace, _out: &Path) -> Result<PathBuf> {
-    bail!("the go package is not built yet")
+/// The module directory's name under `--out`.
+pub const MODULE_DIR: &str = "onesync-go";
+
+/// Builds the module directory into `out` (replacing an earlier one); returns its path.
+pub fn build(ws: &Workspace, out: &Path) -> Result<PathBuf> {
+    let archive = static_library(ws)?;
+    let module = out.join(MODULE_DIR);
+    if module.exists() {
+        std::fs::remove_dir_all(&module).with_context(|| format!("removing {}", module.display()))?;
+    }
+    copy_sources(&ws.root.join("bindings/go"), &module)?;
+    let lib = module.join("lib");
+    std::fs::create_dir_all(&lib)?;
+    let to = lib.join("libonesync.a");
+    std::fs::copy(&archive, &to).with_context(|| format!("copying {}", archive.display()))?;
+    strip_debug_info(&to);
+    Ok(module)
+}
+
+/// `libonesync.a`: crate onesync-vfs as a static library, built on its own (`cargo rustc
+/// --crate-type staticlib`, so the workspace's builds make no archive they do not use)
+/// without debug info and with fat LTO, which keeps only what the entry points reach
+/// (about 5 MB stripped instead of 18 MB).
+fn static_library(ws: &Workspace) -> Result<PathBuf> {
+    let status = cargo(ws)
+        .args([
+            "rustc",
+            "--release",
+            "-p",
+            "onesync-vfs",
+            "--lib",
+            "--crate-type",
+            "staticlib",
+        ])
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
+        .env("CARGO_PROFILE_RELEASE_LTO", "fat")
+        .status()
+        .context("running cargo rustc")?;
+    if !status.success() {
+        bail!("cargo rustc --crate-type staticlib -p onesync-vfs failed ({status})");
+    }
+    Ok(build_dir(ws).join("release/libonesync.a"))
+}
+
+/// The module's files: everything in `bindings/go` but what git ignores there (`lib/`)
+/// and dot files.
+fn copy_sources(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') || name == "lib" {
+            continue;
+        }
+        let path = entry.path();
+        if path.is_dir() {
+            copy_sources(&path, &to.join(&name))?;
+        } else {
+            std::fs::copy(&path, to.join(&name)).with_context(|| format!("copying {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// `strip --strip-debug`: the standard library's objects in the archive carry debug info
+/// even when the crate's do not. Without `strip` the archive is only bigger.
+fn strip_debug_info(archive: &Path) {
+    match std::process::Command::new("strip")
+        .arg("--strip-debug")
+        .arg(archive)
+        .status()
+    {
+        Ok(s) if s.success() => {}
+        Ok(s) => {
+            eprintln!("onesync-package: strip --strip-debug failed ({s}); the archive keeps its debug info")
+        }
+        Err(e) => eprintln!("onesync-package: no strip ({e}); the archive keeps its debug info"),
+    }
 }

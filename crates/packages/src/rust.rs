@@ -1,12 +1,87 @@
-//! The publishable Rust crates.
+//! The publishable Rust crates: `cargo package` of the library crates a user needs, the
+//! `.crate` files copied out.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::workspace::Workspace;
 
+/// The crates a user of onesync from Rust needs, each after those it depends on.
+pub const CRATES: &[&str] = &[
+    "onesync-codec",
+    "onesync-store",
+    "onesync-mvbt",
+    "onesync-vfs",
+    "onesync",
+];
+
+/// The target directory of the cargo runs below: not the workspace's own `target/`, whose
+/// lock an outer `cargo test --workspace` holds while the tests that run this binary run.
+/// Kept between runs, so repeated builds are quick.
+pub fn build_dir(ws: &Workspace) -> PathBuf {
+    ws.root.join("target/packages-build")
+}
+
+/// `cargo` in the workspace, building into [`build_dir`].
+pub fn cargo(ws: &Workspace) -> Command {
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(&ws.root).env("CARGO_TARGET_DIR", build_dir(ws));
+    cmd
+}
+
 /// Packages the crates into `out`; returns the `.crate` files.
-pub fn build(_ws: &Workspace, _out: &Path) -> Result<Vec<PathBuf>> {
-    bail!("the Rust crates are not packaged yet")
+///
+/// One `cargo package` of all of them: cargo resolves the unpublished ones through a
+/// temporary local registry, and verifies each `.crate` by building it alone. The working
+/// tree is packaged as it is (`--allow-dirty`).
+pub fn build(ws: &Workspace, out: &Path) -> Result<Vec<PathBuf>> {
+    let packaged = build_dir(ws).join("package");
+    // Drop earlier versions' files, so that each crate's file below is this run's.
+    if let Ok(entries) = std::fs::read_dir(&packaged) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".crate") && CRATES.iter().any(|c| crate_file_of(&name, c)) {
+                std::fs::remove_file(entry.path()).with_context(|| format!("removing {name}"))?;
+            }
+        }
+    }
+    let mut cmd = cargo(ws);
+    cmd.args(["package", "--allow-dirty"]);
+    for c in CRATES {
+        cmd.args(["-p", c]);
+    }
+    let status = cmd.status().context("running cargo package")?;
+    if !status.success() {
+        bail!("cargo package failed ({status})");
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let files: Vec<String> = std::fs::read_dir(&packaged)
+        .with_context(|| format!("reading {}", packaged.display()))?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let mut copied = Vec::new();
+    for c in CRATES {
+        let Some(name) = files.iter().find(|n| crate_file_of(n, c)) else {
+            bail!(
+                "cargo package wrote no .crate file for {c} in {}",
+                packaged.display()
+            );
+        };
+        let to = out.join(name);
+        std::fs::copy(packaged.join(name), &to).with_context(|| format!("copying {name}"))?;
+        copied.push(to);
+    }
+    Ok(copied)
+}
+
+/// Whether `file` is a `.crate` file of crate `name` (`NAME-VERSION.crate`; `onesync-vfs-…`
+/// is not one of `onesync`'s).
+fn crate_file_of(file: &str, name: &str) -> bool {
+    file.strip_suffix(".crate")
+        .and_then(|f| f.strip_prefix(name))
+        .and_then(|f| f.strip_prefix('-'))
+        .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
 }

@@ -39,7 +39,7 @@ pub use sys::entry::{
 pub use sys::ffi;
 pub use sys::vtab::register_mvbt_module;
 pub use vfs::{
-    register_static, register_with, stats, RegisterError, RegisterOptions, Registered, Stats,
+    make_default, register_static, register_with, stats, RegisterError, RegisterOptions, Registered, Stats,
     MIN_SQLITE_VERSION, VFS_NAME,
 };
 

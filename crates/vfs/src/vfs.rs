@@ -165,6 +165,24 @@ pub fn register_static(api: &ApiTable) -> Result<Registered, RegisterError> {
     Ok(store)
 }
 
+/// Makes the registered VFS called `name` SQLite's default (what
+/// [`sqlite3_onesync_default_init`](crate::sqlite3_onesync_default_init) does after
+/// registering): connections that name no VFS then open through it. With the `onesync` VFS
+/// ([`register_static`] first) a new database is a store, a store opens as one, and an
+/// existing plain SQLite file passes through to the VFS that was the default at
+/// registration.
+pub fn make_default(api: &ApiTable, name: &str) -> Result<(), RegisterError> {
+    let c_name = std::ffi::CString::new(name)
+        .map_err(|_| RegisterError::new(SQLITE_ERROR, format!("VFS name {name:?} contains NUL")))?;
+    match api.make_default_vfs(&c_name) {
+        SQLITE_OK => Ok(()),
+        code => Err(RegisterError::new(
+            code,
+            format!("could not make {name:?} the default VFS (is it registered?)"),
+        )),
+    }
+}
+
 impl VfsState {
     fn new(base: BaseVfs, opts: RegisterOptions) -> Self {
         Self {

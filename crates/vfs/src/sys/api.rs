@@ -359,6 +359,23 @@ macro_rules! api_table_from_sys {
     }};
 }
 
+/// Registers the `mvbt` virtual table module on an open rusqlite connection, with the
+/// SQLite that rusqlite links: `onesync::register_mvbt_on_rusqlite!(rusqlite, &conn)` (the
+/// first argument is the path of the rusqlite crate). Evaluates to
+/// `Result<(), RegisterError>`. A safe wrapper of [`register_mvbt_module`](crate::register_mvbt_module):
+/// the connection and the routine table are of one SQLite by construction.
+#[macro_export]
+macro_rules! register_mvbt_on_rusqlite {
+    ($($rusqlite:ident)::+, $conn:expr) => {{
+        let conn: &$($rusqlite)::+::Connection = $conn;
+        let api: $crate::ApiTable = $crate::api_table_from_sys!($($rusqlite)::+::ffi);
+        // SAFETY: `conn.handle()` is the open `sqlite3*` of rusqlite's SQLite, whose routines
+        // `api` holds; it is used only while `conn` is borrowed on this thread (rusqlite's
+        // `Connection` is not `Sync`), and registering a module does not close or replace it.
+        unsafe { $crate::register_mvbt_module(conn.handle().cast(), &api) }
+    }};
+}
+
 /// The [`VtabRoutines`] half of [`api_table_from_sys!`]: wrappers that cast
 /// this crate's opaque pointer types to the host's and forward each call.
 #[doc(hidden)]

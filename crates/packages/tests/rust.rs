@@ -1,0 +1,220 @@
+//! The Rust crates installed the way a user would: `onesync-package rust` runs `cargo
+//! package` (which verifies each crate by building it alone), the `.crate` files are
+//! unpacked, and a fresh cargo project outside the workspace depends on `onesync = "0.1"`
+//! from crates.io with `[patch.crates-io]` pointing the unpublished crates at the unpacked
+//! sources, and `cargo run`s the block of crates/onesync/README.md followed by a reopen and
+//! a plain SQLite file. Skips, saying why, without tar or a C compiler (rusqlite's bundled
+//! SQLite), or when crates.io cannot be reached.
+//!
+//! Nested cargo runs use their own target directories under `target/packages-build` (the
+//! outer `cargo test` holds the workspace's), kept between runs: the first run takes about
+//! three minutes, later ones seconds.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The first fenced block of `lang` after the line that says the test runs it.
+fn readme_block(readme: &Path, lang: &str) -> String {
+    let text = std::fs::read_to_string(readme).unwrap();
+    let after = text
+        .split_once("runs this block")
+        .expect("the README marks its tested block")
+        .1;
+    let start = after.find(&format!("```{lang}\n")).expect("a fenced block") + lang.len() + 4;
+    let len = after[start..].find("```").expect("the block's end");
+    after[start..start + len].to_owned()
+}
+
+/// A command's status and stderr (and its stdout if it failed).
+fn show(what: &str, out: &Output) {
+    let stdout = if out.status.success() {
+        Default::default()
+    } else {
+        String::from_utf8_lossy(&out.stdout)
+    };
+    eprintln!(
+        "--- {what}: {}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether a failed cargo command could not reach crates.io.
+fn unreachable(out: &Output) -> bool {
+    let err = String::from_utf8_lossy(&out.stderr);
+    [
+        "Could not resolve host",
+        "failed to download",
+        "spurious network error",
+        "failed to query replaced source registry",
+        "Unable to update registry",
+        "attempting to make an HTTP request, but --offline was specified",
+    ]
+    .iter()
+    .any(|m| err.contains(m))
+}
+
+const MAIN_RS: &str = r#"fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The README's block.
+    SNIPPET
+
+    drop(db);
+    let again = rusqlite::Connection::open("file:notes%20%231.onesync?vfs=onesync")?;
+    let x: String = again.query_row("SELECT x FROM t", [], |r| r.get(0))?;
+    let plain = rusqlite::Connection::open("plain.db")?;
+    plain.execute_batch("CREATE TABLE p(y); INSERT INTO p VALUES (42);")?;
+    let y: i64 = plain.query_row("SELECT y FROM p", [], |r| r.get(0))?;
+    let header = |path: &str| -> std::io::Result<String> {
+        let bytes = std::fs::read(path)?;
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
+    };
+    let refused = rusqlite::Connection::open("notes #1.onesync")
+        .and_then(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0)))
+        .map_or_else(|e| e.to_string(), |n| format!("opened, {n} rows"));
+    println!(
+        "onesync rust: store {:?} (header {:?}): {n} row committed, reopened, read back {x:?}; plain.db (header {:?}) read back {y}",
+        "notes #1.onesync",
+        header("notes #1.onesync")?,
+        header("plain.db")?,
+    );
+    println!("onesync rust: the store opened without vfs=onesync: {refused}");
+    Ok(())
+}
+"#;
+
+#[test]
+fn rust_crates_from_their_packages() {
+    for (tool, why) in [
+        ("tar", "to unpack .crate files"),
+        ("cc", "for rusqlite's bundled SQLite"),
+    ] {
+        if find_program(tool).is_none() {
+            println!("SKIP rust_crates_from_their_packages: no {tool} ({why})");
+            return;
+        }
+    }
+    let root = workspace();
+    let work = root.join("target/packages-build/test-rust");
+    let out = work.join("crates");
+    let _ = std::fs::remove_dir_all(&out);
+    let started = std::time::Instant::now();
+    let built = Command::new(env!("CARGO_BIN_EXE_onesync-package"))
+        .args(["rust", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    show("onesync-package rust", &built);
+    if !built.status.success() && unreachable(&built) {
+        println!("SKIP rust_crates_from_their_packages: crates.io is unreachable");
+        return;
+    }
+    assert!(built.status.success(), "onesync-package rust failed");
+    println!("cargo package: {:.1} s", started.elapsed().as_secs_f64());
+
+    // Unpacked one directory each, as cargo unpacks downloaded crates. A crate whose file is
+    // unchanged since the last run stays as it was (so its build is reused); a changed one is
+    // unpacked afresh with the current time as its files' mtime (`tar -m`): cargo packages
+    // every file with one fixed old mtime, which would make a stale build look fresh.
+    let src = work.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut patches = String::new();
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    crates.sort();
+    for file in &crates {
+        println!("{}\t{} bytes", file.display(), file.metadata().unwrap().len());
+        let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+        let (name, _version) = stem.rsplit_once('-').unwrap();
+        let unpacked = src.join(&stem);
+        let previous = src.join(format!("{stem}.crate"));
+        let bytes = std::fs::read(file).unwrap();
+        if !unpacked.is_dir() || std::fs::read(&previous).ok().as_ref() != Some(&bytes) {
+            let _ = std::fs::remove_dir_all(&unpacked);
+            let status = Command::new("tar")
+                .arg("xzmf")
+                .arg(file)
+                .arg("-C")
+                .arg(&src)
+                .status()
+                .unwrap();
+            assert!(status.success(), "unpacking {}", file.display());
+            std::fs::write(&previous, &bytes).unwrap();
+        }
+        patches.push_str(&format!("{name} = {{ path = {unpacked:?} }}\n"));
+    }
+    assert_eq!(crates.len(), 5, "{crates:?}");
+
+    let dir = std::env::temp_dir().join(format!("onesync-rust-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"onesync-consumer\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
+             [dependencies]\nonesync = \"0.1\"\nrusqlite = {{ version = \"0.41\", features = [\"bundled\"] }}\n\n\
+             [patch.crates-io]\n{patches}\n[workspace]\n"
+        ),
+    )
+    .unwrap();
+    let snippet = readme_block(&root.join("crates/onesync/README.md"), "rust");
+    std::fs::write(
+        dir.join("src/main.rs"),
+        MAIN_RS.replace("SNIPPET", snippet.trim()),
+    )
+    .unwrap();
+
+    let started = std::time::Instant::now();
+    let ran = Command::new(env!("CARGO"))
+        .args(["run", "--quiet"])
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", work.join("target"))
+        .output()
+        .unwrap();
+    show("cargo run (the consumer)", &ran);
+    if !ran.status.success() && unreachable(&ran) {
+        println!("SKIP rust_crates_from_their_packages: crates.io is unreachable");
+        return;
+    }
+    assert!(
+        ran.status.success(),
+        "cargo run failed (project left in {})",
+        dir.display()
+    );
+    println!("cargo run: {:.1} s", started.elapsed().as_secs_f64());
+    let stdout = String::from_utf8(ran.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    for line in &lines {
+        println!("{line}");
+    }
+    assert_eq!(
+        lines.first().copied(),
+        Some(
+            "onesync rust: store \"notes #1.onesync\" (header \"onesync store\"): 1 row committed, reopened, \
+             read back \"hello\"; plain.db (header \"SQLite format 3\") read back 42"
+        )
+    );
+    assert!(
+        lines
+            .get(1)
+            .is_some_and(|l| l.contains("is a onesync store, not a plain SQLite file")),
+        "a store opened without the VFS is refused with the reason: {stdout}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
