@@ -124,9 +124,8 @@ impl F2fsFactory {
     }
 
     fn refuse(&self, code: c_int, msg: String) -> c_int {
-        // xOpen cannot carry a message: SQLite's log gets it, and so does stderr.
-        self.api.log(code, &msg);
-        eprintln!("onesync-f2fs: {msg}");
+        // xOpen cannot carry a message: SQLite's log gets it.
+        self.api.log(code, &format!("onesync-f2fs: {msg}"));
         code
     }
 }
@@ -250,8 +249,10 @@ impl F2fsAtomicFile {
         if self.atomic {
             return Ok(());
         }
+        let api = &self.api;
         ioctl_none(self.fd, F2FS_IOC_START_ATOMIC_WRITE).map_err(|e| {
-            eprintln!("onesync-f2fs: F2FS_IOC_START_ATOMIC_WRITE: {e}");
+            let msg = format!("onesync-f2fs: F2FS_IOC_START_ATOMIC_WRITE: {e}");
+            api.log(SQLITE_IOERR_WRITE, &msg);
             SQLITE_IOERR_WRITE
         })?;
         ATOMIC_BEGINS.fetch_add(1, Relaxed);
@@ -268,7 +269,8 @@ impl F2fsAtomicFile {
         count_passthrough_sync();
         if let Err(e) = ioctl_none(self.fd, F2FS_IOC_COMMIT_ATOMIC_WRITE) {
             // The kernel dropped the atomic pages: the file holds the last commit.
-            eprintln!("onesync-f2fs: F2FS_IOC_COMMIT_ATOMIC_WRITE: {e}");
+            let msg = format!("onesync-f2fs: F2FS_IOC_COMMIT_ATOMIC_WRITE: {e}");
+            self.api.log(SQLITE_IOERR_FSYNC, &msg);
             let _ = ioctl_none(self.fd, F2FS_IOC_ABORT_VOLATILE_WRITE);
             ATOMIC_ABORTS.fetch_add(1, Relaxed);
             return Err(if e.raw_os_error() == Some(libc::ENOSPC) {

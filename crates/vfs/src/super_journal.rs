@@ -132,7 +132,6 @@ impl SuperJournal {
 
     fn refuse(&self, why: &str) -> c_int {
         self.api.log(SQLITE_ERROR, why);
-        eprintln!("{why}");
         SQLITE_ERROR
     }
 

@@ -490,7 +490,6 @@ impl DbBackend for StoreDb {
                 Ok(()) => SQLITE_NOTFOUND,
                 Err(why) => {
                     self.api.log(SQLITE_ERROR, &why);
-                    eprintln!("{why}");
                     SQLITE_ERROR
                 }
             },

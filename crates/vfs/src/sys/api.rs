@@ -170,8 +170,12 @@ impl ApiTable {
     }
 
     /// Sends `msg` to SQLite's error log (`sqlite3_log`), where a host that
-    /// installed `SQLITE_CONFIG_LOG` sees it.
+    /// installed `SQLITE_CONFIG_LOG` sees it, and to stderr only when asked
+    /// (`ONESYNC_LOG_STDERR=1`): a library must not write to its host's stderr.
     pub(crate) fn log(&self, code: c_int, msg: &str) {
+        if std::env::var_os("ONESYNC_LOG_STDERR").is_some_and(|v| v == "1") {
+            eprintln!("onesync: {msg}");
+        }
         let (Some(log), Ok(msg)) = (self.log, CString::new(msg.replace('\0', " "))) else {
             return;
         };
