@@ -60,6 +60,7 @@ pub mod sim;
 mod state;
 mod store;
 mod txn;
+mod validation;
 
 pub use engine::PendingCommit;
 pub use error::{CommitError, Error, Result};
@@ -67,7 +68,7 @@ pub use format::{FORMAT_VERSION, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 pub use options::{Options, Sabotage, Stats};
 pub use sharing::{SharedWords, SideFileMapper, SIDE_FILE_LEN};
 pub use store::{Store, WaitingWriter};
-pub use txn::{FileId, Snapshot, Transaction};
+pub use txn::{FileId, PageMerger, Snapshot, Transaction};
 
 /// Layout facts for tests and tools that inspect or damage store files deliberately.
 pub mod layout {

@@ -78,6 +78,10 @@ pub enum Sabotage {
     /// kernel may have dropped other commits' unflushed pages with that failure and reports
     /// it only once, so the next flush succeeds and calls those commits durable.
     GrowthFlushFailureIgnored,
+    /// Commits check only the pages a transaction writes, not those it read
+    /// (`Transaction::read_page_noted`): concurrent transactions then commit lost updates
+    /// and write skew, which the model test of concurrent transactions must find.
+    NoReadValidation,
 }
 
 impl Sabotage {
@@ -85,13 +89,14 @@ impl Sabotage {
     pub const ENV: &'static str = "ONESYNC_SABOTAGE";
 
     /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`, `skipped-flush`,
-    /// `lazy-growth`, `growth-flush-failure-ignored`), if any.
+    /// `lazy-growth`, `growth-flush-failure-ignored`, `no-read-validation`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
             Ok("skipped-flush") => Some(Sabotage::SkippedFlush),
             Ok("lazy-growth") => Some(Sabotage::LazyGrowth),
             Ok("growth-flush-failure-ignored") => Some(Sabotage::GrowthFlushFailureIgnored),
+            Ok("no-read-validation") => Some(Sabotage::NoReadValidation),
             _ => None,
         }
     }

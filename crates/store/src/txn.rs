@@ -3,6 +3,7 @@
 use crate::engine::{CommitRequest, Content, PageKey, PendingCommit, Shared, View};
 use crate::error::{CommitError, Error, Result};
 use crate::format::{Op, MAX_NAME_LEN, NO_SLOT};
+use crate::options::Sabotage;
 use crate::state::{FileState, PageEntry, State};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -19,6 +20,12 @@ const BUFFER_BYTES: u64 = 4 << 20;
 /// Merge difference runs separated by fewer equal bytes than this.
 const DIFF_GAP: usize = 8;
 const MAX_OVERLAY_RANGES: usize = 8;
+
+/// Rebases a page another commit changed since a transaction began, at its commit: given
+/// the page as the transaction began on it, as it is now, and as the transaction has it
+/// (its write, else the first), returns what the transaction commits instead, or `None`
+/// for a conflict. See [`Transaction::merge_at_commit`].
+pub type PageMerger = Arc<dyn Fn(&[u8], &[u8], &[u8]) -> Option<Vec<u8>> + Send + Sync>;
 
 /// A read-only view of one committed state.
 pub struct Snapshot {
@@ -138,7 +145,13 @@ fn read_page_entry(
     read_entry(shared, entry, buf, what)
 }
 
-fn read_page_in(shared: &Shared, state: &State, file: FileId, page: u64, buf: &mut [u8]) -> Result<()> {
+pub(crate) fn read_page_in(
+    shared: &Shared,
+    state: &State,
+    file: FileId,
+    page: u64,
+    buf: &mut [u8],
+) -> Result<()> {
     if buf.len() as u64 != shared.page_size {
         return Err(Error::InvalidArgument(format!(
             "buffer of {} bytes for pages of {}",
@@ -208,6 +221,11 @@ pub struct Transaction {
     counted_active: bool,
     /// The last content written to each page, remembered as a recent page once committed.
     fresh: BTreeMap<PageKey, Content>,
+    /// Pages read through [`Transaction::read_page_noted`], validated at commit: if another
+    /// commit changed one since this transaction began, the commit is refused.
+    reads: BTreeSet<(u32, u64)>,
+    /// Pages whose changes by other commits are rebased at commit instead of refused.
+    mergers: BTreeMap<(u32, u64), PageMerger>,
 }
 
 impl Transaction {
@@ -231,6 +249,8 @@ impl Transaction {
             finished: false,
             counted_active: !read_only,
             fresh: BTreeMap::new(),
+            reads: BTreeSet::new(),
+            mergers: BTreeMap::new(),
         }
     }
 
@@ -269,6 +289,31 @@ impl Transaction {
             return Ok(());
         }
         read_page_in(self.shared(), &self.work, file, page, buf)
+    }
+
+    /// [`Transaction::read_page`], and note the page as read: the commit is then refused
+    /// (`Error::Conflict`) if another commit changed it since this transaction began, as it
+    /// is for the pages this transaction writes. With every page a transaction's decisions
+    /// depend on read this way, committed transactions are serializable in commit order.
+    pub fn read_page_noted(&mut self, file: FileId, page: u64, buf: &mut [u8]) -> Result<()> {
+        self.read_page(file, page, buf)?;
+        if !self.dirty.contains(&(file.0, page)) && !self.created.contains(&file.0) {
+            self.reads.insert((file.0, page));
+        }
+        Ok(())
+    }
+
+    /// How many distinct pages were read through [`Transaction::read_page_noted`].
+    pub fn pages_noted(&self) -> usize {
+        self.reads.len()
+    }
+
+    /// At commit, if another commit changed `page` of `file` since this transaction began,
+    /// call `merger` (under the commit lock) instead of refusing the commit: what it returns
+    /// is committed in place of this transaction's write of the page, and `None` refuses.
+    /// The page is held whole in memory until commit (not embedded, not written early).
+    pub fn merge_at_commit(&mut self, file: FileId, page: u64, merger: PageMerger) {
+        self.mergers.insert((file.0, page), merger);
     }
 
     fn writable(&self) -> Result<()> {
@@ -399,7 +444,8 @@ impl Transaction {
             );
             return Ok(());
         }
-        if current.slot != BUFFERED && shared.opts.embed_limit > 0 {
+        let merged_at_commit = self.mergers.contains_key(&(file.0, page));
+        if current.slot != BUFFERED && shared.opts.embed_limit > 0 && !merged_at_commit {
             let mut old = vec![0u8; page_size as usize];
             // A page that cannot be read (damaged, say) is simply rewritten whole.
             let readable = read_page_entry(&shared, (file.0, page), &current, &mut old, String::new).is_ok();
@@ -446,7 +492,11 @@ impl Transaction {
     /// Write every buffered page to a slot of its own now, to bound memory.
     fn spill(&mut self) -> Result<()> {
         let shared = self.base.shared.clone();
-        for ((file, page), data) in std::mem::take(&mut self.buffered) {
+        let (kept, spilled): (BTreeMap<_, _>, BTreeMap<_, _>) = std::mem::take(&mut self.buffered)
+            .into_iter()
+            .partition(|(key, _)| self.mergers.contains_key(key));
+        self.buffered = kept;
+        for ((file, page), data) in spilled {
             let slot = shared.write_early_page(&data)?;
             self.own_slots.insert(slot);
             let crc = crc32c::crc32c(&data);
@@ -549,12 +599,51 @@ impl Transaction {
     }
 
     /// Describe the first change another commit made since `base` to something this
-    /// transaction changes.
-    fn find_conflict(&self, latest: &State, ops: &[Op]) -> Option<String> {
+    /// transaction changes or read (see `read_page_noted`), after rebasing the pages that
+    /// have a merger (see `merge_at_commit`); `merged` gets the pages rebased.
+    fn find_conflict(
+        &self,
+        latest: &State,
+        ops: &mut [Op],
+        buffered: &[usize],
+        pages: &mut [Vec<u8>],
+        merged: &mut BTreeSet<(u32, u64)>,
+    ) -> Option<String> {
         let base_seq = self.base.state.seq;
         if latest.seq == base_seq {
             return None;
         }
+        if let Some(what) = self.find_write_conflict(latest, ops) {
+            return Some(what);
+        }
+        let validate_reads = self.shared().opts.sabotage != Some(Sabotage::NoReadValidation);
+        if validate_reads {
+            if let Some(what) = crate::validation::changed_reads(
+                self.shared().page_size,
+                &self.reads,
+                &self.mergers,
+                &self.base.state,
+                latest,
+            ) {
+                return Some(what);
+            }
+        }
+        crate::validation::rebase_merged(
+            self.shared(),
+            &self.mergers,
+            &self.base.state,
+            latest,
+            ops,
+            buffered,
+            pages,
+            merged,
+        )
+        .err()
+    }
+
+    /// The write-write part of `find_conflict`.
+    fn find_write_conflict(&self, latest: &State, ops: &[Op]) -> Option<String> {
+        let base_seq = self.base.state.seq;
         // The files this commit creates, by the ids the operations give them now.
         let created: BTreeSet<u32> = ops
             .iter()
@@ -583,6 +672,9 @@ impl Transaction {
                         return Some(format!("the size of {:?}", f.name));
                     }
                     if let Op::Page { page, .. } | Op::Patch { page, .. } = op {
+                        if self.mergers.contains_key(&(*file, *page)) {
+                            continue;
+                        }
                         if f.pages.get(page).is_some_and(|e| e.seq > base_seq) {
                             return Some(format!("page {page} of {:?}", f.name));
                         }
@@ -632,12 +724,16 @@ impl Transaction {
             created: &self.created,
             early_slots,
         };
-        let pending = shared.commit(request, |latest, ops| self.find_conflict(latest, ops))?;
+        let mut merged = BTreeSet::new();
+        let pending = shared.commit(request, |latest, ops, buffered, pages| {
+            self.find_conflict(latest, ops, buffered, pages, &mut merged)
+        })?;
         self.stop_counting_active();
-        // Files created here were renumbered at commit: their pages are not remembered.
+        // Files created here were renumbered at commit, and rebased pages differ from what
+        // was written: neither is remembered.
         let fresh = std::mem::take(&mut self.fresh)
             .into_iter()
-            .filter(|((file, _), _)| !self.created.contains(file))
+            .filter(|(key @ (file, _), _)| !self.created.contains(file) && !merged.contains(key))
             .collect();
         shared.remember_committed(pending.seq(), fresh);
         Ok(pending)

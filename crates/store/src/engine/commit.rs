@@ -29,19 +29,20 @@ pub(crate) struct CommitRequest<'a> {
 
 impl Shared {
     /// Commit `request`: take the write lock (catching up with other processes), check it
-    /// with `conflict` against the latest state (`Some(what)` refuses it), sequence it and
-    /// write its record and pages. Returns once it is written: visible to new transactions,
-    /// durable only once [`PendingCommit::wait`] returns.
+    /// with `conflict` against the latest state (`Some(what)` refuses it; it may also rebase
+    /// buffered pages, given the operations, which of them are buffered, and those pages),
+    /// sequence it and write its record and pages. Returns once it is written: visible to
+    /// new transactions, durable only once [`PendingCommit::wait`] returns.
     pub(crate) fn commit(
         self: &Arc<Self>,
         request: CommitRequest<'_>,
-        conflict: impl FnOnce(&State, &[Op]) -> Option<String>,
+        conflict: impl FnOnce(&State, &mut [Op], &[usize], &mut [Vec<u8>]) -> Option<String>,
     ) -> Result<PendingCommit, CommitError> {
         let fail = |error: Error| CommitError { seq: None, error };
         let CommitRequest {
             ops,
             buffered,
-            pages,
+            mut pages,
             created,
             mut early_slots,
         } = request;
@@ -64,7 +65,7 @@ impl Shared {
                 // alone: another process may have committed a file with the same id since.
                 let mut ops = ops;
                 renumber_created_files(&mut ops, created, &meta.state, &self.next_file_id);
-                if let Some(what) = conflict(&meta.state, &ops) {
+                if let Some(what) = conflict(&meta.state, &mut ops, &buffered, &mut pages) {
                     bump(&self.counters.conflicts, 1);
                     return Err(Error::Conflict(what));
                 }
