@@ -140,12 +140,11 @@ fn run(
     let mut open: Vec<Option<Running>> = (0..width).map(|_| None).collect();
     let mut committed = Vec::new();
     let mut refused = 0;
-    let mut next_id = 1;
-    for _ in 0..steps {
+    for step_index in 0..steps as u64 {
         let slot = rng.below(width as u64) as usize;
         let Some(r) = open[slot].as_mut() else {
-            open[slot] = Some(begin(&store, file, next_id, &mut rng));
-            next_id += 1;
+            // Ids are unique: one transaction begins per step at most.
+            open[slot] = Some(begin(&store, file, step_index + 1, &mut rng));
             continue;
         };
         // Every transaction reads the header first, as SQLite reads page 1.
