@@ -189,7 +189,10 @@ fn on_a_loop_ext4_the_device_is_counted() {
         assert!(f(r, &["per_txn", "dev_writes"]) > 0.0, "{r}");
     }
     let o = &rows[1];
-    assert!(f(o, &["per_txn", "dev_flushes"]) <= 1.05, "{o}");
+    // One flush per commit, plus the new store's growth steps (a flush each, about ten in
+    // its first thousand commits, all of them inside this short run; 10,000 transactions
+    // give 1.005).
+    assert!(f(o, &["per_txn", "dev_flushes"]) <= 1.1, "{o}");
     // The rollback journal costs the device several times onesync's bytes.
     assert!(f(&rows[0], &["per_txn", "dev_kb"]) > 3.0 * f(o, &["per_txn", "dev_kb"]));
 }
