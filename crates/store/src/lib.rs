@@ -68,7 +68,8 @@ pub use format::{FORMAT_VERSION, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 pub use options::{Options, Sabotage, Stats};
 pub use sharing::{SharedWords, SideFileMapper, SIDE_FILE_LEN};
 pub use store::{Store, WaitingWriter};
-pub use txn::{FileId, PageMerger, Snapshot, Transaction};
+pub use txn::{FileId, Snapshot, Transaction};
+pub use validation::PageMerger;
 
 /// Layout facts for tests and tools that inspect or damage store files deliberately.
 pub mod layout {

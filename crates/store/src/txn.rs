@@ -5,6 +5,7 @@ use crate::error::{CommitError, Error, Result};
 use crate::format::{Op, MAX_NAME_LEN, NO_SLOT};
 use crate::options::Sabotage;
 use crate::state::{FileState, PageEntry, State};
+use crate::validation::PageMerger;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -20,12 +21,6 @@ const BUFFER_BYTES: u64 = 4 << 20;
 /// Merge difference runs separated by fewer equal bytes than this.
 const DIFF_GAP: usize = 8;
 const MAX_OVERLAY_RANGES: usize = 8;
-
-/// Rebases a page another commit changed since a transaction began, at its commit: given
-/// the page as the transaction began on it, as it is now, and as the transaction has it
-/// (its write, else the first), returns what the transaction commits instead, or `None`
-/// for a conflict. See [`Transaction::merge_at_commit`].
-pub type PageMerger = Arc<dyn Fn(&[u8], &[u8], &[u8]) -> Option<Vec<u8>> + Send + Sync>;
 
 /// A read-only view of one committed state.
 pub struct Snapshot {
@@ -628,8 +623,13 @@ impl Transaction {
                 return Some(what);
             }
         }
+        let shared = self.shared();
+        let read = |state: &State, file: u32, page: u64, buf: &mut [u8]| {
+            read_page_in(shared, state, FileId(file), page, buf).is_ok()
+        };
         crate::validation::rebase_merged(
-            self.shared(),
+            shared.page_size,
+            &read,
             &self.mergers,
             &self.base.state,
             latest,

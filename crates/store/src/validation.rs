@@ -12,11 +12,19 @@
 //! exception: the merger decides what the transaction may ignore of another's change.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
-use crate::engine::Shared;
 use crate::format::Op;
 use crate::state::State;
-use crate::txn::{read_page_in, FileId, PageMerger};
+
+/// Rebases a page another commit changed since a transaction began, at its commit: given
+/// the page as the transaction began on it, as it is now, and as the transaction has it
+/// (its write, else the first), returns what the transaction commits instead, or `None`
+/// for a conflict. See `Transaction::merge_at_commit`.
+pub type PageMerger = Arc<dyn Fn(&[u8], &[u8], &[u8]) -> Option<Vec<u8>> + Send + Sync>;
+
+/// Reads page `page` of file `file` as in the given state into the buffer.
+pub(crate) type ReadPage<'a> = &'a dyn Fn(&State, u32, u64, &mut [u8]) -> bool;
 
 /// The version of a page in `state`: the commit that last changed it, `Some(0)` for a page
 /// never written (zeros), `None` past the file's end or for a missing file.
@@ -56,7 +64,8 @@ pub(crate) fn changed_reads(
 /// page the merger refused, or one it cannot be given.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn rebase_merged(
-    shared: &Shared,
+    page_size: u64,
+    read_page: ReadPage<'_>,
     mergers: &BTreeMap<(u32, u64), PageMerger>,
     base: &State,
     latest: &State,
@@ -65,7 +74,6 @@ pub(crate) fn rebase_merged(
     pages: &mut [Vec<u8>],
     merged: &mut BTreeSet<(u32, u64)>,
 ) -> Result<(), String> {
-    let page_size = shared.page_size;
     for (&(file, page), merger) in mergers {
         if !base.files.contains_key(&file) {
             continue; // created by this transaction: no one else has it
@@ -81,8 +89,9 @@ pub(crate) fn rebase_merged(
         let what = || format!("page {page} of {:?}, changed since and not mergeable", f.name);
         let mut before = vec![0u8; page_size as usize];
         let mut now = vec![0u8; page_size as usize];
-        read_page_in(shared, base, FileId(file), page, &mut before).map_err(|_| what())?;
-        read_page_in(shared, latest, FileId(file), page, &mut now).map_err(|_| what())?;
+        if !read_page(base, file, page, &mut before) || !read_page(latest, file, page, &mut now) {
+            return Err(what());
+        }
         // The transaction's own write of the page, if it has one: a buffered `Page`.
         let written = buffered
             .iter()
