@@ -13,8 +13,12 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Registers the `onesync` VFS with the bundled SQLite (idempotent).
 pub fn register_onesync_vfs() -> Result<()> {
-    onesync::register_static(&onesync::api_table_from_sys!(rusqlite::ffi))
-        .map_err(|e| anyhow!("registering the onesync VFS: {e}"))?;
+    let api = onesync::api_table_from_sys!(rusqlite::ffi);
+    onesync::register_static(&api).map_err(|e| anyhow!("registering the onesync VFS: {e}"))?;
+    // The per-connection hook: an open the VFS refuses fails with its reason in the
+    // error message, not only in sqlite3_log.
+    onesync::register_mvbt_for_new_connections(&api)
+        .map_err(|e| anyhow!("registering the onesync per-connection hook: {e}"))?;
     Ok(())
 }
 
@@ -35,28 +39,14 @@ pub fn open_onesync(path: &Path, create: bool) -> Result<Connection> {
 
 /// Opens (creating) the plain SQLite file at `path` through the onesync-f2fs VFS: each
 /// transaction one F2FS atomic write (fails clearly off F2FS).
-/// `f_type` of an F2FS filesystem (linux/magic.h).
-const F2FS_SUPER_MAGIC: nix::sys::statfs::FsType = nix::sys::statfs::FsType(0xF2F5_2010);
-
 pub fn open_f2fs(path: &Path) -> Result<Connection> {
     register_onesync_vfs()?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_URI
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn =
-        Connection::open_with_flags_and_vfs(path, flags, onesync::F2FS_VFS_NAME).with_context(|| {
-            // The VFS's reason goes to sqlite3_log, which this program does not read: name the
-            // usual one here.
-            let dir = path.parent().unwrap_or(Path::new("."));
-            let on_f2fs = nix::sys::statfs::statfs(dir).map(|s| s.filesystem_type() == F2FS_SUPER_MAGIC);
-            let why = if on_f2fs.is_ok_and(|f2fs| !f2fs) {
-                format!(" ({} is not on F2FS)", dir.display())
-            } else {
-                String::new()
-            };
-            format!("opening {} through the onesync-f2fs VFS{why}", path.display())
-        })?;
+    let conn = Connection::open_with_flags_and_vfs(path, flags, onesync::F2FS_VFS_NAME)
+        .with_context(|| format!("opening {} through the onesync-f2fs VFS", path.display()))?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     Ok(conn)
 }

@@ -123,10 +123,9 @@ impl F2fsFactory {
         Self { api }
     }
 
-    fn refuse(&self, code: c_int, msg: String) -> c_int {
-        // xOpen cannot carry a message: SQLite's log gets it.
-        self.api.log(code, &format!("onesync-f2fs: {msg}"));
-        code
+    /// Refuses the open, the reason reaching `sqlite3_errmsg` as the store backend's do.
+    fn refuse(&self, req: &OpenRequest, code: c_int, msg: String) -> IoResult<Opened> {
+        crate::store_db::refuse_main_db(&self.api, req.flags(), code, format!("onesync-f2fs: {msg}"))
     }
 }
 
@@ -145,17 +144,19 @@ fn is_hot_journal(journal: &Path) -> bool {
 impl MainDbFactory for F2fsFactory {
     fn open(&self, req: &OpenRequest) -> IoResult<Opened> {
         let Some(name) = req.name() else {
-            return Err(self.refuse(
+            return self.refuse(
+                req,
                 SQLITE_CANTOPEN,
                 "a temporary database cannot use F2FS atomic writes".into(),
-            ));
+            );
         };
         let path = Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()));
         if !req.base_is_unix() {
-            return Err(self.refuse(
+            return self.refuse(
+                req,
                 SQLITE_CANTOPEN,
                 "the default VFS is not SQLite's unix VFS; the F2FS backend wraps it".into(),
-            ));
+            );
         }
         let beside = |suffix: &str| {
             let mut name = path.as_os_str().to_owned();
@@ -171,7 +172,8 @@ impl MainDbFactory for F2fsFactory {
             None
         };
         if let Some((what, side)) = leftover {
-            return Err(self.refuse(
+            return self.refuse(
+                req,
                 SQLITE_CANTOPEN,
                 format!(
                     "{} has a {what} ({}) left by another SQLite; open it once with stock SQLite to \
@@ -179,13 +181,13 @@ impl MainDbFactory for F2fsFactory {
                     path.display(),
                     side.display()
                 ),
-            ));
+            );
         }
         // A new file: ask its directory first, so that a refusal leaves nothing behind.
         if !path.exists() {
             if let Some(parent) = path.parent().filter(|p| p.is_dir()) {
                 if let Err(msg) = f2fs_atomic_write_support(parent) {
-                    return Err(self.refuse(SQLITE_CANTOPEN, msg));
+                    return self.refuse(req, SQLITE_CANTOPEN, msg);
                 }
             }
         }
@@ -194,17 +196,18 @@ impl MainDbFactory for F2fsFactory {
         let fd = match verified_fd(&file, path) {
             Some(fd) => fd,
             None => {
-                return Err(self.refuse(
+                return self.refuse(
+                    req,
                     SQLITE_CANTOPEN,
                     format!(
                         "{}: could not find the unix VFS's descriptor of the file",
                         path.display()
                     ),
-                ))
+                )
             }
         };
         if let Err(msg) = atomic_write_feature(fd) {
-            return Err(self.refuse(SQLITE_CANTOPEN, format!("{}: {msg}", path.display())));
+            return self.refuse(req, SQLITE_CANTOPEN, format!("{}: {msg}", path.display()));
         }
         Ok(Opened {
             backend: Box::new(F2fsAtomicFile {

@@ -140,6 +140,19 @@ fn a_directory_and_a_missing_directory_fail_at_open_with_cantopen_as_in_stock_sq
     assert!(!dir.path().join("missing").exists(), "nothing created");
 }
 
+/// The F2FS backend's refusals reach the application as the store backend's do: here (no
+/// F2FS on this machine's temporary directory) a new database is refused saying why.
+#[test]
+fn the_f2fs_backend_off_f2fs_is_refused_at_open_saying_why() {
+    registered();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain.db");
+    let (ours, msg) = outcome(&path, Some("onesync-f2fs"));
+    assert_eq!(ours, Outcome::FailsAtOpen(ErrorCode::CannotOpen));
+    assert!(msg.contains("not on F2FS"), "{msg}");
+    assert!(!path.exists(), "nothing created");
+}
+
 #[test]
 fn a_store_opened_without_the_vfs_is_named_as_one() {
     registered();

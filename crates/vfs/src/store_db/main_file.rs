@@ -314,15 +314,7 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     };
     // `onesync_sync_interval_ms=N`: the store's background flush interval
     // (synchronous=NORMAL), as `PRAGMA onesync_sync_interval_ms` sets it.
-    let refused = |refusal: Refusal| -> IoResult<Opened> {
-        if !refusals::told_at_open(&refusal) {
-            return Err(refusal.code);
-        }
-        Ok(Opened {
-            backend: Box::new(MainFile::Failed(Failed::new(refusal))),
-            out_flags: r.flags,
-        })
-    };
+    let refused = |refusal: Refusal| opened_refused(refusal, r.flags);
     // `onesync_sync_interval_ms=N`: the store's background flush interval
     // (synchronous=NORMAL), as `PRAGMA onesync_sync_interval_ms` sets it.
     let sync_interval = match param(c"onesync_sync_interval_ms").map(|v| parse_sync_interval(&v)) {
@@ -432,6 +424,37 @@ fn parent_exists(path: &Path) -> bool {
     path.parent()
         .filter(|d| !d.as_os_str().is_empty())
         .is_none_or(Path::is_dir)
+}
+
+/// A refused main database file, told to the application as `refusals.rs` says: a handle
+/// whose every use fails, or (no per-connection entry point in this process) a failed xOpen.
+fn opened_refused(refusal: Refusal, out_flags: c_int) -> IoResult<Opened> {
+    if !refusals::told_at_open(&refusal) {
+        return Err(refusal.code);
+    }
+    Ok(Opened {
+        backend: Box::new(MainFile::Failed(Failed::new(refusal))),
+        out_flags,
+    })
+}
+
+/// Refuses a main database file another backend (F2FS) cannot serve, as this one refuses
+/// its own: `message` goes to `sqlite3_log` and, through the refusal, to `sqlite3_errmsg`.
+pub(crate) fn refuse_main_db(
+    api: &ApiTable,
+    out_flags: c_int,
+    code: c_int,
+    message: String,
+) -> IoResult<Opened> {
+    api.log(code, &message);
+    opened_refused(
+        Refusal {
+            code,
+            message,
+            when: When::AtOpen,
+        },
+        out_flags,
+    )
 }
 
 /// A main database file refused: every use fails with the refusal's code (see

@@ -50,6 +50,7 @@ use crate::sys::api::ApiTable;
 pub(crate) use connections::{is_main_database, join_connection, leave_connection, note_locking_mode};
 pub(crate) use file::{StoreDb, StoreOpen};
 pub(crate) use locking::sleep_until_lock_released;
+pub(crate) use main_file::refuse_main_db;
 pub(crate) use refusals::{note_hook_registered, open_refusal};
 pub use registry::store_stats_json;
 pub(crate) use registry::{next_handle, Want};
