@@ -98,3 +98,45 @@ fn loads_into_apsw_bundled_sqlite() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A refused open writes nothing to the host's stderr; with `ONESYNC_LOG_STDERR=1` the
+/// reason (also in `sqlite3_errmsg` and `sqlite3_log`) goes there too. Debian's python3,
+/// whose sqlite3 loads extensions, is the host.
+#[test]
+fn a_refusal_reaches_stderr_only_when_asked() {
+    let python = "/usr/bin/python3";
+    let loads = "import sqlite3; sqlite3.Connection.enable_load_extension";
+    if !have(python, &["-c", loads]) {
+        eprintln!("SKIPPED: no {python} whose sqlite3 loads extensions");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.db");
+    let script = "import sqlite3, sys\n\
+        c = sqlite3.connect(':memory:'); c.enable_load_extension(True); c.load_extension(sys.argv[1])\n\
+        sqlite3.connect(sys.argv[2]).execute('CREATE TABLE t(x)').connection.commit()\n\
+        try:\n    sqlite3.connect('file:' + sys.argv[2] + '?vfs=onesync', uri=True).execute('SELECT 1')\n\
+        except sqlite3.DatabaseError as e:\n    print('refused:', e)\n";
+    let run = |env: Option<&str>| {
+        let _ = std::fs::remove_file(&plain);
+        let mut cmd = Command::new(python);
+        cmd.args(["-c", script]).arg(cdylib()).arg(&plain);
+        cmd.env_remove("ONESYNC_LOG_STDERR");
+        if let Some(v) = env {
+            cmd.env("ONESYNC_LOG_STDERR", v);
+        }
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success() && stdout.contains("refused:"), "{stdout}");
+        assert!(
+            stdout.contains("plain SQLite"),
+            "the reason is in the error message: {stdout}"
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert_eq!(run(None), "", "nothing on stderr unless asked");
+    assert!(
+        run(Some("1")).contains("plain SQLite"),
+        "asked, the reason is on stderr"
+    );
+}

@@ -173,7 +173,8 @@ impl ApiTable {
     /// installed `SQLITE_CONFIG_LOG` sees it, and to stderr only when asked
     /// (`ONESYNC_LOG_STDERR=1`): a library must not write to its host's stderr.
     pub(crate) fn log(&self, code: c_int, msg: &str) {
-        if std::env::var_os("ONESYNC_LOG_STDERR").is_some_and(|v| v == "1") {
+        static TO_STDERR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *TO_STDERR.get_or_init(|| std::env::var_os("ONESYNC_LOG_STDERR").is_some_and(|v| v == "1")) {
             eprintln!("onesync: {msg}");
         }
         let (Some(log), Ok(msg)) = (self.log, CString::new(msg.replace('\0', " "))) else {
