@@ -27,97 +27,78 @@ struct Load {
     by_load_extension: bool,
 }
 
-/// The extension entry point. SQLite derives this name from the file name
-/// `libonesync.so` (strip `lib`, take the letters before the first `.`), so
-/// `.load libonesync` finds it without naming it.
-///
-/// Registers the `onesync` VFS (not as the default) with the loading SQLite
-/// and the `mvbt` virtual table module on the loading connection and, through
-/// `sqlite3_auto_extension`, on every connection that SQLite opens later (so
-/// the CLI's `.load` then `.open` has it too, and a refused open says why in
-/// `sqlite3_errmsg`), and returns `SQLITE_OK_LOAD_PERMANENTLY`.
-///
-/// # Safety
-/// Called by SQLite only: `api` is the loading SQLite's routine table, `db`
-/// null or the loading connection, and `err_msg` null or a valid out-pointer
-/// for a `sqlite3_malloc`ed message.
-#[no_mangle]
-pub unsafe extern "C" fn sqlite3_onesync_init(
-    db: *mut c_void,
-    err_msg: *mut *mut c_char,
-    api: *const sqlite3_api_routines,
-) -> c_int {
-    let how = Load {
-        make_default: false,
-        by_load_extension: true,
+/// Defines an extension entry point (SQLite's signature, exported unmangled) that runs
+/// [`load`] the given way; the doc comment is the entry point's.
+macro_rules! entry_point {
+    ($(#[$doc:meta])* $name:ident, make_default: $default:expr, by_load_extension: $by_load:expr) => {
+        $(#[$doc])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            db: *mut c_void,
+            err_msg: *mut *mut c_char,
+            api: *const sqlite3_api_routines,
+        ) -> c_int {
+            let how = Load {
+                make_default: $default,
+                by_load_extension: $by_load,
+            };
+            // SAFETY: SQLite's own arguments, passed on.
+            unsafe { load(db, err_msg, api, how) }
+        }
     };
-    // SAFETY: SQLite's own arguments, passed on.
-    unsafe { load(db, err_msg, api, how) }
 }
 
-/// As [`sqlite3_onesync_init`], and makes `onesync` SQLite's default VFS, so that
-/// applications and drivers that cannot name a VFS (no URI, no `vfs` argument) open
-/// onesync databases: a new database is a store, a store is opened as one, and an existing
-/// file that is not a store (a plain SQLite database) is passed through to the VFS that
-/// was the default before. `.load libonesync sqlite3_onesync_default_init`.
-///
-/// # Safety
-/// As [`sqlite3_onesync_init`].
-#[no_mangle]
-pub unsafe extern "C" fn sqlite3_onesync_default_init(
-    db: *mut c_void,
-    err_msg: *mut *mut c_char,
-    api: *const sqlite3_api_routines,
-) -> c_int {
-    let how = Load {
-        make_default: true,
-        by_load_extension: true,
-    };
-    // SAFETY: SQLite's own arguments, passed on.
-    unsafe { load(db, err_msg, api, how) }
+entry_point! {
+    /// The extension entry point. SQLite derives this name from the file name
+    /// `libonesync.so` (strip `lib`, take the letters before the first `.`), so
+    /// `.load libonesync` finds it without naming it.
+    ///
+    /// Registers the `onesync` VFS (not as the default) with the loading SQLite
+    /// and the `mvbt` virtual table module on the loading connection and, through
+    /// `sqlite3_auto_extension`, on every connection that SQLite opens later (so
+    /// the CLI's `.load` then `.open` has it too, and a refused open says why in
+    /// `sqlite3_errmsg`), and returns `SQLITE_OK_LOAD_PERMANENTLY`.
+    ///
+    /// # Safety
+    /// Called by SQLite only: `api` is the loading SQLite's routine table, `db`
+    /// null or the loading connection, and `err_msg` null or a valid out-pointer
+    /// for a `sqlite3_malloc`ed message.
+    sqlite3_onesync_init, make_default: false, by_load_extension: true
 }
 
-/// The entry point to hand to `sqlite3_auto_extension` (bindings that link SQLite
-/// themselves, or reach it through `ctypes`): SQLite runs it for every connection it opens
-/// from then on. The first run registers the `onesync` VFS (not as the default); each
-/// registers the `mvbt` module on its connection and fails an open this VFS refused with
-/// the reason. Returns `SQLITE_OK` (any other answer fails the open). Open one connection
-/// (`:memory:` will do) before the first one that names `vfs=onesync`: SQLite opens a
-/// connection's main database before it runs automatic extensions.
-///
-/// # Safety
-/// As [`sqlite3_onesync_init`].
-#[no_mangle]
-pub unsafe extern "C" fn sqlite3_onesync_auto_init(
-    db: *mut c_void,
-    err_msg: *mut *mut c_char,
-    api: *const sqlite3_api_routines,
-) -> c_int {
-    let how = Load {
-        make_default: false,
-        by_load_extension: false,
-    };
-    // SAFETY: SQLite's own arguments, passed on.
-    unsafe { load(db, err_msg, api, how) }
+entry_point! {
+    /// As [`sqlite3_onesync_init`], and makes `onesync` SQLite's default VFS, so that
+    /// applications and drivers that cannot name a VFS (no URI, no `vfs` argument) open
+    /// onesync databases: a new database is a store, a store is opened as one, and an existing
+    /// file that is not a store (a plain SQLite database) is passed through to the VFS that
+    /// was the default before. `.load libonesync sqlite3_onesync_default_init`.
+    ///
+    /// # Safety
+    /// As [`sqlite3_onesync_init`].
+    sqlite3_onesync_default_init, make_default: true, by_load_extension: true
 }
 
-/// As [`sqlite3_onesync_auto_init`], and the first run makes `onesync` the default VFS (see
-/// [`sqlite3_onesync_default_init`]).
-///
-/// # Safety
-/// As [`sqlite3_onesync_init`].
-#[no_mangle]
-pub unsafe extern "C" fn sqlite3_onesync_default_auto_init(
-    db: *mut c_void,
-    err_msg: *mut *mut c_char,
-    api: *const sqlite3_api_routines,
-) -> c_int {
-    let how = Load {
-        make_default: true,
-        by_load_extension: false,
-    };
-    // SAFETY: SQLite's own arguments, passed on.
-    unsafe { load(db, err_msg, api, how) }
+entry_point! {
+    /// The entry point to hand to `sqlite3_auto_extension` (bindings that link SQLite
+    /// themselves, or reach it through `ctypes`): SQLite runs it for every connection it opens
+    /// from then on. The first run registers the `onesync` VFS (not as the default); each
+    /// registers the `mvbt` module on its connection and fails an open this VFS refused with
+    /// the reason. Returns `SQLITE_OK` (any other answer fails the open). Open one connection
+    /// (`:memory:` will do) before the first one that names `vfs=onesync`: SQLite opens a
+    /// connection's main database before it runs automatic extensions.
+    ///
+    /// # Safety
+    /// As [`sqlite3_onesync_init`].
+    sqlite3_onesync_auto_init, make_default: false, by_load_extension: false
+}
+
+entry_point! {
+    /// As [`sqlite3_onesync_auto_init`], and the first run makes `onesync` the default VFS (see
+    /// [`sqlite3_onesync_default_init`]).
+    ///
+    /// # Safety
+    /// As [`sqlite3_onesync_init`].
+    sqlite3_onesync_default_auto_init, make_default: true, by_load_extension: false
 }
 
 /// Whether an entry point made `onesync` the default already (once: an application that
