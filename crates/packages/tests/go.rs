@@ -9,50 +9,11 @@
 //! library (about a minute); both are cached for later runs (Go's build cache, and
 //! `target/packages-build`).
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+mod common;
 
-/// `name` on PATH, or at one of `also`.
-fn find_program(name: &str, also: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .chain(also.iter().map(PathBuf::from))
-        .find(|p| p.is_file())
-}
-
-/// The first fenced block of `lang` after the line that says the test runs it.
-fn readme_block(readme: &Path, lang: &str) -> String {
-    let text = std::fs::read_to_string(readme).unwrap();
-    let after = text
-        .split_once("runs this block")
-        .expect("the README marks its tested block")
-        .1;
-    let start = after.find(&format!("```{lang}\n")).expect("a fenced block") + lang.len() + 4;
-    let len = after[start..].find("```").expect("the block's end");
-    after[start..start + len].to_owned()
-}
-
-/// A command's status and stderr (and its stdout if it failed).
-fn show(what: &str, out: &Output) {
-    let stdout = if out.status.success() {
-        Default::default()
-    } else {
-        String::from_utf8_lossy(&out.stdout)
-    };
-    eprintln!(
-        "--- {what}: {}\n{stdout}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::{find_program, readme_block, show, workspace};
 
 /// The minor version of a Go 1 release (`go1.26.8` -> 26).
 fn go_minor(version: &str) -> Option<u32> {

@@ -10,48 +10,12 @@
 //! outer `cargo test` holds the workspace's), kept between runs: the first run takes about
 //! three minutes, later ones seconds.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+mod common;
 
-fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-/// The first fenced block of `lang` after the line that says the test runs it.
-fn readme_block(readme: &Path, lang: &str) -> String {
-    let text = std::fs::read_to_string(readme).unwrap();
-    let after = text
-        .split_once("runs this block")
-        .expect("the README marks its tested block")
-        .1;
-    let start = after.find(&format!("```{lang}\n")).expect("a fenced block") + lang.len() + 4;
-    let len = after[start..].find("```").expect("the block's end");
-    after[start..start + len].to_owned()
-}
-
-/// A command's status and stderr (and its stdout if it failed).
-fn show(what: &str, out: &Output) {
-    let stdout = if out.status.success() {
-        Default::default()
-    } else {
-        String::from_utf8_lossy(&out.stdout)
-    };
-    eprintln!(
-        "--- {what}: {}\n{stdout}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::{find_program, readme_block, show, workspace};
 
 /// Whether a failed cargo command could not reach crates.io.
 fn unreachable(out: &Output) -> bool {
@@ -103,7 +67,7 @@ fn rust_crates_from_their_packages() {
         ("tar", "to unpack .crate files"),
         ("cc", "for rusqlite's bundled SQLite"),
     ] {
-        if find_program(tool).is_none() {
+        if find_program(tool, &[]).is_none() {
             println!("SKIP rust_crates_from_their_packages: no {tool} ({why})");
             return;
         }

@@ -135,3 +135,38 @@ pub fn magic(path: &Path) -> Vec<u8> {
 
 pub const STORE_MAGIC: &[u8] = b"onesync store\0\r\n";
 pub const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
+
+/// `name` on PATH, or at one of `also`.
+pub fn find_program(name: &str, also: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .chain(also.iter().map(PathBuf::from))
+        .find(|p| p.is_file())
+}
+
+/// The first fenced block of `lang` after the line that says the test runs it.
+pub fn readme_block(readme: &Path, lang: &str) -> String {
+    let text = std::fs::read_to_string(readme).unwrap();
+    let after = text
+        .split_once("runs this block")
+        .expect("the README marks its tested block")
+        .1;
+    let start = after.find(&format!("```{lang}\n")).expect("a fenced block") + lang.len() + 4;
+    let len = after[start..].find("```").expect("the block's end");
+    after[start..start + len].to_owned()
+}
+
+/// A command's status and stderr (and its stdout if it failed).
+pub fn show(what: &str, out: &Output) {
+    let stdout = if out.status.success() {
+        Default::default()
+    } else {
+        String::from_utf8_lossy(&out.stdout)
+    };
+    eprintln!(
+        "--- {what}: {}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
