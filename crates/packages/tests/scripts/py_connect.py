@@ -10,6 +10,7 @@ import sqlite3
 import sys
 
 import onesync
+from default_vfs_check import check_default_vfs
 
 scratch = sys.argv[1]
 print("python", sys.version.split()[0], "sqlite", sqlite3.sqlite_version,
@@ -55,16 +56,5 @@ else:
     sys.exit("onesync.connect opened a plain SQLite database")
 assert open(plain, "rb").read() == before, "the refused plain file was changed"
 
-onesync.load(sqlite3.connect(":memory:"), default=True)
-fresh = os.path.join(scratch, "by-default.onesync")
-db = sqlite3.connect(fresh)  # no URI: onesync is the default VFS now
-with db:
-    db.execute("CREATE TABLE t(v)")
-db.close()
-with open(fresh, "rb") as f:
-    assert f.read(16) == onesync.STORE_MAGIC, "a new file did not become a store"
-p = sqlite3.connect(plain)  # an existing plain file still opens as one
-assert p.execute("SELECT count(*) FROM x").fetchone() == (0,)
-p.close()
-assert open(plain, "rb").read() == before
+check_default_vfs(scratch, plain)
 print("connect: ok")

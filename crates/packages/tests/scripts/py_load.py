@@ -8,6 +8,7 @@ import sqlite3
 import sys
 
 import onesync
+from default_vfs_check import check_default_vfs
 
 scratch = sys.argv[1]
 print("python", sys.version.split()[0], "sqlite", sqlite3.sqlite_version)
@@ -38,18 +39,5 @@ p.execute("CREATE TABLE x(y)")
 p.commit()
 p.close()
 
-onesync.load(sqlite3.connect(":memory:"), default=True)
-fresh = os.path.join(scratch, "by-default.onesync")
-db = sqlite3.connect(fresh)  # no URI: onesync is the default VFS now
-with db:
-    db.execute("CREATE TABLE t(v)")
-db.close()
-with open(fresh, "rb") as f:
-    assert f.read(16) == onesync.STORE_MAGIC, "a new file did not become a store"
-p = sqlite3.connect(plain)  # an existing plain file still opens as one
-with p:
-    p.execute("INSERT INTO x VALUES (1)")
-p.close()
-with open(plain, "rb") as f:
-    assert f.read(16) == onesync.SQLITE_MAGIC
+check_default_vfs(scratch, plain)
 print("load: ok")
