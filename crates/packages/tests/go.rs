@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 
 mod common;
 
-use common::{find_program, readme_block, show, workspace};
+use common::{assert_store_refused_without_vfs, consumer_lines, find_program, readme_block, show, workspace};
 
 /// The minor version of a Go 1 release (`go1.26.8` -> 26).
 fn go_minor(version: &str) -> Option<u32> {
@@ -201,32 +201,17 @@ fn go_module_with_mattn_sqlite3() {
     let started = std::time::Instant::now();
     let ran = go_cmd(&["run", "."]);
     show("go run .", &ran);
-    assert!(
-        ran.status.success(),
-        "go run failed (module left in {})",
-        dir.display()
-    );
-    println!("go run: {:.1} s", started.elapsed().as_secs_f64());
-    let stdout = String::from_utf8(ran.stdout).unwrap();
-    let lines: Vec<&str> = stdout.lines().collect();
-    for line in &lines {
-        println!("{line}");
-    }
+    let lines = consumer_lines("go run", ran, &dir, started);
     assert_eq!(
-        lines.first().copied(),
+        lines.first().map(String::as_str),
         Some(
             "onesync go: store \"notes #1.onesync\" (header \"onesync store\"): 1 row committed, reopened, \
              read back \"hello\"; synchronous=1 from the DSN; plain.db (header \"SQLite format 3\") read back 42"
         )
     );
-    assert!(
-        lines
-            .get(1)
-            .is_some_and(|l| l.contains("is a onesync store, not a plain SQLite file")),
-        "a store opened without the VFS is refused with the reason: {stdout}"
-    );
+    assert_store_refused_without_vfs(&lines);
     assert_eq!(
-        lines.get(2).copied(),
+        lines.get(2).map(String::as_str),
         Some(
             "onesync go: after MakeDefault: fresh.db (header \"onesync store\"); plain.db (header \"SQLite format 3\") \
              written, sum 43"

@@ -15,7 +15,7 @@ use std::process::{Command, Output};
 
 mod common;
 
-use common::{find_program, readme_block, show, workspace};
+use common::{assert_store_refused_without_vfs, consumer_lines, find_program, readme_block, show, workspace};
 
 /// Whether a failed cargo command could not reach crates.io.
 fn unreachable(out: &Output) -> bool {
@@ -156,29 +156,14 @@ fn rust_crates_from_their_packages() {
         println!("SKIP rust_crates_from_their_packages: crates.io is unreachable");
         return;
     }
-    assert!(
-        ran.status.success(),
-        "cargo run failed (project left in {})",
-        dir.display()
-    );
-    println!("cargo run: {:.1} s", started.elapsed().as_secs_f64());
-    let stdout = String::from_utf8(ran.stdout).unwrap();
-    let lines: Vec<&str> = stdout.lines().collect();
-    for line in &lines {
-        println!("{line}");
-    }
+    let lines = consumer_lines("cargo run", ran, &dir, started);
     assert_eq!(
-        lines.first().copied(),
+        lines.first().map(String::as_str),
         Some(
             "onesync rust: store \"notes #1.onesync\" (header \"onesync store\"): 1 row committed, reopened, \
              read back \"hello\"; plain.db (header \"SQLite format 3\") read back 42"
         )
     );
-    assert!(
-        lines
-            .get(1)
-            .is_some_and(|l| l.contains("is a onesync store, not a plain SQLite file")),
-        "a store opened without the VFS is refused with the reason: {stdout}"
-    );
+    assert_store_refused_without_vfs(&lines);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -298,11 +298,6 @@ impl Transaction {
         Ok(())
     }
 
-    /// How many distinct pages were read through [`Transaction::read_page_noted`].
-    pub fn pages_noted(&self) -> usize {
-        self.reads.len()
-    }
-
     /// At commit, if another commit changed `page` of `file` since this transaction began,
     /// call `merger` (under the commit lock) instead of refusing the commit: what it returns
     /// is committed in place of this transaction's write of the page, and `None` refuses.

@@ -170,3 +170,30 @@ pub fn show(what: &str, out: &Output) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The lines a consumer program (the `go run` or `cargo run` of a package test) printed,
+/// after checking that it succeeded (its project is left in `dir` if not) and printing
+/// them and its run time.
+pub fn consumer_lines(what: &str, out: Output, dir: &Path, started: std::time::Instant) -> Vec<String> {
+    assert!(
+        out.status.success(),
+        "{what} failed (project left in {})",
+        dir.display()
+    );
+    println!("{what}: {:.1} s", started.elapsed().as_secs_f64());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    for line in stdout.lines() {
+        println!("{line}");
+    }
+    stdout.lines().map(str::to_owned).collect()
+}
+
+/// A consumer's second line: a store opened without the VFS was refused, saying why.
+pub fn assert_store_refused_without_vfs(lines: &[String]) {
+    assert!(
+        lines
+            .get(1)
+            .is_some_and(|l| l.contains("is a onesync store, not a plain SQLite file")),
+        "a store opened without the VFS is refused with the reason: {lines:#?}"
+    );
+}
