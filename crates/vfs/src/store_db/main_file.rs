@@ -78,6 +78,9 @@ fn probe(path: &Path) -> Probe {
         // Unreadable: as a store, the store says why; as a plain file, the default VFS.
         Err(_) => return Probe::Other,
     };
+    if file.metadata().is_ok_and(|m| m.is_dir()) {
+        return Probe::Directory;
+    }
     let mut head = vec![0u8; HEADER_BLOCK as usize + MAGIC.len()];
     let mut got = 0;
     while got < head.len() {
@@ -85,17 +88,12 @@ fn probe(path: &Path) -> Probe {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) if path.is_dir() => return Probe::Directory,
             Err(_) => return Probe::Other,
         }
     }
     let copy = HEADER_BLOCK as usize;
     if got == 0 {
-        if path.is_dir() {
-            Probe::Directory
-        } else {
-            Probe::Empty
-        }
+        Probe::Empty
     } else if head.starts_with(SQLITE_HEADER) {
         Probe::Sqlite
     } else if head.starts_with(&MAGIC) || (got >= copy + MAGIC.len() && head[copy..].starts_with(&MAGIC)) {
@@ -312,8 +310,6 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         logical,
         nolock,
     };
-    // `onesync_sync_interval_ms=N`: the store's background flush interval
-    // (synchronous=NORMAL), as `PRAGMA onesync_sync_interval_ms` sets it.
     let refused = |refusal: Refusal| opened_refused(refusal, r.flags);
     // `onesync_sync_interval_ms=N`: the store's background flush interval
     // (synchronous=NORMAL), as `PRAGMA onesync_sync_interval_ms` sets it.
