@@ -131,7 +131,7 @@ impl SuperJournal {
     }
 
     fn refuse(&self, why: &str) -> c_int {
-        self.api.log(SQLITE_ERROR, why);
+        self.api.log_and_print(SQLITE_ERROR, why);
         SQLITE_ERROR
     }
 

@@ -489,7 +489,7 @@ impl DbBackend for StoreDb {
                 // Not handled: SQLite goes on to xSync.
                 Ok(()) => SQLITE_NOTFOUND,
                 Err(why) => {
-                    self.api.log(SQLITE_ERROR, &why);
+                    self.api.log_and_print(SQLITE_ERROR, &why);
                     SQLITE_ERROR
                 }
             },

@@ -173,8 +173,7 @@ impl ApiTable {
     /// installed `SQLITE_CONFIG_LOG` sees it, and to stderr only when asked
     /// (`ONESYNC_LOG_STDERR=1`): a library must not write to its host's stderr.
     pub(crate) fn log(&self, code: c_int, msg: &str) {
-        static TO_STDERR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if *TO_STDERR.get_or_init(|| std::env::var_os("ONESYNC_LOG_STDERR").is_some_and(|v| v == "1")) {
+        if log_to_stderr() {
             eprintln!("onesync: {msg}");
         }
         let (Some(log), Ok(msg)) = (self.log, CString::new(msg.replace('\0', " "))) else {
@@ -183,6 +182,16 @@ impl ApiTable {
         // SAFETY: `log` is this SQLite's `sqlite3_log`; "%s" consumes exactly
         // the one NUL-terminated string passed.
         unsafe { log(code, c"%s".as_ptr(), msg.as_ptr()) };
+    }
+
+    /// For a refusal SQLite cannot pass on in its error message (a refused COMMIT reaches
+    /// the application as "SQL logic error"): [`ApiTable::log`], and stderr, where a CLI
+    /// user sees it.
+    pub(crate) fn log_and_print(&self, code: c_int, msg: &str) {
+        if !log_to_stderr() {
+            eprintln!("{msg}");
+        }
+        self.log(code, msg);
     }
 
     /// `sqlite3_uri_parameter(filename, key)` of a name SQLite passed to `xOpen` (it reads
@@ -497,4 +506,10 @@ macro_rules! __vtab_routines_from_sys {
             db_filename: Some(db_filename),
         }
     }};
+}
+
+/// `ONESYNC_LOG_STDERR=1`: every message sent to `sqlite3_log` goes to stderr too (read once).
+fn log_to_stderr() -> bool {
+    static TO_STDERR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TO_STDERR.get_or_init(|| std::env::var_os("ONESYNC_LOG_STDERR").is_some_and(|v| v == "1"))
 }
