@@ -36,7 +36,10 @@ enum Command {
     /// Run a workload on several commit schemes (stock journal modes, WAL, onesync) in one
     /// run, each on a fresh database: TPS, latency percentiles, write calls, bytes and
     /// fsyncs per transaction, and with --fs the block device's writes, KiB and flushes
-    Bench(bench::BenchArgs),
+    ///
+    /// `bench writers --workload own-rows|shared-pages|hot-rows` runs concurrent writers
+    /// (threads or processes) instead: txn/s, retries and commit latency per mode
+    Bench(bench::BenchCommand),
     /// Bank transfers under simulated power cuts (and real kills) on one commit scheme;
     /// checks integrity, conservation of money and every acknowledged transfer
     Torture(torture::TortureArgs),
@@ -91,6 +94,9 @@ enum Command {
     /// Inside the VM: the power-cut workload of `vm torture`
     #[command(name = "__vm-tpcb", hide = true)]
     VmTpcb(vm::guest::TpcbArgs),
+    /// One process's writers of `bench writers --processes` (not for direct use)
+    #[command(name = "__bench-writers-child", hide = true)]
+    BenchWritersChild(bench::WritersChildArgs),
     /// The child process of vfs-kill-torture (not for direct use)
     #[command(name = "__transfer-child", hide = true)]
     TransferChild(vfs_kill_torture::TransferChildArgs),
@@ -99,7 +105,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match &cli.command {
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(command) => bench::run_command(command),
         Command::Report(args) => report::run(args),
         Command::Torture(args) => torture::run(args),
         Command::StoreBench(args) => store_bench::run(args).map(|()| ExitCode::SUCCESS),
@@ -117,6 +123,7 @@ fn main() -> ExitCode {
         Command::VmSelftest(args) => vm::guest::selftest(args),
         Command::VmSelftestChild(args) => vm::guest::selftest_child(args).map(|()| ExitCode::SUCCESS),
         Command::VmTpcb(args) => vm::guest::tpcb(args).map(|()| ExitCode::SUCCESS),
+        Command::BenchWritersChild(args) => bench::run_writers_child(args).map(|()| ExitCode::SUCCESS),
         Command::TransferChild(args) => vfs_kill_torture::run_child(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {

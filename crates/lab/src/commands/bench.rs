@@ -7,6 +7,14 @@
 //! What differs between the schemes (how a connection is opened, where the write counters
 //! come from) is the scheme's (`schemes/`); what a transaction does is the workload's
 //! (`workloads/`).
+//!
+//! `onesync bench writers --workload ...` (concurrent writers, [`writers`]) is a subcommand
+//! beside the positional workload: [`BenchCommand`] is one or the other.
+
+mod writer_group;
+pub mod writers;
+
+pub use writer_group::{run_child as run_writers_child, WritersChildArgs};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,6 +33,68 @@ use crate::progress::{phase_bar, phase_spinner};
 use crate::schemes::Mode;
 use crate::sqlite::{check_integrity, in_transaction};
 use crate::workloads::{dbbench, Params, Workload};
+
+/// `onesync bench`: either `bench WORKLOAD [OPTIONS]` (one workload, [`BenchArgs`]) or
+/// `bench writers --workload W [OPTIONS]` (concurrent writers, [`writers::WritersArgs`]).
+/// Written by hand because the positional WORKLOAD is required unless the subcommand is
+/// given (clap's derive cannot leave a flattened struct out when its arguments are missing).
+#[derive(Debug)]
+pub enum BenchCommand {
+    Workload(BenchArgs),
+    Writers(writers::WritersArgs),
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum BenchSubcommand {
+    /// Concurrent writers on one database (threads or processes, one connection each):
+    /// txn/s, retries, commit latency; hot-rows checks the counters against the commits
+    Writers(writers::WritersArgs),
+}
+
+impl clap::FromArgMatches for BenchCommand {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Self::from_arg_matches_mut(&mut matches.clone())
+    }
+
+    fn from_arg_matches_mut(matches: &mut clap::ArgMatches) -> Result<Self, clap::Error> {
+        use clap::Subcommand;
+        if matches
+            .subcommand_name()
+            .is_some_and(BenchSubcommand::has_subcommand)
+        {
+            let BenchSubcommand::Writers(args) = BenchSubcommand::from_arg_matches_mut(matches)?;
+            Ok(BenchCommand::Writers(args))
+        } else {
+            BenchArgs::from_arg_matches_mut(matches).map(BenchCommand::Workload)
+        }
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for BenchCommand {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        use clap::Subcommand;
+        BenchSubcommand::augment_subcommands(BenchArgs::augment_args(cmd))
+            .args_conflicts_with_subcommands(true)
+            .subcommand_negates_reqs(true)
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// Runs `onesync bench ...`.
+pub fn run_command(command: &BenchCommand) -> Result<ExitCode> {
+    match command {
+        BenchCommand::Workload(args) => run(args),
+        BenchCommand::Writers(args) => writers::run(args),
+    }
+}
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {

@@ -158,13 +158,14 @@ pub enum Mode {
     Onesync,
     OnesyncNormal,
     OnesyncOff,
+    OnesyncConcurrent,
     Maw,
     BatchAtomic,
 }
 
 impl Mode {
     /// Every mode, in the order `--help` lists them.
-    pub const ALL: [Mode; 13] = [
+    pub const ALL: [Mode; 14] = [
         Mode::Delete,
         Mode::Truncate,
         Mode::Persist,
@@ -176,6 +177,7 @@ impl Mode {
         Mode::Onesync,
         Mode::OnesyncNormal,
         Mode::OnesyncOff,
+        Mode::OnesyncConcurrent,
         Mode::Maw,
         Mode::BatchAtomic,
     ];
@@ -194,6 +196,7 @@ impl Mode {
             Mode::Onesync => &onesync::ONESYNC,
             Mode::OnesyncNormal => &onesync::ONESYNC_NORMAL,
             Mode::OnesyncOff => &onesync::ONESYNC_OFF,
+            Mode::OnesyncConcurrent => &onesync::ONESYNC_CONCURRENT,
             Mode::Maw => &maw::MAW,
             Mode::BatchAtomic => &batch_atomic::BATCH_ATOMIC,
         }

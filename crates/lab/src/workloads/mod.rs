@@ -1,7 +1,7 @@
 //! Workloads, each written once against a plain [`Connection`] (whatever scheme opened it)
 //! and used by every command that runs it: `bench` runs them all, `flash` runs partsupp,
-//! the VM's power-cut workload runs tpcb, `mvbt` runs kv, and the tortures and the explorer
-//! run bank.
+//! the VM's power-cut workload runs tpcb, `mvbt` runs kv, the tortures and the explorer
+//! run bank, and `bench writers` runs the concurrent writers' workloads (writers.rs).
 
 pub mod bank;
 pub mod dbbench;
@@ -12,6 +12,7 @@ pub mod mixed;
 pub mod partsupp;
 pub mod tpcb;
 pub mod update;
+pub mod writers;
 
 use anyhow::Result;
 use rand::rngs::SmallRng;

@@ -1,0 +1,480 @@
+//! `onesync bench writers --workload own-rows|shared-pages|hot-rows --threads N [--processes
+//! P] --mode M1,M2,...`: concurrent writers on one database, every mode in the same run on a
+//! fresh database (and with `--fs`, a fresh filesystem), each for the same number of
+//! committed transactions (`--txns`, split among the writers).
+//!
+//! A writer is one connection. With `--threads T` alone the writers are T threads of this
+//! process; with `--processes P` they are P child processes (the hidden
+//! `__bench-writers-child`) of `--threads` threads each (default 1), P × T writers in all, and
+//! each child reports on stdout as one JSON line, added up here. What a writer does on
+//! SQLITE_BUSY is in `writer_group`; what its transactions do, and the oracle that checks
+//! the database against the commits afterwards, in `workloads/writers.rs`.
+//!
+//! Per mode: transactions per second (from the start signal to the last commit), retries per
+//! 100 transactions, commit latency percentiles (from the BEGIN of a transaction's first try
+//! to its successful COMMIT), the ratio of txn/s to the first mode, the scheme's syncs per
+//! transaction, with `--fs` the block device's writes, KiB and flushes, and the oracle's
+//! verdict. A failed oracle fails the command (after the table).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use serde::Serialize;
+
+use super::writer_group::{self, open_writer, unix_ns, Group, GroupReport, GO_LINE, READY_LINE};
+use crate::loopfs::{DevCounters, FsKind};
+use crate::meters::io::DeviceProbe;
+use crate::meters::latency::{percentiles, Latency};
+use crate::meters::per;
+use crate::output::{self, Human};
+use crate::progress::{phase_bar, phase_spinner};
+use crate::schemes::Mode;
+use crate::sqlite::{check_integrity, in_transaction};
+use crate::workloads::writers::Writers;
+
+#[derive(clap::Args, Debug)]
+pub struct WritersArgs {
+    /// What each writer's transactions do
+    #[arg(long, value_enum)]
+    pub workload: Writers,
+
+    /// Writer threads (one connection each) [default: 4, or 1 per process with --processes]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub threads: Option<u64>,
+
+    /// Run the writers in N child processes of --threads writers each (N × threads writers)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub processes: Option<u64>,
+
+    /// Modes to run, in order (the first is the baseline of the ratios)
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "wal,wal-normal,onesync,onesync-concurrent"
+    )]
+    pub mode: Vec<Mode>,
+
+    /// Committed transactions per mode, split among the writers
+    #[arg(long, value_name = "N", default_value_t = 2000,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub txns: u64,
+
+    /// Run in a fresh subdirectory of D per mode [default: the system's temporary directory]
+    #[arg(long, value_name = "D", conflicts_with = "fs")]
+    pub dir: Option<PathBuf>,
+
+    /// Run each mode on a freshly made filesystem of this kind on a loop device, and read
+    /// the device's counters (needs root)
+    #[arg(long, value_enum, value_name = "FS")]
+    pub fs: Option<FsKind>,
+
+    /// Size of each loop image for --fs, in MiB
+    #[arg(long, value_name = "MIB", default_value_t = 1024, requires = "fs")]
+    pub fs_size_mib: u64,
+
+    #[command(flatten)]
+    pub emulate: crate::loopfs::EmulateArgs,
+
+    /// Every connection's busy_timeout, in ms (what applications set; 0: a lock held by
+    /// another writer fails the statement at once, and the writer retries)
+    #[arg(long, value_name = "MS", default_value_t = writer_group::BUSY_TIMEOUT_MS)]
+    pub busy_timeout_ms: u64,
+
+    /// Seed of the writers' rows and choices
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Write {"results":[...]} (one object per mode) to FILE, or to stdout with "-" (then
+    /// nothing else goes to stdout)
+    #[arg(long, value_name = "FILE|-")]
+    pub json: Option<PathBuf>,
+
+    /// Negative control: after the run, commit one more transaction that no writer counted,
+    /// so the oracle must fail
+    #[arg(long, hide = true)]
+    pub sabotage_oracle: bool,
+}
+
+impl WritersArgs {
+    fn busy_timeout(&self) -> Duration {
+        Duration::from_millis(self.busy_timeout_ms)
+    }
+
+    fn threads(&self) -> u64 {
+        self.threads
+            .unwrap_or(if self.processes.is_some() { 1 } else { 4 })
+    }
+
+    fn writers(&self) -> u64 {
+        self.processes.unwrap_or(1) * self.threads()
+    }
+
+    /// Transactions of each writer: `--txns` split as evenly as can be.
+    fn shares(&self) -> Vec<u64> {
+        let w = self.writers();
+        (0..w)
+            .map(|i| self.txns / w + u64::from(i < self.txns % w))
+            .collect()
+    }
+
+    fn how(&self) -> String {
+        let threads = self.threads();
+        match self.processes {
+            Some(p) => format!("{} writers: {p} processes of {threads} thread(s)", self.writers()),
+            None => format!("{threads} writers: {threads} threads"),
+        }
+    }
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct WritersResult {
+    pub mode: &'static str,
+    pub workload: Writers,
+    pub writers: u64,
+    pub threads: u64,
+    pub processes: Option<u64>,
+    pub fs: Option<&'static str>,
+    /// The emulated device under the filesystem (preset name), if any.
+    pub device: Option<String>,
+    pub txns: u64,
+    pub seconds: f64,
+    pub tps: f64,
+    /// txn/s over the first mode's.
+    pub ratio: f64,
+    pub retries: u64,
+    pub retries_per_100: f64,
+    /// Retries by SQLite's extended result code.
+    pub retry_codes: std::collections::BTreeMap<i32, u64>,
+    pub latency_us: Latency,
+    pub per_txn: PerTxn,
+    /// "ok", or what the oracle found wrong.
+    pub oracle: String,
+}
+
+#[derive(Serialize, Debug, Clone, Copy)]
+pub struct PerTxn {
+    pub write_calls: f64,
+    pub bytes_written: f64,
+    pub fsyncs: f64,
+    pub dev_writes: Option<f64>,
+    pub dev_kb: Option<f64>,
+    pub dev_flushes: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Results<'a> {
+    results: &'a [WritersResult],
+}
+
+pub fn run(args: &WritersArgs) -> Result<ExitCode> {
+    if args.mode.is_empty() {
+        bail!("--mode lists no modes");
+    }
+    output::check_json_path(args.json.as_deref())?;
+    let mut results = args
+        .mode
+        .iter()
+        .map(|&mode| run_mode(args, mode).with_context(|| format!("mode {}", mode.name())))
+        .collect::<Result<Vec<_>>>()?;
+    let first_tps = results.first().map_or(0.0, |r| r.tps);
+    for r in &mut results {
+        r.ratio = per(r.tps, first_tps);
+    }
+    output::emit(
+        args.json.as_deref(),
+        &Results { results: &results },
+        &table(args, &results),
+        Human::Stdout,
+    )?;
+    let failed: Vec<&WritersResult> = results.iter().filter(|r| r.oracle != "ok").collect();
+    for r in &failed {
+        eprintln!(
+            "onesync: bench writers: {}: the oracle failed: {}",
+            r.mode, r.oracle
+        );
+    }
+    Ok(if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn run_mode(args: &WritersArgs, mode: Mode) -> Result<WritersResult> {
+    let scheme = mode.scheme();
+    // Declared first so it is unmounted after the work directory is gone.
+    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib, args.emulate.emulation().as_ref())?;
+    let work = output::work_dir("onesync-writers-", loop_fs.as_ref(), args.dir.as_deref())?;
+    let db = work.path().join(scheme.database_file("writers"));
+    let spinner = phase_spinner("setup", mode.name());
+    {
+        let conn = open_writer(scheme, &db, args.busy_timeout())?;
+        in_transaction(&conn, || args.workload.set_up(&conn, args.writers()))?;
+    }
+    spinner.finish_and_clear();
+
+    let probe = loop_fs.as_ref().map(DeviceProbe::Loop);
+    let dev_before = probe.as_ref().map(DeviceProbe::counters).transpose()?;
+    let shares = args.shares();
+    let report = match args.processes {
+        None => {
+            let bar = phase_bar(mode.name(), args.txns);
+            let group = Group {
+                mode,
+                workload: args.workload,
+                db: &db,
+                first_writer: 0,
+                shares: &shares,
+                seed: args.seed,
+                busy_timeout: args.busy_timeout(),
+            };
+            let report = writer_group::run(&group, Some(&bar), || Ok(()))?;
+            bar.finish_and_clear();
+            report
+        }
+        Some(processes) => {
+            let spinner = phase_spinner(mode.name(), "writer processes running");
+            let report = run_processes(args, mode, &db, processes, &shares)?;
+            spinner.finish_and_clear();
+            report
+        }
+    };
+    let dev = match (&probe, dev_before) {
+        (Some(p), Some(before)) => Some(p.counters()?.delta(&before)),
+        _ => None,
+    };
+
+    let conn = open_writer(scheme, &db, args.busy_timeout())?;
+    if args.sabotage_oracle {
+        let mut rng = SmallRng::seed_from_u64(0);
+        args.workload
+            .apply(&conn, 0, &args.workload.plan(&mut rng))
+            .context("the sabotage's uncounted transaction")?;
+    }
+    check_integrity(&conn)?;
+    let oracle = match args.workload.check(&conn, &report.tally) {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => format!("{e:#}"),
+    };
+    drop(conn);
+
+    let committed = report.tally.committed();
+    if committed != args.txns {
+        bail!(
+            "the writers committed {committed} transactions, not {}",
+            args.txns
+        );
+    }
+    let txns = committed as f64;
+    let mut latencies: Vec<Duration> = report
+        .latencies_ns
+        .iter()
+        .map(|&ns| Duration::from_nanos(ns))
+        .collect();
+    Ok(WritersResult {
+        mode: mode.name(),
+        workload: args.workload,
+        writers: args.writers(),
+        threads: args.threads(),
+        processes: args.processes,
+        fs: loop_fs.as_ref().map(|l| l.kind().name()),
+        device: loop_fs
+            .as_ref()
+            .and_then(|l| l.emulation())
+            .map(|e| e.name.clone()),
+        txns: committed,
+        seconds: report.seconds,
+        tps: per(txns, report.seconds),
+        ratio: 1.0,
+        retries: report.retries,
+        retries_per_100: per(100.0 * report.retries as f64, txns),
+        retry_codes: report.retry_codes,
+        latency_us: percentiles(&mut latencies),
+        per_txn: PerTxn {
+            write_calls: per(report.write_calls as f64, txns),
+            bytes_written: per(report.bytes_written as f64, txns),
+            fsyncs: per(report.syncs as f64, txns),
+            dev_writes: dev.map(|d: DevCounters| per(d.write_ios as f64, txns)),
+            dev_kb: dev.map(|d| d.bytes_written() as f64 / 1024.0 / txns),
+            dev_flushes: dev.map(|d| per(d.flushes as f64, txns)),
+        },
+        oracle,
+    })
+}
+
+/// A `__bench-writers-child` process.
+struct WriterProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl WriterProcess {
+    fn spawn(args: &WritersArgs, mode: Mode, db: &Path, first_writer: u64, shares: &[u64]) -> Result<Self> {
+        let exe = std::env::current_exe().context("finding the onesync binary to run as the child")?;
+        let shares: Vec<String> = shares.iter().map(u64::to_string).collect();
+        let mut child = Command::new(exe)
+            .arg("__bench-writers-child")
+            .arg(db)
+            .args(["--mode", mode.name(), "--workload", args.workload.name()])
+            .args(["--first-writer", &first_writer.to_string()])
+            .args(["--shares", &shares.join(",")])
+            .args(["--seed", &args.seed.to_string()])
+            .args(["--busy-timeout-ms", &args.busy_timeout_ms.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting a writer process")?;
+        let stdin = child.stdin.take().ok_or_else(|| anyhow!("child has no stdin"))?;
+        let stdout = BufReader::new(
+            child
+                .stdout
+                .take()
+                .ok_or_else(|| anyhow!("child has no stdout"))?,
+        );
+        Ok(WriterProcess { child, stdin, stdout })
+    }
+
+    /// Its next line on stdout; an error naming how it ended if it ended instead.
+    fn line(&mut self, waiting_for: &str) -> Result<String> {
+        let mut line = String::new();
+        if self.stdout.read_line(&mut line)? == 0 || !line.ends_with('\n') {
+            let status = self.child.wait()?;
+            bail!("a writer process ended ({status}) before its {waiting_for}");
+        }
+        Ok(line.trim_end().to_owned())
+    }
+}
+
+impl Drop for WriterProcess {
+    /// A child left running (the run failed elsewhere) is killed: it is ours, by its handle.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs the writers in `processes` children of `threads` writers each; returns their reports
+/// added up, timed from the start signal to the last commit in any of them.
+fn run_processes(
+    args: &WritersArgs,
+    mode: Mode,
+    db: &Path,
+    processes: u64,
+    shares: &[u64],
+) -> Result<GroupReport> {
+    let per_process = args.threads() as usize;
+    let mut children = shares
+        .chunks(per_process)
+        .enumerate()
+        .map(|(p, chunk)| WriterProcess::spawn(args, mode, db, (p * per_process) as u64, chunk))
+        .collect::<Result<Vec<_>>>()?;
+    debug_assert_eq!(children.len() as u64, processes);
+    for child in &mut children {
+        let line = child.line("ready line")?;
+        if line != READY_LINE {
+            bail!("a writer process said {line:?}, not {READY_LINE:?}");
+        }
+    }
+    let started_unix_ns = unix_ns();
+    let started = Instant::now();
+    for child in &mut children {
+        writeln!(child.stdin, "{GO_LINE}")?;
+        child.stdin.flush()?;
+    }
+    let mut all = GroupReport::default();
+    for child in &mut children {
+        let line = child.line("report")?;
+        let report: GroupReport =
+            serde_json::from_str(&line).with_context(|| format!("a writer process's report: {line}"))?;
+        all.merge(report);
+    }
+    for child in &mut children {
+        let status = child.child.wait()?;
+        if !status.success() {
+            bail!("a writer process failed ({status})");
+        }
+    }
+    // From the start signal to the last commit, by the wall clock the processes share (the
+    // parent's monotonic time as a bound: a clock step cannot make it longer).
+    let seconds = all.finished_unix_ns.saturating_sub(started_unix_ns) as f64 / 1e9;
+    all.seconds = if seconds > 0.0 {
+        seconds.min(started.elapsed().as_secs_f64())
+    } else {
+        started.elapsed().as_secs_f64()
+    };
+    Ok(all)
+}
+
+pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
+    let mut out = format!(
+        "bench writers {} ({}; {} transactions per mode, {}):\n",
+        args.workload.name(),
+        args.how(),
+        args.txns,
+        match args.fs {
+            Some(kind) => match args.emulate.emulation() {
+                Some(emulation) =>
+                    format!("a fresh {} on a loop device on {emulation} per mode", kind.name()),
+                None => format!("a fresh {} on a loop device per mode", kind.name()),
+            },
+            None => "a fresh directory per mode".to_owned(),
+        }
+    );
+    let width = Mode::name_width();
+    out.push_str(&format!(
+        "{:<width$} {:>8} {:>6} {:>11} {:>8} {:>8} {:>9} {:>9} {:>7}",
+        "mode", "txn/s", "ratio", "retries/100", "p50 us", "p99 us", "p99.9 us", "max us", "fsyncs"
+    ));
+    if args.fs.is_some() {
+        out.push_str(&format!(" {:>8} {:>8} {:>9}", "dev wr", "dev KiB", "dev flush"));
+    }
+    out.push_str("  oracle\n");
+    for r in results {
+        out.push_str(&format!(
+            "{:<width$} {:>8.0} {:>6.2} {:>11.2} {:>8.0} {:>8.0} {:>9.0} {:>9.0} {:>7.3}",
+            r.mode,
+            r.tps,
+            r.ratio,
+            r.retries_per_100,
+            r.latency_us.p50,
+            r.latency_us.p99,
+            r.latency_us.p999,
+            r.latency_us.max,
+            r.per_txn.fsyncs,
+        ));
+        if let (Some(w), Some(k), Some(f)) = (r.per_txn.dev_writes, r.per_txn.dev_kb, r.per_txn.dev_flushes) {
+            out.push_str(&format!(" {w:>8.2} {k:>8.2} {f:>9.3}"));
+        }
+        out.push_str(&format!("  {}\n", if r.oracle == "ok" { "ok" } else { "FAILED" }));
+    }
+    if let Some(first) = results.first() {
+        out.push_str(&format!(
+            "(ratio: txn/s against {}; latency from the BEGIN of a transaction's first try to its \
+             COMMIT, retries included; fsyncs: the scheme's syncs per transaction; busy_timeout {} ms)\n",
+            first.mode, args.busy_timeout_ms
+        ));
+    }
+    for r in results.iter().filter(|r| r.retries > 0) {
+        let codes: Vec<String> = r
+            .retry_codes
+            .iter()
+            .map(|(code, n)| format!("{n} x {code}"))
+            .collect();
+        out.push_str(&format!(
+            "{}: retries by SQLite result code: {}\n",
+            r.mode,
+            codes.join(", ")
+        ));
+    }
+    out
+}
