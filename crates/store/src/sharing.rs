@@ -471,6 +471,13 @@ impl Sharing {
             .map_err(io_err("locking a database of the store"))
     }
 
+    /// The lock `key` shared: held by any number of processes at once, and refused while
+    /// one holds it exclusively (`try_user_lock`).
+    pub fn try_user_lock_shared(&self, key: u64) -> Result<bool> {
+        set_lock(&self.file, Kind::Shared, Self::user_offset(key), false)
+            .map_err(io_err("locking a database of the store (shared)"))
+    }
+
     pub fn user_unlock(&self, key: u64) {
         let _ = set_lock(&self.file, Kind::Unlock, Self::user_offset(key), false);
     }

@@ -283,6 +283,13 @@ impl Store {
         Snapshot::latest(self.shared.clone(), View::Written)
     }
 
+    /// [`Store::try_latest_snapshot`], once the commits already sequenced (by other threads,
+    /// writing them right now) are written: what a transaction planned just before its commit
+    /// should build on, so that it is not refused for commits it could have seen.
+    pub fn try_latest_settled_snapshot(&self) -> Result<Snapshot> {
+        Snapshot::latest_settled(self.shared.clone())
+    }
+
     /// Say that a writer is waiting for its turn (e.g. for SQLite's write lock, held by
     /// another connection of this process) and will commit soon: a flush leader then waits
     /// for it briefly, as for a transaction holding changes. Ends when the guard drops.
@@ -326,6 +333,15 @@ impl Store {
         }
     }
 
+    /// [`Store::try_lock_for_process`], shared with other processes' shared holders
+    /// (concurrent writers), exclusive of its exclusive holders (serial writers).
+    pub fn try_lock_for_process_shared(&self, key: u64) -> Result<bool> {
+        match self.shared.sharing() {
+            Some(s) => s.try_user_lock_shared(key),
+            None => Ok(true),
+        }
+    }
+
     pub fn unlock_for_process(&self, key: u64) {
         if let Some(s) = self.shared.sharing() {
             s.user_unlock(key);
@@ -338,6 +354,11 @@ impl Store {
             Some(s) => s.user_locked_elsewhere(key),
             None => Ok(false),
         }
+    }
+
+    /// The defect this store was opened with on purpose (negative controls only).
+    pub fn sabotage(&self) -> Option<crate::Sabotage> {
+        self.shared.opts.sabotage
     }
 
     /// Sequence number of the latest commit (durable or not yet).

@@ -36,6 +36,12 @@ impl Snapshot {
         Snapshot { shared, state }
     }
 
+    /// The latest written state once the commits sequenced now are written.
+    pub(crate) fn latest_settled(shared: Arc<Shared>) -> Result<Snapshot> {
+        let state = shared.snapshot_latest_settled()?;
+        Ok(Snapshot { shared, state })
+    }
+
     /// The latest state of any process sharing the store.
     pub(crate) fn latest(shared: Arc<Shared>, view: View) -> Result<Snapshot> {
         let state = shared.snapshot_latest(view)?;
@@ -75,6 +81,15 @@ impl Snapshot {
     /// Read one page; pages past the end read as zeros.
     pub fn read_page(&self, file: FileId, page: u64, buf: &mut [u8]) -> Result<()> {
         read_page_in(&self.shared, &self.state, file, page, buf)
+    }
+
+    /// The version of a page: the sequence number of the commit that last changed it (0
+    /// for a page never written), `None` past the file's end or for a missing file. Two
+    /// snapshots with the same version of a page hold the same bytes in it.
+    pub fn page_version(&self, file: FileId, page: u64) -> Option<u64> {
+        self.state
+            .entry(file.0, page, self.shared.page_size)
+            .map(|e| e.seq)
     }
 }
 
@@ -296,6 +311,15 @@ impl Transaction {
             self.reads.insert((file.0, page));
         }
         Ok(())
+    }
+
+    /// Note a page as read without reading it (the caller read it from an older snapshot
+    /// and checked it unchanged up to this transaction's base): validated at commit as
+    /// [`Transaction::read_page_noted`]'s pages are.
+    pub fn note_read(&mut self, file: FileId, page: u64) {
+        if !self.dirty.contains(&(file.0, page)) && !self.created.contains(&file.0) {
+            self.reads.insert((file.0, page));
+        }
     }
 
     /// At commit, if another commit changed `page` of `file` since this transaction began,

@@ -294,6 +294,10 @@ impl Shared {
 }
 
 /// Which committed state a new snapshot shows.
+/// The longest [`Shared::snapshot_latest_settled`] waits for commits in flight (their
+/// writes take microseconds; a stalled one is planned around, and conflicts at commit).
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum View {
     /// The latest durable state: for readers, who must never be shown a commit a power cut
@@ -501,6 +505,26 @@ impl Shared {
         let mut meta = self.meta();
         self.catch_up(&mut meta, false)?;
         Ok(self.register_snapshot(&mut meta, view))
+    }
+
+    /// [`Shared::snapshot_latest`] of the written view, once every commit sequenced when it
+    /// was called is written (waiting at most `SETTLE_WAIT`): the state a transaction that is
+    /// about to commit is best planned on, as commits of other threads are usually in flight.
+    pub(crate) fn snapshot_latest_settled(&self) -> Result<Arc<State>> {
+        let target = {
+            let mut meta = self.meta();
+            self.catch_up(&mut meta, false)?;
+            meta.state.seq
+        };
+        let deadline = std::time::Instant::now() + SETTLE_WAIT;
+        loop {
+            let mut meta = self.meta();
+            if meta.visible.seq >= target || std::time::Instant::now() >= deadline {
+                return Ok(self.register_snapshot(&mut meta, View::Written));
+            }
+            drop(meta);
+            std::thread::yield_now();
+        }
     }
 
     fn register_snapshot(&self, meta: &mut Meta, view: View) -> Arc<State> {

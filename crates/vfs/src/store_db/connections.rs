@@ -181,6 +181,15 @@ pub(super) fn commit_synchronous(conn: usize, handles: &[u64]) -> Synchronous {
         .unwrap_or(Synchronous::Full)
 }
 
+/// Whether `handle` is (or may be) in `locking_mode=EXCLUSIVE`: SQLite then keeps its cache
+/// across transactions without the change-counter check, so concurrency is off for it.
+pub(super) fn is_exclusive(conn: usize, handle: u64) -> bool {
+    lock(&CONNS)
+        .get(&conn)
+        .and_then(|c| c.handles.get(&handle))
+        .is_some_and(|m| m.mode != Mode::Normal)
+}
+
 pub(super) fn note_unlocked(conn: usize, handle: u64) {
     if let Some(h) = lock(&CONNS)
         .get_mut(&conn)

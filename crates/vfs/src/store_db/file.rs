@@ -1,6 +1,7 @@
 //! One SQLite handle on one logical file of a store: the main database file's methods
 //! (`DbBackend`: reads, writes, sizes, file controls, close).
 
+use std::collections::BTreeSet;
 use std::ffi::c_int;
 use std::path::Path;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use crate::ffi::{
 use crate::names::{self, NameClaim, Owner};
 use crate::sys::api::ApiTable;
 
+use super::concurrent::ConcurrentWrite;
 use super::connections::{
     leave_connection, note_locking_mode, note_synchronous, note_unlocked, parse_sync_interval,
 };
@@ -33,6 +35,8 @@ pub(crate) struct StoreOpen<'a> {
     pub logical: String,
     pub want: Want,
     pub nolock: bool,
+    /// `concurrent=1`.
+    pub concurrent: bool,
 }
 
 /// One SQLite handle on one logical file.
@@ -56,6 +60,14 @@ pub(crate) struct StoreDb {
     /// SQLite's name for the file (compared with `sqlite3_db_filename`).
     pub(super) name: SqliteName,
     pub(super) _claim: NameClaim,
+    /// `concurrent=1` or `PRAGMA onesync_concurrent=1`: write transactions run concurrently
+    /// with other connections' (see `concurrent.rs`).
+    pub(super) concurrent: bool,
+    /// In concurrent mode, the store pages read under SHARED: the read set a write
+    /// transaction starts with.
+    pub(super) shared_reads: BTreeSet<u64>,
+    /// The concurrent write transaction, from RESERVED to the unlock.
+    pub(super) concurrent_write: Option<ConcurrentWrite>,
 }
 
 impl StoreDb {
@@ -83,6 +95,9 @@ impl StoreDb {
                 nolock: o.nolock,
                 name: o.name,
                 _claim: claim,
+                concurrent: o.concurrent,
+                shared_reads: BTreeSet::new(),
+                concurrent_write: None,
             },
             read_only,
         ))
@@ -169,6 +184,9 @@ impl StoreDb {
     }
 
     pub(super) fn size_now(&self) -> IoResult<u64> {
+        if let Some(cw) = &self.concurrent_write {
+            return Ok(cw.size);
+        }
         if self.is_writer() {
             return self.with_txn(|txn, _| {
                 Ok(txn
@@ -230,6 +248,25 @@ impl StoreDb {
                     }
                 }
                 reply(self.store.store.deferred_flush_interval().as_millis().to_string());
+                SQLITE_OK
+            }
+            (Some("onesync_concurrent"), value) => {
+                if let Some(value) = value {
+                    let on = match value.trim().to_ascii_lowercase().as_str() {
+                        "1" | "on" | "yes" | "true" => true,
+                        "0" | "off" | "no" | "false" => false,
+                        _ => {
+                            reply(format!("onesync: onesync_concurrent is 0 or 1, not {value:?}"));
+                            return SQLITE_ERROR;
+                        }
+                    };
+                    if on != self.concurrent && self.level != LockLevel::None {
+                        reply("onesync: onesync_concurrent cannot change inside a transaction".to_string());
+                        return SQLITE_ERROR;
+                    }
+                    self.concurrent = on;
+                }
+                reply(u8::from(self.concurrent).to_string());
                 SQLITE_OK
             }
             (Some("onesync_stats"), _) => {
@@ -297,6 +334,9 @@ pub(super) fn stats_json(store: &Store) -> String {
 impl DbBackend for StoreDb {
     fn read(&mut self, buf: &mut [u8], offset: u64) -> IoResult<()> {
         let page_size = self.store.page_size;
+        if self.concurrent_write.is_some() {
+            return self.concurrent_read(buf, offset);
+        }
         if self.is_writer() {
             let logical = self.logical.clone();
             return self.with_txn(|txn, _| {
@@ -324,14 +364,22 @@ impl DbBackend for StoreDb {
             buf.fill(0);
             return Err(SQLITE_IOERR_SHORT_READ);
         };
-        let err = store_err(&self.api, SQLITE_IOERR_READ, "reading");
+        let api = self.api;
+        let err = store_err(&api, SQLITE_IOERR_READ, "reading");
         let size = snap.file_size(id).map_err(&err)?;
         read_bytes(size, page_size, buf, offset, |p, page| {
             snap.read_page(id, p, page).map_err(&err)
-        })
+        })?;
+        if self.snapshot.is_some() && self.concurrent_now() {
+            self.note_shared_read(buf, offset);
+        }
+        Ok(())
     }
 
     fn write(&mut self, buf: &[u8], offset: u64) -> IoResult<()> {
+        if self.concurrent_write.is_some() {
+            return self.concurrent_write_bytes(buf, offset);
+        }
         if !self.is_writer() {
             // SQLite writes the database file only under RESERVED or higher.
             return Err(SQLITE_IOERR_WRITE);
@@ -376,6 +424,9 @@ impl DbBackend for StoreDb {
     }
 
     fn truncate(&mut self, size: u64) -> IoResult<()> {
+        if self.concurrent_write.is_some() {
+            return self.concurrent_truncate(size);
+        }
         if !self.is_writer() {
             return Err(SQLITE_IOERR_TRUNCATE);
         }
@@ -394,6 +445,9 @@ impl DbBackend for StoreDb {
     }
 
     fn sync(&mut self, _flags: c_int) -> IoResult<()> {
+        if self.concurrent_write.is_some() && !self.batch {
+            return self.commit_concurrent();
+        }
         if !self.is_writer() {
             return Ok(());
         }
@@ -444,10 +498,15 @@ impl DbBackend for StoreDb {
             coord.files.entry(self.logical.clone()).or_default().shared += 1;
             drop(coord);
             self.snapshot = Some(snapshot);
+            self.shared_reads.clear();
             self.level = LockLevel::Shared;
         }
         if level >= LockLevel::Reserved && self.level < LockLevel::Reserved {
-            self.become_writer()?;
+            if self.concurrent_now() && !self.connection_writes_store() {
+                self.become_concurrent_writer()?;
+            } else {
+                self.become_writer()?;
+            }
         }
         self.level = level;
         Ok(())
@@ -462,7 +521,11 @@ impl DbBackend for StoreDb {
 
     fn check_reserved_lock(&mut self) -> IoResult<bool> {
         let coord = lock(&self.store.coord);
-        if coord.files.get(&self.logical).is_some_and(|f| f.writer.is_some()) {
+        if coord
+            .files
+            .get(&self.logical)
+            .is_some_and(|f| f.writer.is_some() || f.concurrent_writers > 0)
+        {
             return Ok(true);
         }
         drop(coord);
@@ -493,11 +556,48 @@ impl DbBackend for StoreDb {
                     SQLITE_ERROR
                 }
             },
+            FileControl::CommitPhaseTwo if self.concurrent_write.is_some() => {
+                super::connections::note_phasetwo(self.conn);
+                // synchronous=OFF commits here (SQLite never calls xSync); a FULL commit's
+                // flush is waited for before COMMIT returns.
+                if let Err(code) = self.commit_concurrent() {
+                    return code;
+                }
+                let pending = self.concurrent_write.as_mut().and_then(|cw| cw.pending.take());
+                match pending.map(|p| p.wait()) {
+                    Some(Err(e)) => commit_err(&self.api, "making a commit durable")(e),
+                    _ => SQLITE_OK,
+                }
+            }
             FileControl::CommitPhaseTwo => match self.commit_phase_two() {
                 Ok(()) => SQLITE_OK,
                 Err(code) => code,
             },
             FileControl::Pragma(ref pragma) => self.pragma(pragma),
+            FileControl::BeginAtomic if self.concurrent_write.is_some() => {
+                if self.concurrent_write.as_ref().is_some_and(|cw| cw.wrote) {
+                    return SQLITE_IOERR;
+                }
+                self.batch = true;
+                SQLITE_OK
+            }
+            FileControl::CommitAtomic if self.concurrent_write.is_some() => {
+                self.batch = false;
+                match self.commit_concurrent() {
+                    Ok(()) => SQLITE_OK,
+                    Err(code) => code,
+                }
+            }
+            FileControl::RollbackAtomic if self.concurrent_write.is_some() => {
+                self.batch = false;
+                let base_size = self.size_in_snapshot();
+                if let Some(cw) = self.concurrent_write.as_mut().filter(|cw| !cw.done) {
+                    cw.writes.clear();
+                    cw.wrote = false;
+                    cw.size = base_size;
+                }
+                SQLITE_OK
+            }
             FileControl::BeginAtomic => {
                 // The batch can be undone only if it is the whole store
                 // transaction; otherwise SQLite falls back to its journal.

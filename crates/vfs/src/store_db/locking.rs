@@ -156,7 +156,14 @@ impl StoreDb {
             if file.changed_at > snapshot_seq {
                 return Err(stale_snapshot());
             }
-            match file.writer {
+            // Concurrent writers of this process (`concurrent=1`) hold the file as a group:
+            // a serial writer waits for all of them.
+            let writer = file.writer.or(if file.concurrent_writers > 0 {
+                Some((0, usize::MAX))
+            } else {
+                None
+            });
+            match writer {
                 None => break file.changed_at,
                 Some((h, _)) if h == self.handle => return Ok(()),
                 Some((_, conn)) if conn != self.conn => {
@@ -299,11 +306,16 @@ impl StoreDb {
         let mut to_wait = None;
         let mut result = Ok(());
         let left_writer = self.is_writer() && level < LockLevel::Reserved;
-        if left_writer {
+        if left_writer && self.concurrent_write.is_some() {
+            to_wait = self.leave_concurrent_writer();
+        } else if left_writer {
             match self.leave_writer() {
                 Ok(p) => to_wait = p,
                 Err(e) => result = Err(e),
             }
+        }
+        if level == LockLevel::None {
+            self.shared_reads.clear();
         }
         if level == LockLevel::None && self.level >= LockLevel::Shared {
             let mut coord = lock(&self.store.coord);

@@ -127,6 +127,7 @@ struct Request {
     path: PathBuf,
     logical: String,
     nolock: bool,
+    concurrent: bool,
 }
 
 impl Request {
@@ -156,6 +157,7 @@ impl Request {
                 read_only: self.read_only(),
             },
             nolock: self.nolock,
+            concurrent: self.concurrent,
         })?;
         let flags = if read_only {
             (self.flags & !(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_READONLY
@@ -302,6 +304,18 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     let nolock = param(c"nolock").is_some_and(|v| matches!(v.as_str(), "1" | "yes" | "true" | "on"));
     // A `vfs=` parameter that brought SQLite here names this VFS: the file is to be a store.
     let explicit = param(c"vfs").is_some_and(|v| !v.is_empty());
+    // `concurrent=1`: write transactions run concurrently (store_db/concurrent.rs).
+    let concurrent: Result<bool, String> = match param(c"concurrent")
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("0" | "no" | "false" | "off") => Ok(false),
+        Some("1" | "yes" | "true" | "on") => Ok(true),
+        Some(other) => Err(format!(
+            "onesync: the URI parameter concurrent is 0 or 1, not {other:?}"
+        )),
+    };
     let r = Request {
         api: factory.api,
         open: req.duplicate(),
@@ -309,8 +323,12 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         path,
         logical,
         nolock,
+        concurrent: *concurrent.as_ref().unwrap_or(&false),
     };
     let refused = |refusal: Refusal| opened_refused(refusal, r.flags);
+    if let Err(msg) = concurrent {
+        return refused(r.refuse((SQLITE_CANTOPEN, msg)));
+    }
     // `onesync_sync_interval_ms=N`: the store's background flush interval
     // (synchronous=NORMAL), as `PRAGMA onesync_sync_interval_ms` sets it.
     let sync_interval = match param(c"onesync_sync_interval_ms").map(|v| parse_sync_interval(&v)) {
@@ -347,6 +365,7 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
                 read_only: r.read_only(),
             },
             nolock,
+            concurrent: r.concurrent,
         })
         .map_err(|e| r.refuse(e).code)?;
         let flags = if read_only {

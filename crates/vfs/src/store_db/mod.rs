@@ -27,12 +27,14 @@
 //! the main database file's methods (`DbBackend`).
 
 mod commit;
+mod concurrent;
 mod connections;
 mod file;
 mod locking;
 mod main_file;
 mod refusals;
 mod registry;
+mod relocate;
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;

@@ -63,6 +63,9 @@ pub(super) struct FileLock {
     /// a handle whose snapshot is older must not become its writer (its
     /// cache is stale), as with WAL's SQLITE_BUSY_SNAPSHOT.
     pub(super) changed_at: u64,
+    /// Concurrent writers (`concurrent=1`) of this process at RESERVED or above; while
+    /// there are any, this process holds the file's process lock shared.
+    pub(super) concurrent_writers: usize,
 }
 
 /// The write transaction of one SQLite connection on one store.

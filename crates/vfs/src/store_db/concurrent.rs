@@ -1,0 +1,526 @@
+//! Concurrent write transactions (`concurrent=1`, `PRAGMA onesync_concurrent`): several
+//! connections, of this process and others, write one database at once, each on the
+//! snapshot its read transaction took; COMMIT validates against every commit since and
+//! fails with `SQLITE_BUSY_SNAPSHOT` on a true conflict (crates/vfs/README.md, "Concurrent
+//! writers", has the isolation argument).
+//!
+//! Invariants (checked by assertions where they are cheap):
+//! 1. A concurrent writer's transaction is held here (`ConcurrentWrite`), not in a store
+//!    transaction: whole pages written, pages read, the file's size. Nothing of it reaches
+//!    the store before its commit.
+//! 2. Every page SQLite used in the transaction was read through xRead after the snapshot
+//!    was taken (the change-counter read at offset 24 never matches, so SQLite's cache is
+//!    empty at every read transaction's start), and is in `reads` or `writes`.
+//! 3. A commit writes exactly: the base's pages it did not write, unchanged; its writes,
+//!    moved past the latest end if another commit grew the file meanwhile; page 1 merged.
+//!    It is built on the latest state and is refused by the store if anything it read or
+//!    wrote changed between that state and its commit (the loop below then plans again).
+//! 4. After a commit or a refusal, the transaction is `done`: SQLite's rollback writes
+//!    (after a refusal) are dropped, and nothing commits twice.
+//!
+//! | state | xRead | xWrite | xSync / PHASETWO / COMMIT_ATOMIC |
+//! |---|---|---|---|
+//! | SHARED, concurrent mode | snapshot, page noted | (SQLite never) | nothing |
+//! | RESERVED+, open | writes, else snapshot (noted) | into `writes` | commit: OK or BUSY_SNAPSHOT |
+//! | RESERVED+, done | writes, else snapshot | dropped | nothing |
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::c_int;
+use std::time::Instant;
+
+use onesync_store::{Error as StoreError, FileId, PendingCommit, Sabotage, Snapshot};
+
+use crate::backend::IoResult;
+use crate::ffi::{SQLITE_BUSY, SQLITE_IOERR, SQLITE_IOERR_LOCK, SQLITE_IOERR_READ, SQLITE_READONLY};
+
+use super::connections::{commit_synchronous, Synchronous};
+use super::file::{commit_err, read_bytes, store_err, StoreDb};
+use super::locking::{note_lock_released, process_lock_key, PROCESS_LOCK_POLL, RETRYING_WRITER, WRITER_WAIT};
+use super::registry::lock;
+use super::relocate::relocate_appended;
+
+/// SQLite's extended code for "another connection's commit conflicts with this
+/// transaction's snapshot": a retry of the whole transaction can succeed.
+pub(crate) const SQLITE_BUSY_SNAPSHOT: c_int = SQLITE_BUSY | (2 << 8);
+
+/// How long a commit goes on planning again after losing the race to the store's commit
+/// lock before it gives up with SQLITE_BUSY_SNAPSHOT (each loss means another commit went
+/// through, so the store as a whole makes progress meanwhile).
+const COMMIT_RACE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Page 1 fields every commit may change: the change counter (24..28), the page count
+/// (28..32), version-valid-for (92..96) and the writer's SQLite version (96..100).
+const PAGE_ONE_MERGED: [std::ops::Range<usize>; 3] = [24..32, 92..96, 96..100];
+const PAGE_COUNT: std::ops::Range<usize> = 28..32;
+const CHANGE_COUNTER: std::ops::Range<usize> = 24..28;
+const VERSION_VALID_FOR: std::ops::Range<usize> = 92..96;
+
+/// A concurrent writer's transaction (invariant 1).
+pub(super) struct ConcurrentWrite {
+    /// Store pages (0-based) read from the base, validated at commit.
+    pub(super) reads: BTreeSet<u64>,
+    /// Whole store pages written.
+    pub(super) writes: BTreeMap<u64, Vec<u8>>,
+    /// The file's size in bytes as this transaction has it.
+    pub(super) size: u64,
+    pub(super) wrote: bool,
+    /// Committed or refused (invariant 4).
+    pub(super) done: bool,
+    /// A FULL commit's flush, waited for at PHASETWO or at the unlock.
+    pub(super) pending: Option<PendingCommit>,
+}
+
+/// What a commit writes on top of the latest state.
+struct Plan {
+    pages: BTreeMap<u64, Vec<u8>>,
+    size: u64,
+    /// Pages read (not written), checked unchanged up to the latest state: the store
+    /// checks them from there to the commit.
+    reads: Vec<u64>,
+}
+
+fn be32(page: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([page[at], page[at + 1], page[at + 2], page[at + 3]])
+}
+
+/// SQLite's page count from page 1 when the header says it is valid, else from the size.
+fn page_count(page_one: &[u8], size: u64, page_size: u64) -> u64 {
+    let counter = be32(page_one, CHANGE_COUNTER.start);
+    let in_header = be32(page_one, PAGE_COUNT.start);
+    if in_header != 0 && be32(page_one, VERSION_VALID_FOR.start) == counter {
+        u64::from(in_header)
+    } else {
+        size.div_ceil(page_size)
+    }
+}
+
+/// Whether two versions of page 1 differ only in the fields every commit may change.
+fn page_one_equal_but_merged(a: &[u8], b: &[u8]) -> bool {
+    let mut start = 0;
+    for r in PAGE_ONE_MERGED {
+        if a[start..r.start] != b[start..r.start] {
+            return false;
+        }
+        start = r.end;
+    }
+    a[start..] == b[start..]
+}
+
+impl StoreDb {
+    /// Whether this handle's next write transaction is a concurrent one.
+    pub(super) fn concurrent_now(&self) -> bool {
+        self.concurrent && !super::connections::is_exclusive(self.conn, self.handle)
+    }
+
+    /// xRead in concurrent mode, for a reader (SHARED): note the pages read; the 16 bytes
+    /// at offset 24 come back changed so SQLite empties its cache (invariant 2).
+    pub(super) fn note_shared_read(&mut self, buf: &mut [u8], offset: u64) {
+        let page_size = self.store.page_size;
+        if offset == 24 && buf.len() == 16 {
+            buf[15] ^= 0xff;
+            return;
+        }
+        let first = offset / page_size;
+        let last = (offset + buf.len().max(1) as u64 - 1) / page_size;
+        self.shared_reads.extend(first..=last);
+    }
+
+    /// Whether another handle of this connection writes this store now: then this one
+    /// writes serially too, in the connection's one store transaction (a transaction over
+    /// two databases of one store commits atomically only so).
+    pub(super) fn connection_writes_store(&self) -> bool {
+        lock(&self.store.coord)
+            .conns
+            .get(&self.conn)
+            .is_some_and(|c| !c.members.is_empty())
+    }
+
+    /// The file's size in the read snapshot (0 without one).
+    pub(super) fn size_in_snapshot(&self) -> u64 {
+        match self.file_in_snapshot() {
+            Some((snap, Some(id))) => snap.file_size(id).unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// Lock RESERVED as a concurrent writer: other concurrent writers go on; a serial writer
+    /// of this process or another excludes them.
+    pub(super) fn become_concurrent_writer(&mut self) -> IoResult<()> {
+        if self.read_only {
+            return Err(SQLITE_READONLY);
+        }
+        let deadline = Instant::now() + WRITER_WAIT;
+        let key = process_lock_key(&self.logical);
+        let mut coord = lock(&self.store.coord);
+        loop {
+            let file = coord.files.entry(self.logical.clone()).or_default();
+            match file.writer {
+                None => {}
+                Some((_, conn)) if conn == self.conn => return Err(SQLITE_BUSY),
+                Some(_) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(SQLITE_BUSY);
+                    }
+                    coord = self.store.wait_for_writer_change(coord, left);
+                    continue;
+                }
+            }
+            if file.concurrent_writers > 0 {
+                break;
+            }
+            // The first concurrent writer of this process holds the database's process lock
+            // shared, which serial writers of other processes take exclusively.
+            match self.store.store.try_lock_for_process_shared(key) {
+                Ok(true) => break,
+                Ok(false) if Instant::now() < deadline => {
+                    self.store.note_contention();
+                    drop(coord);
+                    std::thread::sleep(PROCESS_LOCK_POLL);
+                    coord = lock(&self.store.coord);
+                }
+                Ok(false) => return Err(SQLITE_BUSY),
+                Err(_) => return Err(SQLITE_IOERR_LOCK),
+            }
+        }
+        let file = coord.files.entry(self.logical.clone()).or_default();
+        file.concurrent_writers += 1;
+        drop(coord);
+        let size = match self.file_in_snapshot() {
+            Some((snap, Some(id))) => {
+                snap.file_size(id)
+                    .map_err(store_err(&self.api, SQLITE_IOERR, "reading the file size"))?
+            }
+            _ => 0,
+        };
+        self.concurrent_write = Some(ConcurrentWrite {
+            reads: std::mem::take(&mut self.shared_reads),
+            writes: BTreeMap::new(),
+            size,
+            wrote: false,
+            done: false,
+            pending: None,
+        });
+        Ok(())
+    }
+
+    /// The concurrent writer lets go of RESERVED: what was not committed is dropped (a
+    /// rollback's, or a refused commit's); returns the commit's flush to wait for.
+    pub(super) fn leave_concurrent_writer(&mut self) -> Option<PendingCommit> {
+        let cw = self.concurrent_write.take()?;
+        let mut coord = lock(&self.store.coord);
+        if let Some(file) = coord.files.get_mut(&self.logical) {
+            file.concurrent_writers = file.concurrent_writers.saturating_sub(1);
+            if file.concurrent_writers == 0 {
+                self.store
+                    .store
+                    .unlock_for_process(process_lock_key(&self.logical));
+                self.store.writer_left.notify_all();
+                note_lock_released();
+            }
+        }
+        cw.pending
+    }
+
+    /// xRead of a concurrent writer: its own writes, else the base (noted).
+    pub(super) fn concurrent_read(&mut self, buf: &mut [u8], offset: u64) -> IoResult<()> {
+        let page_size = self.store.page_size;
+        let Some((snap, id)) = self.snapshot.as_ref().map(|s| (s, s.file(&self.logical))) else {
+            return Err(SQLITE_IOERR_READ);
+        };
+        let Some(cw) = self.concurrent_write.as_mut() else {
+            return Err(SQLITE_IOERR_READ);
+        };
+        let base_pages = match id {
+            Some(id) => snap.file_size(id).unwrap_or(0).div_ceil(page_size),
+            None => 0,
+        };
+        let err = store_err(&self.api, SQLITE_IOERR_READ, "reading");
+        let size = cw.size;
+        read_bytes(size, page_size, buf, offset, |p, page| {
+            if let Some(data) = cw.writes.get(&p) {
+                page.copy_from_slice(data);
+                return Ok(());
+            }
+            match id {
+                Some(id) if p < base_pages => {
+                    cw.reads.insert(p);
+                    snap.read_page(id, p, page).map_err(&err)
+                }
+                _ => {
+                    page.fill(0);
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    /// xWrite of a concurrent writer (dropped once the transaction is done).
+    pub(super) fn concurrent_write_bytes(&mut self, buf: &[u8], offset: u64) -> IoResult<()> {
+        let page_size = self.store.page_size as usize;
+        if self.concurrent_write.as_ref().is_some_and(|cw| cw.done) {
+            return Ok(());
+        }
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            let index = at / page_size as u64;
+            let within = (at % page_size as u64) as usize;
+            let n = (page_size - within).min(buf.len() - done);
+            let whole = n == page_size;
+            let mut page = vec![0u8; page_size];
+            if !whole {
+                // Read-modify-write: SQLite's page is smaller than the store's.
+                let known = self
+                    .concurrent_write
+                    .as_ref()
+                    .and_then(|cw| cw.writes.get(&index).cloned());
+                match known {
+                    Some(data) => page = data,
+                    None => {
+                        let start = index * page_size as u64;
+                        // Past the end reads as zeros (a short read is expected there).
+                        let _ = self.concurrent_read(&mut page, start);
+                    }
+                }
+            }
+            page[within..within + n].copy_from_slice(&buf[done..done + n]);
+            let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
+            cw.writes.insert(index, page);
+            done += n;
+        }
+        let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
+        cw.size = cw.size.max(offset + buf.len() as u64);
+        cw.wrote = true;
+        Ok(())
+    }
+
+    pub(super) fn concurrent_truncate(&mut self, size: u64) -> IoResult<()> {
+        let page_size = self.store.page_size;
+        let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
+        if cw.done {
+            return Ok(());
+        }
+        cw.size = size;
+        let kept = size.div_ceil(page_size);
+        cw.writes.retain(|&p, _| p < kept);
+        cw.wrote = true;
+        Ok(())
+    }
+
+    /// Commit the concurrent transaction if it wrote anything and is not done: `Ok` once it
+    /// is sequenced (a FULL commit's flush is left in `pending`), `SQLITE_BUSY_SNAPSHOT` on a
+    /// conflict (the transaction is then done, and SQLite rolls it back).
+    pub(super) fn commit_concurrent(&mut self) -> IoResult<()> {
+        let Some(cw) = self.concurrent_write.as_mut() else {
+            return Ok(());
+        };
+        if cw.done || !cw.wrote {
+            return Ok(());
+        }
+        cw.done = true;
+        let Some(base) = self.snapshot.as_ref() else {
+            return Err(SQLITE_IOERR);
+        };
+        let page_size = self.store.page_size;
+        let mut lost_to = String::new();
+        let give_up = Instant::now() + COMMIT_RACE_LIMIT;
+        while Instant::now() < give_up {
+            let latest = self
+                .store
+                .store
+                .try_latest_settled_snapshot()
+                .map_err(|_| SQLITE_IOERR_LOCK)?;
+            let validate_reads = self.store.store.sabotage() != Some(Sabotage::NoReadValidation);
+            let plan = match plan_commit(base, &latest, &self.logical, cw, page_size, validate_reads) {
+                Ok(plan) => plan,
+                Err(why) => return Err(self.refuse_conflict(&why)),
+            };
+            let mut txn = latest.begin();
+            let api = self.api;
+            let err = store_err(&api, SQLITE_IOERR, "committing");
+            let id = match txn.file(&self.logical) {
+                Some(id) => id,
+                None => txn.create_file(&self.logical).map_err(&err)?,
+            };
+            for &p in &plan.reads {
+                txn.note_read(id, p);
+            }
+            for (&p, data) in &plan.pages {
+                txn.write_page(id, p, data).map_err(&err)?;
+            }
+            txn.set_file_size(id, plan.size).map_err(&err)?;
+            match txn.commit_without_waiting() {
+                Ok(pending) => {
+                    let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
+                    cw.writes.clear();
+                    return self.sequenced(pending);
+                }
+                // Another commit came between the plan and the commit lock: plan again.
+                Err(e) if matches!(e.error, StoreError::Conflict(_)) => {
+                    lost_to = e.error.to_string();
+                    continue;
+                }
+                Err(e) => return Err(commit_err(&self.api, "committing")(e)),
+            }
+        }
+        Err(self.refuse_conflict(&format!("other commits kept coming first (the last: {lost_to})")))
+    }
+
+    fn refuse_conflict(&mut self, why: &str) -> c_int {
+        if let Some(cw) = self.concurrent_write.as_mut() {
+            cw.writes.clear();
+        }
+        // The retry reads the latest written state, not the durable one, which lacks the
+        // commits in flight it lost to (it would only conflict again).
+        RETRYING_WRITER.with(|r| r.set(true));
+        self.api.log(
+            SQLITE_BUSY_SNAPSHOT,
+            &format!(
+                "onesync: concurrent COMMIT of {:?} refused: {why}; retry the transaction",
+                self.logical
+            ),
+        );
+        SQLITE_BUSY_SNAPSHOT
+    }
+
+    /// A concurrent commit went through: show it (NORMAL, OFF) or keep its flush to wait for
+    /// (FULL), as a serial commit does.
+    fn sequenced(&mut self, pending: PendingCommit) -> IoResult<()> {
+        let seq = pending.seq();
+        let synchronous = commit_synchronous(self.conn, &[self.handle]);
+        let mut pending = Some(pending);
+        if synchronous != Synchronous::Full {
+            if let Some(p) = pending.take() {
+                p.show(synchronous == Synchronous::Normal)
+                    .map_err(commit_err(&self.api, "committing"))?;
+            }
+        }
+        if let Some(cw) = self.concurrent_write.as_mut() {
+            cw.pending = pending;
+        }
+        let mut coord = lock(&self.store.coord);
+        coord.last_commit.insert(self.conn, seq);
+        let file = coord.files.entry(self.logical.clone()).or_default();
+        file.changed_at = file.changed_at.max(seq);
+        Ok(())
+    }
+}
+
+/// Validates the transaction against the commits between its base and `latest` and plans
+/// what it commits on `latest` (invariant 3); `Err` says what conflicts.
+fn plan_commit(
+    base: &Snapshot,
+    latest: &Snapshot,
+    logical: &str,
+    cw: &ConcurrentWrite,
+    page_size: u64,
+    validate_reads: bool,
+) -> Result<Plan, String> {
+    let (base_id, latest_id) = (base.file(logical), latest.file(logical));
+    let Some(base_id) = base_id else {
+        if latest_id.is_some() {
+            return Err("another connection created the database meanwhile".into());
+        }
+        return Ok(Plan {
+            pages: cw.writes.clone(),
+            size: cw.size,
+            reads: Vec::new(),
+        });
+    };
+    let Some(latest_id) = latest_id else {
+        return Err("the database was deleted meanwhile".into());
+    };
+    let base_size = base.file_size(base_id).map_err(|e| e.to_string())?;
+    let latest_size = latest.file_size(latest_id).map_err(|e| e.to_string())?;
+    let base_pages = base_size.div_ceil(page_size);
+    let unchanged = |p: u64| base.page_version(base_id, p) == latest.page_version(latest_id, p);
+    // Page 1 is merged below; pages past the base's end are this transaction's own.
+    let reads = cw.reads.iter().filter(|_| validate_reads);
+    for &p in reads.chain(cw.writes.keys()) {
+        if p != 0 && p < base_pages && !unchanged(p) {
+            let how = if cw.writes.contains_key(&p) {
+                "written"
+            } else {
+                "read"
+            };
+            return Err(format!(
+                "page {} ({how} by this transaction) was changed by another commit",
+                p + 1
+            ));
+        }
+    }
+    let reads: Vec<u64> = cw
+        .reads
+        .iter()
+        .copied()
+        .filter(|p| *p != 0 && *p < base_pages && !cw.writes.contains_key(p))
+        .collect();
+    if base_pages == 0 || unchanged(0) {
+        if latest_size != base_size {
+            return Err("the file's size changed but page 1 did not".into());
+        }
+        return Ok(Plan {
+            pages: cw.writes.clone(),
+            size: cw.size,
+            reads,
+        });
+    }
+    let read = |snap: &Snapshot, id: FileId| -> Result<Vec<u8>, String> {
+        let mut page = vec![0u8; page_size as usize];
+        snap.read_page(id, 0, &mut page).map_err(|e| e.to_string())?;
+        Ok(page)
+    };
+    let base_one = read(base, base_id)?;
+    let latest_one = read(latest, latest_id)?;
+    if !page_one_equal_but_merged(&base_one, &latest_one) {
+        return Err(
+            "page 1 (the schema, the freelist or header fields) was changed by another commit".into(),
+        );
+    }
+    let mine_one = cw.writes.get(&0).cloned().unwrap_or_else(|| base_one.clone());
+    let b = page_count(&base_one, base_size, page_size);
+    let l = page_count(&latest_one, latest_size, page_size);
+    let m = page_count(&mine_one, cw.size, page_size);
+    let mut pages = cw.writes.clone();
+    let mut size = cw.size;
+    if l != b {
+        let sqlite_page_size = match u32::from(u16::from_be_bytes([base_one[16], base_one[17]])) {
+            1 => 65536,
+            n => n,
+        };
+        if u64::from(sqlite_page_size) != page_size
+            || base_size != b * page_size
+            || latest_size != l * page_size
+        {
+            return Err("the file grew meanwhile and its pages cannot be matched to the store's".into());
+        }
+        if l < b || m < b || cw.size != m * page_size {
+            return Err("the file shrank meanwhile".into());
+        }
+        if m == b {
+            pages.entry(0).or_insert(mine_one.clone())[PAGE_COUNT].copy_from_slice(&(l as u32).to_be_bytes());
+            size = l * page_size;
+        } else {
+            let written: BTreeMap<u32, Vec<u8>> =
+                pages.iter().map(|(&p, d)| ((p + 1) as u32, d.clone())).collect();
+            let read_base = |pgno: u32| -> Option<Vec<u8>> {
+                let mut page = vec![0u8; page_size as usize];
+                base.read_page(base_id, u64::from(pgno) - 1, &mut page).ok()?;
+                Some(page)
+            };
+            let moved = relocate_appended(&written, &read_base, b as u32, l as u32).map_err(|why| {
+                format!("the file grew meanwhile and this transaction's new pages cannot move: {why}")
+            })?;
+            pages = moved.into_iter().map(|(p, d)| (u64::from(p) - 1, d)).collect();
+            size = (l + m - b) * page_size;
+        }
+    }
+    let one = pages.entry(0).or_insert(mine_one);
+    let counter = be32(&latest_one, CHANGE_COUNTER.start)
+        .wrapping_add(1)
+        .to_be_bytes();
+    one[CHANGE_COUNTER].copy_from_slice(&counter);
+    one[VERSION_VALID_FOR].copy_from_slice(&counter);
+    Ok(Plan { pages, size, reads })
+}

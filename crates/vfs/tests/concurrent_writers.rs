@@ -1,0 +1,472 @@
+//! Concurrent write transactions (`concurrent=1`) through the real SQLite (rusqlite's
+//! bundled build, onesync registered statically): transactions of several connections
+//! overlap and commit unless they truly conflict; a conflict fails COMMIT with
+//! SQLITE_BUSY_SNAPSHOT and leaves nothing behind; growth by two transactions at once is
+//! not a conflict; `PRAGMA integrity_check` holds after everything, and model oracles check
+//! every committed change. The negative control reruns the write-skew test in a child
+//! process with read validation switched off (ONESYNC_SABOTAGE=no-read-validation): it
+//! must fail, finding the write skew.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+
+use onesync::{api_table_from_sys, register_mvbt_for_new_connections, register_static, VFS_NAME};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rusqlite::{params, Connection, ErrorCode, OpenFlags};
+
+const BUSY_SNAPSHOT: i32 = 5 | (2 << 8);
+
+fn open(path: &Path, concurrent: bool) -> Connection {
+    register_static(&api_table_from_sys!(rusqlite::ffi)).expect("register onesync");
+    let uri = format!(
+        "file:{}?vfs={VFS_NAME}&concurrent={}",
+        path.display(),
+        u8::from(concurrent)
+    );
+    let flags = OpenFlags::default() | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(uri, flags).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+    conn
+}
+
+fn extended_code(e: &rusqlite::Error) -> Option<i32> {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) => Some(f.extended_code),
+        _ => None,
+    }
+}
+
+fn is_retryable(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == ErrorCode::DatabaseBusy)
+}
+
+fn integrity(conn: &Connection) -> String {
+    conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// Runs `body` as one transaction, again after every BUSY / BUSY_SNAPSHOT; returns the tries.
+fn with_retries(conn: &Connection, mut body: impl FnMut(&Connection) -> rusqlite::Result<()>) -> u32 {
+    for tries in 1.. {
+        let result = conn
+            .execute_batch("BEGIN")
+            .and_then(|()| body(conn))
+            .and_then(|()| conn.execute_batch("COMMIT"));
+        match result {
+            Ok(()) => return tries,
+            Err(e) if is_retryable(&e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                assert!(tries < 10_000, "no progress after {tries} tries: {e}");
+            }
+            Err(e) => panic!("transaction failed: {e}"),
+        }
+    }
+    unreachable!()
+}
+
+#[test]
+fn two_growing_transactions_both_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.onesync");
+    let setup = open(&path, true);
+    setup
+        .execute_batch("CREATE TABLE a(x, pad); CREATE TABLE b(x, pad); CREATE INDEX b_x ON b(x);")
+        .unwrap();
+    let (one, two) = (open(&path, true), open(&path, true));
+    one.execute_batch("BEGIN").unwrap();
+    two.execute_batch("BEGIN").unwrap();
+    for i in 0..300 {
+        one.execute("INSERT INTO a VALUES (?1, randomblob(300))", [i])
+            .unwrap();
+        // Every tenth row spills to overflow pages.
+        let pad = if i % 10 == 0 { 9000 } else { 200 };
+        two.execute("INSERT INTO b VALUES (?1, randomblob(?2))", params![i, pad])
+            .unwrap();
+    }
+    one.execute_batch("COMMIT").unwrap();
+    two.execute_batch("COMMIT")
+        .expect("the second grower's pages move past the first's");
+    for conn in [&setup, &one, &two] {
+        assert_eq!(integrity(conn), "ok");
+        let counts: (i64, i64) = conn
+            .query_row(
+                "SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM b)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(counts, (300, 300));
+    }
+    drop((setup, one, two));
+    let again = open(&path, false);
+    assert_eq!(integrity(&again), "ok");
+    let sum: i64 = again
+        .query_row("SELECT sum(x) FROM b WHERE length(pad) = 9000", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(sum, (0..300).filter(|i| i % 10 == 0).sum::<i64>());
+}
+
+#[test]
+fn a_lost_update_is_refused_with_busy_snapshot_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.onesync");
+    let setup = open(&path, true);
+    setup
+        .execute_batch("CREATE TABLE c(id INTEGER PRIMARY KEY, n); INSERT INTO c VALUES (1, 0);")
+        .unwrap();
+    let (one, two) = (open(&path, true), open(&path, true));
+    one.execute_batch("BEGIN").unwrap();
+    two.execute_batch("BEGIN").unwrap();
+    let read = |c: &Connection| -> i64 {
+        c.query_row("SELECT n FROM c WHERE id = 1", [], |r| r.get(0))
+            .unwrap()
+    };
+    let (a, b) = (read(&one), read(&two));
+    one.execute("UPDATE c SET n = ?1 WHERE id = 1", [a + 1]).unwrap();
+    two.execute("UPDATE c SET n = ?1 WHERE id = 1", [b + 1]).unwrap();
+    // Also a row the loser adds: it must not survive the refusal.
+    two.execute("INSERT INTO c VALUES (2, 99)", []).unwrap();
+    one.execute_batch("COMMIT").unwrap();
+    let refused = two.execute_batch("COMMIT").expect_err("both read n = 0");
+    assert_eq!(extended_code(&refused), Some(BUSY_SNAPSHOT), "{refused}");
+    assert!(two.is_autocommit(), "SQLite rolled the transaction back");
+    for conn in [&one, &two, &setup] {
+        let rows: Vec<(i64, i64)> = conn
+            .prepare("SELECT id, n FROM c ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(rows, vec![(1, 1)]);
+        assert_eq!(integrity(conn), "ok");
+    }
+    // The retry commits.
+    with_retries(&two, |c| {
+        let n: i64 = c.query_row("SELECT n FROM c WHERE id = 1", [], |r| r.get(0))?;
+        c.execute("UPDATE c SET n = ?1 WHERE id = 1", [n + 1]).map(|_| ())
+    });
+    assert_eq!(read(&one), 2);
+}
+
+/// Two accounts on pages of their own; each transaction withdraws from its own account
+/// only if the two together hold enough. Under snapshot isolation both withdraw (write
+/// skew: the total goes negative); with read validation the second COMMIT is refused.
+pub fn write_skew(path: &Path) -> Result<(), rusqlite::Error> {
+    let setup = open(path, true);
+    setup
+        .execute_batch(
+            "CREATE TABLE acct(id INTEGER PRIMARY KEY, v, pad);
+             INSERT INTO acct VALUES (1, 1, randomblob(3000)), (2, 1, randomblob(3000));",
+        )
+        .unwrap();
+    let (one, two) = (open(path, true), open(path, true));
+    let withdraw = |c: &Connection, id: i64| {
+        c.execute(
+            "UPDATE acct SET v = v - 2 WHERE id = ?1 AND (SELECT sum(v) FROM acct) >= 2",
+            [id],
+        )
+        .unwrap()
+    };
+    one.execute_batch("BEGIN").unwrap();
+    two.execute_batch("BEGIN").unwrap();
+    assert_eq!(withdraw(&one, 1), 1);
+    assert_eq!(withdraw(&two, 2), 1);
+    one.execute_batch("COMMIT").unwrap();
+    let second = two.execute_batch("COMMIT");
+    let total: i64 = setup
+        .query_row("SELECT sum(v) FROM acct", [], |r| r.get(0))
+        .unwrap();
+    match second {
+        Ok(()) => panic!("write skew: both withdrawals committed, total {total}"),
+        Err(e) => {
+            assert_eq!(extended_code(&e), Some(BUSY_SNAPSHOT), "{e}");
+            assert_eq!(total, 0);
+            Ok(())
+        }
+    }
+}
+
+#[test]
+fn write_skew_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write_skew(&dir.path().join("db.onesync")).unwrap();
+}
+
+#[test]
+fn negative_control_without_read_validation_write_skew_commits() {
+    if std::env::var_os("ONESYNC_SABOTAGE").is_some() {
+        return; // the child of another run
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "write_skew_is_refused", "--test-threads", "1"])
+        .env("ONESYNC_SABOTAGE", "no-read-validation")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the sabotaged run passed:\n{text}");
+    assert!(
+        text.contains("write skew: both withdrawals committed, total -2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn hot_rows_from_threads_lose_no_increment() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.onesync");
+    let setup = open(&path, true);
+    setup
+        .execute_batch(
+            "CREATE TABLE hot(id INTEGER PRIMARY KEY, n);
+             INSERT INTO hot VALUES (1, 0), (2, 0), (3, 0), (4, 0);",
+        )
+        .unwrap();
+    const THREADS: usize = 6;
+    const TXNS: usize = 150;
+    let start = Arc::new(Barrier::new(THREADS));
+    let tallies: Vec<([u64; 4], u32)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (path, start) = (path.clone(), start.clone());
+                s.spawn(move || {
+                    let conn = open(&path, true);
+                    let mut rng = SmallRng::seed_from_u64(t as u64);
+                    let mut mine = [0u64; 4];
+                    let mut tries = 0;
+                    start.wait();
+                    for _ in 0..TXNS {
+                        let row = rng.random_range(0..4usize);
+                        tries += with_retries(&conn, |c| {
+                            let n: i64 =
+                                c.query_row("SELECT n FROM hot WHERE id = ?1", [row as i64 + 1], |r| {
+                                    r.get(0)
+                                })?;
+                            c.execute(
+                                "UPDATE hot SET n = ?1 WHERE id = ?2",
+                                params![n + 1, row as i64 + 1],
+                            )
+                            .map(|_| ())
+                        });
+                        mine[row] += 1;
+                    }
+                    (mine, tries)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut expected = [0u64; 4];
+    for (mine, _) in &tallies {
+        for (e, m) in expected.iter_mut().zip(mine) {
+            *e += m;
+        }
+    }
+    let counts: Vec<i64> = setup
+        .prepare("SELECT n FROM hot ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let counts: Vec<u64> = counts.into_iter().map(|n| n as u64).collect();
+    assert_eq!(counts, expected.to_vec(), "every committed increment, once");
+    assert_eq!(integrity(&setup), "ok");
+    let tries: u32 = tallies.iter().map(|(_, t)| t).sum();
+    eprintln!("hot rows: {} transactions, {tries} tries", THREADS * TXNS);
+}
+
+/// The model test: threads run random transactions (inserts of small and overflowing rows,
+/// updates and deletes, so pages split, spill and go to the freelist) on tables of their
+/// own plus a shared counter; each thread keeps the model of its table, and the counter
+/// must equal the transactions committed. Every COMMIT that succeeded is in the database
+/// exactly once, every refused one not at all.
+#[test]
+fn random_transactions_of_threads_match_their_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.onesync");
+    const THREADS: usize = 4;
+    let setup = open(&path, true);
+    setup
+        .execute_batch("CREATE TABLE total(id INTEGER PRIMARY KEY, n); INSERT INTO total VALUES (1, 0);")
+        .unwrap();
+    for t in 0..THREADS {
+        setup
+            .execute_batch(&format!(
+                "CREATE TABLE t{t}(k INTEGER PRIMARY KEY, v BLOB); CREATE INDEX t{t}_v ON t{t}(length(v));"
+            ))
+            .unwrap();
+    }
+    let start = Arc::new(Barrier::new(THREADS));
+    let models: Vec<(usize, BTreeMap<i64, Vec<u8>>, u64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (path, start) = (path.clone(), start.clone());
+                s.spawn(move || {
+                    let conn = open(&path, true);
+                    let mut rng = SmallRng::seed_from_u64(1000 + t as u64);
+                    let mut model: BTreeMap<i64, Vec<u8>> = BTreeMap::new();
+                    let mut counted = 0u64;
+                    start.wait();
+                    for _ in 0..60 {
+                        // The transaction's operations, chosen once and rerun on a retry.
+                        let ops: Vec<(u8, i64, Vec<u8>)> = (0..rng.random_range(1..20))
+                            .map(|_| {
+                                let len = if rng.random_bool(0.1) {
+                                    rng.random_range(5000..20000)
+                                } else {
+                                    rng.random_range(1..400)
+                                };
+                                let byte = rng.random::<u8>();
+                                (
+                                    rng.random_range(0..10u8),
+                                    rng.random_range(0..500i64),
+                                    vec![byte; len],
+                                )
+                            })
+                            .collect();
+                        with_retries(&conn, |c| {
+                            for (op, k, v) in &ops {
+                                match op {
+                                    0..=5 => c.execute(
+                                        &format!("INSERT OR REPLACE INTO t{t} VALUES (?1, ?2)"),
+                                        params![k, v],
+                                    )?,
+                                    6..=7 => c.execute(
+                                        &format!("DELETE FROM t{t} WHERE k >= ?1 AND k < ?1 + 20"),
+                                        [k],
+                                    )?,
+                                    _ => c.execute(
+                                        &format!("UPDATE t{t} SET v = ?2 WHERE k = ?1"),
+                                        params![k, v],
+                                    )?,
+                                };
+                            }
+                            c.execute("UPDATE total SET n = n + 1 WHERE id = 1", [])
+                                .map(|_| ())
+                        });
+                        for (op, k, v) in ops {
+                            match op {
+                                0..=5 => {
+                                    model.insert(k, v);
+                                }
+                                6..=7 => model.retain(|key, _| !(k..k + 20).contains(key)),
+                                _ => {
+                                    if let Some(slot) = model.get_mut(&k) {
+                                        *slot = v;
+                                    }
+                                }
+                            }
+                        }
+                        counted += 1;
+                    }
+                    (t, model, counted)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let check = |conn: &Connection| {
+        assert_eq!(integrity(conn), "ok");
+        let total: i64 = conn.query_row("SELECT n FROM total", [], |r| r.get(0)).unwrap();
+        assert_eq!(total as u64, models.iter().map(|m| m.2).sum::<u64>());
+        for (t, model, _) in &models {
+            let rows: BTreeMap<i64, Vec<u8>> = conn
+                .prepare(&format!("SELECT k, v FROM t{t}"))
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert!(
+                rows == *model,
+                "table t{t}: {} rows, model {}",
+                rows.len(),
+                model.len()
+            );
+        }
+    };
+    check(&setup);
+    drop(setup);
+    check(&open(&path, false));
+}
+
+#[test]
+fn serial_and_concurrent_writers_exclude_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.onesync");
+    let serial = open(&path, false);
+    serial.execute_batch("CREATE TABLE t(x);").unwrap();
+    serial.busy_timeout(std::time::Duration::ZERO).unwrap();
+    let concurrent = open(&path, true);
+    concurrent.busy_timeout(std::time::Duration::ZERO).unwrap();
+    serial
+        .execute_batch("BEGIN IMMEDIATE; INSERT INTO t VALUES (1);")
+        .unwrap();
+    let busy = concurrent
+        .execute_batch("BEGIN IMMEDIATE")
+        .expect_err("a serial writer holds it");
+    assert!(is_retryable(&busy), "{busy}");
+    serial.execute_batch("COMMIT").unwrap();
+    concurrent
+        .execute_batch("BEGIN IMMEDIATE; INSERT INTO t VALUES (2);")
+        .unwrap();
+    let busy = serial
+        .execute_batch("BEGIN IMMEDIATE")
+        .expect_err("a concurrent writer holds it");
+    assert!(is_retryable(&busy), "{busy}");
+    concurrent.execute_batch("COMMIT").unwrap();
+    let n: i64 = serial
+        .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 2);
+}
+
+#[test]
+fn pragma_turns_it_on_and_exclusive_locking_turns_it_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.onesync");
+    let one = open(&path, false);
+    let get = |c: &Connection| -> String {
+        c.query_row("PRAGMA onesync_concurrent", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(get(&one), "0");
+    one.execute_batch("PRAGMA onesync_concurrent = 1; CREATE TABLE t(x);")
+        .unwrap();
+    assert_eq!(get(&one), "1");
+    let bad = one
+        .execute_batch("PRAGMA onesync_concurrent = maybe")
+        .expect_err("not 0 or 1");
+    assert!(bad.to_string().contains("onesync_concurrent is 0 or 1"), "{bad}");
+    let two = open(&path, true);
+    one.execute_batch("BEGIN; INSERT INTO t VALUES (1);").unwrap();
+    two.execute_batch("BEGIN; INSERT INTO t VALUES (2);").unwrap();
+    one.execute_batch("COMMIT").unwrap();
+    // Both appended to the same leaf: a true conflict.
+    let e = two.execute_batch("COMMIT").expect_err("same page");
+    assert_eq!(extended_code(&e), Some(BUSY_SNAPSHOT));
+    // In locking_mode=EXCLUSIVE the connection writes serially (SQLite keeps its cache).
+    two.execute_batch("PRAGMA locking_mode = EXCLUSIVE; INSERT INTO t VALUES (3);")
+        .unwrap();
+    let n: i64 = two.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+    assert_eq!(n, 2);
+}
+
+#[test]
+fn a_bad_uri_value_is_refused_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.onesync");
+    // As a host does: the per-connection hook brings refusals to sqlite3_errmsg.
+    let api = api_table_from_sys!(rusqlite::ffi);
+    register_static(&api).unwrap();
+    register_mvbt_for_new_connections(&api).unwrap();
+    let uri = format!("file:{}?vfs={VFS_NAME}&concurrent=2", path.display());
+    let flags = OpenFlags::default() | OpenFlags::SQLITE_OPEN_URI;
+    let err = Connection::open_with_flags(uri, flags)
+        .and_then(|c| c.execute_batch("CREATE TABLE t(x)"))
+        .expect_err("concurrent=2");
+    assert!(err.to_string().contains("concurrent is 0 or 1"), "{err}");
+}
