@@ -9,14 +9,15 @@
 //! the transaction wrote can name an appended page: the others are as in the base, where the
 //! appended pages did not exist.
 //!
-//! Why this is safe: in a well-formed database every page but page 1 and the b-tree roots (which
-//! `sqlite_schema` rows name, not a pointer field) is named by exactly one such field. So every
-//! appended page must be named exactly once by the fields found here, else the move is refused.
-//! Missing a real pointer leaves its page named zero times; taking bytes that are not a pointer
-//! for one names an appended page twice. A wrong rewrite therefore needs a missed pointer and a
-//! spurious one naming the same page, on pages that also passed a strict parse. Anything else
-//! unexpected (auto-vacuum, a new table's root among the appended pages, a malformed page) is
-//! refused: the caller then treats the commit as a conflict, which is always safe.
+//! Why this is safe: in a well-formed database every page but page 1, the pending-byte page and
+//! the b-tree roots (which `sqlite_schema` rows name, not a pointer field) is named by exactly
+//! one such field. So every appended page must be named exactly once by the fields found here,
+//! else the move is refused. Missing a real pointer leaves its page named zero times; taking
+//! bytes that are not a pointer for one names an appended page twice. A wrong rewrite therefore
+//! needs a missed pointer and a spurious one naming the same page, on pages that also passed a
+//! strict parse. Anything else unexpected (auto-vacuum, a new table's root among the appended
+//! pages, a malformed page) is refused: the caller then treats the commit as a conflict, which
+//! is always safe.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
