@@ -20,6 +20,11 @@
 //! here is therefore a child whose *transfers* are not atomic (`--child
 //! plain-split-transfers`: debit, credit and ledger row in three autocommit transactions on
 //! the default VFS); a kill between them breaks conservation and the harness must say so.
+//!
+//! With `--concurrent` every child connection is opened with `concurrent=1` (the onesync
+//! children only): the processes' write transactions run at once, a COMMIT that conflicts
+//! fails with SQLITE_BUSY_SNAPSHOT, and the child runs the same transfer (same id) again; it
+//! prints `retried ID SNAPSHOT BUSY` before `committed ID` when a transfer needed reruns.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -48,6 +53,10 @@ pub const READY_LINE: &str = "ready";
 /// deferred child (onesync at NORMAL or OFF) `committed ID SEQ DURABLE_SEQ` from `PRAGMA
 /// onesync_commit` right after.
 pub const COMMITTED_PREFIX: &str = "committed ";
+/// Prefix of a concurrent child's line before `committed ID` when the transfer ran more
+/// than once: `retried ID SNAPSHOT BUSY`, its attempts refused with SQLITE_BUSY_SNAPSHOT and
+/// with another busy code.
+pub const RETRIED_PREFIX: &str = "retried ";
 /// At synchronous=OFF a child runs `PRAGMA onesync_flush` after one transfer in this many
 /// (nothing else makes its commits durable between checkpoints).
 pub const OFF_FLUSH_ONE_IN: u32 = 10;
@@ -126,6 +135,38 @@ impl ChildKind {
             .unwrap_or_else(|_| unreachable!("scheme {} names an unknown child {child}", mode.name()))
     }
 
+    /// [`ChildKind::open_with`], opened with the URI parameter `concurrent=1` if
+    /// `concurrent` (concurrent writers; a onesync store only).
+    pub fn open_for_child(
+        self,
+        path: &Path,
+        synchronous: Option<Synchronous>,
+        concurrent: bool,
+    ) -> Result<Connection> {
+        if !concurrent {
+            return self.open_with(path, synchronous);
+        }
+        let scheme = self.concurrent_scheme()?;
+        let conn = crate::sqlite::open_onesync_with(path, true, "concurrent=1")?;
+        crate::schemes::apply_pragmas(&conn, scheme.pragmas())?;
+        if let Some(level) = synchronous {
+            level.apply(&conn)?;
+        }
+        Ok(conn)
+    }
+
+    /// The scheme of a child that can run `--concurrent`: a onesync store's.
+    fn concurrent_scheme(self) -> Result<&'static dyn Scheme> {
+        self.scheme()
+            .filter(|scheme| scheme.storage() == Storage::Store)
+            .ok_or_else(|| {
+                anyhow!(
+                    "--concurrent needs a onesync child (onesync, onesync-normal, onesync-off), not {}",
+                    self.arg()
+                )
+            })
+    }
+
     /// [`ChildKind::open`], with `synchronous` instead of the scheme's own level if given.
     pub fn open_with(self, path: &Path, synchronous: Option<Synchronous>) -> Result<Connection> {
         let conn = self.open(path)?;
@@ -177,6 +218,11 @@ pub struct KillTortureArgs {
           value_parser = clap::value_parser!(u64).range(1..=16))]
     pub processes: u64,
 
+    /// Open every child connection with concurrent=1 (concurrent writers; onesync children
+    /// only): a transfer whose COMMIT fails with SQLITE_BUSY_SNAPSHOT runs again, same id
+    #[arg(long)]
+    pub concurrent: bool,
+
     /// Shortest time between starting a child and killing it
     #[arg(long, value_name = "MS", default_value_t = 1)]
     pub min_delay_ms: u64,
@@ -210,6 +256,9 @@ pub struct TransferChildArgs {
     /// Overrides the scheme's PRAGMA synchronous
     #[arg(long, value_enum)]
     pub synchronous: Option<Synchronous>,
+    /// Open the connections with concurrent=1 (see `vfs-kill-torture --concurrent`)
+    #[arg(long)]
+    pub concurrent: bool,
 }
 
 /// A level of `PRAGMA synchronous`, to run a scheme with another than its own.
@@ -246,6 +295,7 @@ struct Summary {
     seed: u64,
     threads: u64,
     processes: u64,
+    concurrent: bool,
     kills_requested: u64,
     kills_done: u64,
     /// Killed before it reported its setup committed (during start-up, open, recovery).
@@ -253,6 +303,11 @@ struct Summary {
     /// Killed while running transfers.
     kills_during_transfers: u64,
     transfers_reported: u64,
+    /// Concurrent children: reported transfers that ran more than once, and their attempts
+    /// refused with SQLITE_BUSY_SNAPSHOT (a conflict) or another busy code.
+    transfers_retried: u64,
+    busy_snapshot_retries: u64,
+    busy_retries: u64,
     ledger_rows: u64,
     failures: u64,
     first_failure: Option<String>,
@@ -276,6 +331,9 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
             args.max_delay_ms
         );
     }
+    if args.concurrent {
+        args.child.concurrent_scheme()?;
+    }
     let seed = args.seed.unwrap_or_else(rand::random);
     let work = output::work_dir("onesync-kill-", None, args.dir.as_deref())?;
     let db = work.path().join(args.child.database_name());
@@ -286,15 +344,17 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
         seed,
         threads: args.threads,
         processes: args.processes,
+        concurrent: args.concurrent,
         kills_requested: args.kills,
         ..Summary::default()
     };
     eprintln!(
-        "vfs-kill-torture: {} kills of {} {} child process(es) ({} thread(s) each), seed {seed}, in {}",
+        "vfs-kill-torture: {} kills of {} {} child process(es) ({} thread(s) each{}), seed {seed}, in {}",
         args.kills,
         args.processes,
         args.child.arg(),
         args.threads,
+        if args.concurrent { ", concurrent=1" } else { "" },
         work.path().display()
     );
     let started = Instant::now();
@@ -324,6 +384,9 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
                 summary.kills_before_ready += 1;
             }
             summary.transfers_reported += lines.committed.len() as u64;
+            summary.transfers_retried += lines.transfers_retried;
+            summary.busy_snapshot_retries += lines.busy_snapshot_retries;
+            summary.busy_retries += lines.busy_retries;
             reported.extend(lines.committed);
             let conn = args.child.open(&db)?;
             let audit = bank::audit(&conn, setup_reported, &reported)?;
@@ -350,11 +413,21 @@ pub fn passes(args: &KillTortureArgs) -> Result<bool> {
     summary.seconds = started.elapsed().as_secs_f64();
 
     let kept = summary.failures > 0;
+    let retried = if args.concurrent {
+        format!(
+            " ({} of them rerun: {} attempts refused with SQLITE_BUSY_SNAPSHOT, {} with \
+             another busy code)",
+            summary.transfers_retried, summary.busy_snapshot_retries, summary.busy_retries
+        )
+    } else {
+        String::new()
+    };
     let report = format!(
-        "vfs-kill-torture ({} child, {} process(es) of {} thread(s), seed {seed}): {} of {} \
+        "vfs-kill-torture ({} child{}, {} process(es) of {} thread(s), seed {seed}): {} of {} \
          kills, {} before the child was ready, {} during transfers; {} transfers reported \
-         committed, {} ledger rows; {} failure(s) in {:.1} s",
+         committed{retried}, {} ledger rows; {} failure(s) in {:.1} s",
         args.child.arg(),
+        if args.concurrent { ", concurrent=1" } else { "" },
         args.processes,
         args.threads,
         summary.kills_done,
@@ -389,6 +462,11 @@ pub struct ChildLines {
     pub acks: Vec<Ack>,
     /// The largest `durable_seq` a deferred child reported.
     pub durable_seen: u64,
+    /// A concurrent child's `retried` lines: the transfers, and their attempts refused with
+    /// SQLITE_BUSY_SNAPSHOT and with another busy code.
+    pub transfers_retried: u64,
+    pub busy_snapshot_retries: u64,
+    pub busy_retries: u64,
 }
 
 /// Start one child per entry of `delays` on the same database, kill each after its delay
@@ -420,6 +498,9 @@ fn kill_round(
             Ok(lines) => {
                 all.ready |= lines.ready;
                 all.committed.extend(lines.committed);
+                all.transfers_retried += lines.transfers_retried;
+                all.busy_snapshot_retries += lines.busy_snapshot_retries;
+                all.busy_retries += lines.busy_retries;
             }
             Err(e) => {
                 first_error.get_or_insert(e);
@@ -450,6 +531,9 @@ impl RunningChild {
             .args(["--child", &args.child.arg()])
             .args(["--threads", &args.threads.to_string()])
             .args(["--run", &run.to_string(), "--seed", &seed.to_string()]);
+        if args.concurrent {
+            command.arg("--concurrent");
+        }
         RunningChild::start(command)
     }
 
@@ -596,6 +680,19 @@ fn parse_child_lines(lines: &Mutex<Vec<(Instant, String)>>) -> Result<ChildLines
                 _ => return Err(unexpected()),
             }
             parsed.committed.push(id.to_owned());
+        } else if let Some(rest) = line.strip_prefix(RETRIED_PREFIX) {
+            let numbers: Vec<u64> = rest
+                .split(' ')
+                .skip(1)
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .map_err(|_| unexpected())?;
+            let [snapshot, busy] = numbers[..] else {
+                return Err(unexpected());
+            };
+            parsed.transfers_retried += 1;
+            parsed.busy_snapshot_retries += snapshot;
+            parsed.busy_retries += busy;
         } else {
             return Err(unexpected());
         }
@@ -611,7 +708,9 @@ fn killed_by_sigkill(status: &std::process::ExitStatus) -> bool {
 /// The child: set up the bank, print `ready`, then run transfers on `threads` connections,
 /// printing `committed ID` after each COMMIT returns, until killed.
 pub fn run_child(args: &TransferChildArgs) -> Result<()> {
-    let setup = args.child.open_with(&args.db, args.synchronous)?;
+    let setup = args
+        .child
+        .open_for_child(&args.db, args.synchronous, args.concurrent)?;
     retry_while_busy(BUSY_RETRY_PAUSE, || bank::set_up(&setup)).context("setting up the bank")?;
     print_line(READY_LINE)?;
     let started = Instant::now();
@@ -620,11 +719,12 @@ pub fn run_child(args: &TransferChildArgs) -> Result<()> {
             let args_db = args.db.clone();
             let kind = args.child;
             let synchronous = args.synchronous;
+            let concurrent = args.concurrent;
             let deferred = kind.deferred_flush(synchronous);
             let run = args.run;
             let seed = args.seed ^ thread_no.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             thread::spawn(move || -> Result<()> {
-                let conn = kind.open_with(&args_db, synchronous)?;
+                let conn = kind.open_for_child(&args_db, synchronous, concurrent)?;
                 let mut rng = SmallRng::seed_from_u64(seed);
                 for n in 0.. {
                     if started.elapsed() > CHILD_MAX_RUNTIME {
@@ -632,17 +732,34 @@ pub fn run_child(args: &TransferChildArgs) -> Result<()> {
                     }
                     let id = format!("{run}.{thread_no}.{n}");
                     let (from, to, amount) = bank::random_transfer(&mut rng);
-                    match kind {
+                    let retries = match kind {
                         // Each of its three statements retries on its own.
                         ChildKind::PlainSplitTransfers => {
                             bank::transfer_in_three_commits(&conn, &id, from, to, amount)
+                                .map(|()| bank::Retries::default())
                         }
+                        // A concurrent writer's COMMIT that conflicted (SQLITE_BUSY_SNAPSHOT)
+                        // was rolled back: the same transfer runs again, as after SQLITE_BUSY.
+                        _ if concurrent => bank::transfer_retrying(
+                            &conn,
+                            &id,
+                            (from, to, amount),
+                            u32::MAX,
+                            BUSY_RETRY_PAUSE,
+                        ),
                         // A failed attempt rolled back: the whole transfer may run again.
                         _ => retry_while_busy(BUSY_RETRY_PAUSE, || {
                             bank::transfer_atomically(&conn, &id, from, to, amount)
-                        }),
+                        })
+                        .map(|()| bank::Retries::default()),
                     }
                     .with_context(|| format!("transfer {id}"))?;
+                    if retries.total() > 0 {
+                        print_line(&format!(
+                            "{RETRIED_PREFIX}{id} {} {}",
+                            retries.busy_snapshot, retries.busy
+                        ))?;
+                    }
                     let Some(flush) = deferred else {
                         print_line(&format!("{COMMITTED_PREFIX}{id}"))?;
                         continue;

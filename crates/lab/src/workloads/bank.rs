@@ -62,6 +62,61 @@ pub fn transfer_atomically(
     in_transaction(conn, || move_money(conn, id, from, to, amount))
 }
 
+/// SQLite's extended result code SQLITE_BUSY_SNAPSHOT (`SQLITE_BUSY | 2 << 8`): a concurrent
+/// writer's COMMIT (onesync's `concurrent=1`) was refused because another commit since its
+/// snapshot conflicts with it; SQLite has rolled the transaction back.
+pub const SQLITE_BUSY_SNAPSHOT: i32 = 5 | (2 << 8);
+
+/// Whether `error` is SQLITE_BUSY_SNAPSHOT.
+pub fn is_busy_snapshot(error: &rusqlite::Error) -> bool {
+    matches!(error, rusqlite::Error::SqliteFailure(f, _) if f.extended_code == SQLITE_BUSY_SNAPSHOT)
+}
+
+/// What [`transfer_retrying`] went through before its transfer committed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Retries {
+    /// Attempts refused with SQLITE_BUSY_SNAPSHOT (a concurrent writer's conflict).
+    pub busy_snapshot: u32,
+    /// Attempts that failed with another SQLITE_BUSY or SQLITE_LOCKED.
+    pub busy: u32,
+}
+
+impl Retries {
+    pub fn total(self) -> u32 {
+        self.busy_snapshot + self.busy
+    }
+}
+
+/// [`transfer_atomically`], run again as a whole transaction (same id, accounts and amount)
+/// after `pause` whenever an attempt fails with SQLITE_BUSY, SQLITE_BUSY_SNAPSHOT or
+/// SQLITE_LOCKED (every failed attempt has been rolled back), `attempts` times at most.
+/// What a concurrent writer (onesync's `concurrent=1`) must do when its COMMIT conflicts.
+pub fn transfer_retrying(
+    conn: &Connection,
+    id: &str,
+    (from, to, amount): (i64, i64, i64),
+    attempts: u32,
+    pause: std::time::Duration,
+) -> rusqlite::Result<Retries> {
+    let mut retries = Retries::default();
+    loop {
+        match transfer_atomically(conn, id, from, to, amount) {
+            Ok(()) => return Ok(retries),
+            Err(e) if crate::sqlite::is_busy(&e) && retries.total() + 1 < attempts => {
+                if is_busy_snapshot(&e) {
+                    retries.busy_snapshot += 1;
+                } else {
+                    retries.busy += 1;
+                }
+                if !pause.is_zero() {
+                    std::thread::sleep(pause);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// One transfer made in each of `schemas` (e.g. `main` and an ATTACHed `aux`, each holding
 /// a bank of its own) as one transaction: all of them or none.
 pub fn transfer_in_schemas(

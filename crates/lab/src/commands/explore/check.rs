@@ -33,6 +33,9 @@ pub enum Clause {
     ProcessError,
     /// A step did not finish in time.
     Hang,
+    /// Concurrent writers' overlapping transactions never conflicted in a run without a
+    /// stop (each scenario's pairs always do: the scenario would test nothing).
+    NoConflict,
 }
 
 impl Clause {
@@ -48,6 +51,7 @@ impl Clause {
             Clause::ReadSnapshot => "read-snapshot",
             Clause::ProcessError => "process-error",
             Clause::Hang => "hang",
+            Clause::NoConflict => "no-conflict",
         }
     }
 }

@@ -8,6 +8,10 @@
 //! write log, `ONESYNC_IO_LOG`, replayed over the file as it was before the run, with the
 //! writes not yet flushed lost, kept or torn).
 //!
+//! Concurrent writers (`onesync_concurrent`) hold write transactions open across each
+//! other's steps (`begin` ... `commit`); the second COMMIT of an overlapping pair conflicts
+//! (SQLITE_BUSY_SNAPSHOT) and its transfer runs again, with the same id.
+//!
 //! The store is opened through the explorer's own registration of the onesync VFS
 //! (`onesync-explore`): the same code with small store options (a checkpoint every
 //! [`CHECKPOINT_INTERVAL`] commits, a small file growing in small steps), so that a short
@@ -223,6 +227,10 @@ struct ScenarioSummary {
     power_cut_images: usize,
     /// Runs in which readers waited for the stopped process (locking_mode=EXCLUSIVE).
     readers_blocked: usize,
+    /// Concurrent writers' COMMITs refused with SQLITE_BUSY_SNAPSHOT (the transfer ran
+    /// again), over all runs; and those that failed with another busy code.
+    busy_snapshot: usize,
+    busy_other: usize,
     failures: usize,
     failing_points: usize,
     /// Clauses broken, with how often.
@@ -470,7 +478,20 @@ fn prepare(shared: &Shared<'_>, n: usize, scenario: Scenario) -> Result<Prepared
         }
         summary.calls += calls.len();
         summary.runs_without_stop += 1;
-        let (found, images) = check_run(shared, &prepared, &outcome, &dir, 0);
+        summary.busy_snapshot += outcome.busy_snapshot;
+        summary.busy_other += outcome.busy_other;
+        let (mut found, images) = check_run(shared, &prepared, &outcome, &dir, 0);
+        if prepared.scenario.overlaps() && outcome.busy_snapshot == 0 {
+            found.push((
+                "no crash".to_owned(),
+                Violation {
+                    clause: Clause::NoConflict,
+                    detail: "the concurrent writers' overlapping transfers all committed: no \
+                             COMMIT was refused with SQLITE_BUSY_SNAPSHOT"
+                        .to_owned(),
+                },
+            ));
+        }
         summary.power_cut_images += images;
         let what = trace::Call {
             syscall: String::new(),
@@ -495,6 +516,8 @@ fn prepare(shared: &Shared<'_>, n: usize, scenario: Scenario) -> Result<Prepared
             earlier.calls += summary.calls;
             earlier.runs_without_stop += summary.runs_without_stop;
             earlier.power_cut_images += summary.power_cut_images;
+            earlier.busy_snapshot += summary.busy_snapshot;
+            earlier.busy_other += summary.busy_other;
             earlier.failures += summary.failures;
             earlier.failing_points += summary.failing_points;
             for (clause, n) in summary.clauses {
@@ -599,6 +622,8 @@ fn crash_point(shared: &Shared<'_>, point: &Point) -> Result<()> {
         s.power_cut_images += images;
         s.not_reached += usize::from(!outcome.stopped);
         s.readers_blocked += usize::from(outcome.readers_blocked);
+        s.busy_snapshot += outcome.busy_snapshot;
+        s.busy_other += outcome.busy_other;
         if outcome.stopped && outcome.stopped_at.as_deref() != Some(point.call.what.as_str()) {
             s.drifted += 1;
         }
@@ -816,14 +841,14 @@ fn report(summary: &Summary) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "{:<20} {:>5} {:>4} {:>6} {:>7} {:>7} {:>6} {:>7} {:>9}",
-        "scenario", "procs", "stop", "calls", "points", "unreach", "drift", "images", "failures"
+        "{:<20} {:>5} {:>4} {:>6} {:>7} {:>7} {:>6} {:>7} {:>8} {:>9}",
+        "scenario", "procs", "stop", "calls", "points", "unreach", "drift", "images", "conflict", "failures"
     );
     for s in &summary.scenarios {
         let clauses: Vec<String> = s.clauses.iter().map(|(c, n)| format!("{c} {n}")).collect();
         let _ = writeln!(
             t,
-            "{:<20} {:>5} {:>4} {:>6} {:>7} {:>7} {:>6} {:>7} {:>9}{}",
+            "{:<20} {:>5} {:>4} {:>6} {:>7} {:>7} {:>6} {:>7} {:>8} {:>9}{}",
             s.name,
             s.processes,
             s.stopped,
@@ -832,6 +857,7 @@ fn report(summary: &Summary) -> String {
             s.not_reached,
             s.drifted,
             s.power_cut_images,
+            s.busy_snapshot,
             s.failures,
             if clauses.is_empty() {
                 String::new()

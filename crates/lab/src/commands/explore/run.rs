@@ -58,6 +58,11 @@ pub struct Outcome {
     pub stopped_at: Option<String>,
     /// Reads that waited for the stopped process (locking_mode=EXCLUSIVE).
     pub readers_blocked: bool,
+    /// COMMITs of concurrent writers refused with SQLITE_BUSY_SNAPSHOT (their transfers
+    /// ran again) ...
+    pub busy_snapshot: usize,
+    /// ... and failed with another busy code.
+    pub busy_other: usize,
     /// The write log's length at the power cut's instant (the end for a run not stopped).
     pub cut: u64,
     /// The recording: strace's output (recording runs only).
@@ -192,6 +197,9 @@ fn spawn(
         .args(["--seed", &setup.seed.to_string()]);
     if p.attach {
         command.arg("--attach");
+    }
+    if p.concurrent {
+        command.arg("--concurrent");
     }
     match p.backend {
         Backend::Onesync => command.env(onesync_store::io::IO_LOG_ENV, dir.join(IO_LOG)),
@@ -428,6 +436,11 @@ impl Run<'_> {
             "ack" => self.out.acks.push(rest.to_owned()),
             "saw" => self.out.saws.push(rest.to_owned()),
             "torn" => self.out.torn.push(format!("{name}: {rest}")),
+            "retry" => match rest.rsplit_once(' ').map(|(_, code)| code.parse::<i32>()) {
+                Some(Ok(crate::workloads::bank::SQLITE_BUSY_SNAPSHOT)) => self.out.busy_snapshot += 1,
+                Some(Ok(_)) => self.out.busy_other += 1,
+                _ => self.out.errors.push(format!("{name} printed {line:?}")),
+            },
             "ok" => return (waiting_for == Some(j)).then_some(Step::Done),
             "err" => {
                 self.out.errors.push(format!("{name}: {rest}"));

@@ -77,6 +77,10 @@ pub struct Proc {
     pub locking: Locking,
     pub sync: Sync,
     pub role: Role,
+    /// Its write transactions run concurrently with other writers' (`PRAGMA
+    /// onesync_concurrent = 1` after each open; the onesync backend only): a conflict fails
+    /// COMMIT with SQLITE_BUSY_SNAPSHOT and the worker reruns the transfer.
+    pub concurrent: bool,
 }
 
 /// One step of a script, as sent to the worker (one line).
@@ -105,6 +109,13 @@ pub enum Cmd {
     Spill {
         commit: bool,
     },
+    /// BEGIN and a transfer's statements, without COMMIT: a write transaction held open
+    /// across the next steps (of other processes: concurrent writers) ...
+    Begin,
+    /// ... until COMMIT (acknowledged as a transfer). A COMMIT refused with
+    /// SQLITE_BUSY_SNAPSHOT (or SQLITE_BUSY) is rolled back and the same transfer (same id,
+    /// accounts, amount) runs again as a whole transaction until it commits (a few tries).
+    Commit,
 }
 
 impl fmt::Display for Cmd {
@@ -120,6 +131,8 @@ impl fmt::Display for Cmd {
             Cmd::Checkpoint => write!(f, "checkpoint"),
             Cmd::Spill { commit: true } => write!(f, "spill commit"),
             Cmd::Spill { commit: false } => write!(f, "spill rollback"),
+            Cmd::Begin => write!(f, "begin"),
+            Cmd::Commit => write!(f, "commit"),
         }
     }
 }
@@ -162,6 +175,15 @@ impl Scenario {
         self.procs.iter().any(|p| p.attach)
     }
 
+    /// Whether concurrent writers' transactions overlap in the script (a `begin` of a
+    /// concurrent writer): then a run without a stop must see a COMMIT conflict.
+    pub fn overlaps(&self) -> bool {
+        self.script
+            .iter()
+            .any(|&(i, cmd)| cmd == Cmd::Begin && self.procs[i].concurrent)
+            && self.procs.iter().filter(|p| p.concurrent).count() > 1
+    }
+
     pub fn proc_named(&self, name: char) -> Option<&Proc> {
         self.procs.iter().find(|p| p.name == name)
     }
@@ -176,6 +198,15 @@ fn writer(name: char) -> Proc {
         locking: Locking::Normal,
         sync: Sync::Full,
         role: Role::Writer,
+        concurrent: false,
+    }
+}
+
+fn concurrent_writer(name: char, sync: Sync) -> Proc {
+    Proc {
+        concurrent: true,
+        sync,
+        ..writer(name)
     }
 }
 
@@ -214,6 +245,57 @@ fn two_writers(rounds: usize) -> Vec<(usize, Cmd)> {
         script.push((1, Cmd::Xfer(1)));
     }
     script
+}
+
+/// Two concurrent writers, A and B: their transactions overlap, and as every transfer
+/// writes the accounts' page and the ledger's last page, the second COMMIT of an overlapping
+/// pair always conflicts (SQLITE_BUSY_SNAPSHOT) and its transfer runs again. Rounds of
+/// A first, of B first, and of one committing a whole transfer while the other holds its
+/// transaction open; with a checkpoint every few commits, some fall in each process.
+fn concurrent_rounds() -> Vec<(usize, Cmd)> {
+    let (a, b) = (0, 1);
+    let mut script = vec![(a, Cmd::Open), (b, Cmd::Open)];
+    let overlap = |first: usize, second: usize| {
+        [
+            (first, Cmd::Begin),
+            (second, Cmd::Begin),
+            (first, Cmd::Commit),
+            // Refused (the first's commit changed what it read), then run again.
+            (second, Cmd::Commit),
+        ]
+    };
+    for _ in 0..2 {
+        script.extend(overlap(a, b));
+    }
+    for _ in 0..2 {
+        script.extend(overlap(b, a));
+    }
+    // One commits whole transfers while the other holds its transaction; the holder's
+    // COMMIT then conflicts.
+    script.extend([
+        (a, Cmd::Begin),
+        (b, Cmd::Xfer(1)),
+        (a, Cmd::Commit),
+        (b, Cmd::Begin),
+        (a, Cmd::Xfer(1)),
+        (b, Cmd::Commit),
+    ]);
+    // A last pair of plain transfers (nothing overlaps).
+    script.extend([(a, Cmd::Xfer(1)), (b, Cmd::Xfer(1))]);
+    script
+}
+
+fn concurrent(name: &'static str, about: &'static str, a: Sync, b: Sync) -> Scenario {
+    Scenario {
+        name,
+        about,
+        procs: vec![concurrent_writer('A', a), concurrent_writer('B', b)],
+        script: concurrent_rounds(),
+        victims: vec![0, 1],
+        end: End::Kill,
+        sabotage: None,
+        checkpoint_interval: super::CHECKPOINT_INTERVAL,
+    }
 }
 
 /// The matrix. Every scenario's store starts as a funded bank (100 accounts).
@@ -426,6 +508,19 @@ pub fn all() -> Vec<Scenario> {
             sabotage: None,
             checkpoint_interval: 1000,
         },
+        concurrent(
+            "concurrent-writers",
+            "two concurrent writers (onesync_concurrent), synchronous=FULL: overlapping \
+             transactions, the second COMMIT of each pair conflicts and reruns",
+            Sync::Full,
+            Sync::Full,
+        ),
+        concurrent(
+            "concurrent-normal",
+            "as concurrent-writers, one process with synchronous=NORMAL, one with OFF",
+            Sync::Normal,
+            Sync::Off,
+        ),
     ]
 }
 

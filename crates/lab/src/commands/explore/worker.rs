@@ -4,7 +4,9 @@
 //! returned, `saw ID` for each ledger row a read showed for the first time, and `torn ...`
 //! if a read saw money not conserved. Each `ack`/`saw` is first written as a note into the
 //! shared write log (`ONESYNC_IO_LOG`), so that it has its place among the writes and
-//! flushes there (what a power cut at a given point must keep).
+//! flushes there (what a power cut at a given point must keep). A concurrent writer
+//! (`--concurrent`) prints `retry ID CODE` when a COMMIT of transfer ID failed with SQLite's
+//! extended code CODE (SQLITE_BUSY_SNAPSHOT: a conflict) and the transfer runs again.
 //!
 //! Single-threaded on purpose: strace counts a call number per thread.
 
@@ -40,8 +42,22 @@ pub struct WorkerArgs {
     /// ATTACH the store's second database `aux`; every transfer is made in both
     #[arg(long)]
     pub attach: bool,
+    /// Run write transactions concurrently with other writers' (`PRAGMA onesync_concurrent
+    /// = 1` after each open; onesync only)
+    #[arg(long)]
+    pub concurrent: bool,
     #[arg(long)]
     pub seed: u64,
+}
+
+/// Attempts of a transfer whose COMMIT conflicted, the failed COMMIT not counted. Steps run
+/// one at a time, so the first rerun commits; more tries only cover the unexpected.
+const RERUNS: u32 = 5;
+
+/// A transfer: its id, and (from, to, amount).
+struct Transfer {
+    id: String,
+    moves: (i64, i64, i64),
 }
 
 impl WorkerArgs {
@@ -59,6 +75,8 @@ struct Worker<'a> {
     rng: SmallRng,
     transfers: u64,
     seen: HashSet<String>,
+    /// The transfer of a write transaction held open (`begin`), until `commit`.
+    held: Option<Transfer>,
 }
 
 pub fn run(args: &WorkerArgs) -> Result<()> {
@@ -69,6 +87,7 @@ pub fn run(args: &WorkerArgs) -> Result<()> {
         rng: SmallRng::seed_from_u64(args.seed ^ u64::from(args.name)),
         transfers: 0,
         seen: HashSet::new(),
+        held: None,
     };
     print_line(&format!("pid {}", std::process::id()))?;
     let stdin = std::io::stdin();
@@ -121,6 +140,8 @@ impl Worker<'_> {
                 Ok(())
             }
             "release" => Ok(self.conn()?.execute_batch("COMMIT")?),
+            "begin" => self.begin(),
+            "commit" => self.commit(),
             "checkpoint" => {
                 let base = Options {
                     sabotage: onesync_store::Sabotage::from_env(),
@@ -161,9 +182,17 @@ impl Worker<'_> {
             // the same code; `onesync torture` covers the background flusher's timing.
             conn.execute_batch("PRAGMA onesync_sync_interval_ms = 3600000")?;
         }
+        if args.concurrent {
+            if args.backend != Backend::Onesync {
+                bail!("--concurrent needs the onesync backend");
+            }
+            conn.execute_batch("PRAGMA onesync_concurrent = 1")
+                .context("PRAGMA onesync_concurrent = 1")?;
+        }
         if args.attach {
             conn.execute("ATTACH ?1 AS aux", [super::aux_uri(&args.db)])?;
         }
+        self.held = None;
         self.conn = Some(conn);
         Ok(())
     }
@@ -176,19 +205,109 @@ impl Worker<'_> {
         print_line(line)
     }
 
-    fn transfer(&mut self) -> Result<()> {
+    /// The next transfer: its id and (from, to, amount), drawn from the seed.
+    fn next_transfer(&mut self) -> Transfer {
         self.transfers += 1;
         let id = format!("{}{}", self.args.name, self.transfers);
         let from = self.rng.random_range(1..=bank::ACCOUNTS);
         let to = (from + self.rng.random_range(1..bank::ACCOUNTS) - 1) % bank::ACCOUNTS + 1;
         let amount = self.rng.random_range(1..=100);
-        let conn = self.conn()?;
-        if self.args.attach {
-            bank::transfer_in_schemas(conn, &["main", "aux"], &id, from, to, amount)
-        } else {
-            bank::transfer_atomically(conn, &id, from, to, amount)
+        Transfer {
+            id,
+            moves: (from, to, amount),
         }
-        .with_context(|| format!("transfer {id}"))?;
+    }
+
+    fn transfer(&mut self) -> Result<()> {
+        let t = self.next_transfer();
+        let (from, to, amount) = t.moves;
+        let conn = self.conn()?;
+        let done = if self.args.attach {
+            bank::transfer_in_schemas(conn, &["main", "aux"], &t.id, from, to, amount)
+        } else {
+            bank::transfer_atomically(conn, &t.id, from, to, amount)
+        };
+        match done {
+            // A concurrent writer's transfer that conflicted: it was rolled back; again.
+            Err(e) if self.args.concurrent && !self.args.attach && crate::sqlite::is_busy(&e) => {
+                self.rerun(&t, &e)?
+            }
+            other => other.with_context(|| format!("transfer {}", t.id))?,
+        }
+        self.acknowledge(&t.id)
+    }
+
+    /// `begin`: BEGIN and a transfer's statements; the transaction stays open.
+    fn begin(&mut self) -> Result<()> {
+        if self.args.attach {
+            bail!("begin: not with ATTACH");
+        }
+        if self.held.is_some() {
+            bail!("begin: a transaction is already held");
+        }
+        let t = self.next_transfer();
+        let (from, to, amount) = t.moves;
+        let conn = self.conn()?;
+        conn.execute_batch("BEGIN")
+            .with_context(|| format!("BEGIN of transfer {}", t.id))?;
+        if let Err(e) = bank::move_money(conn, &t.id, from, to, amount) {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e).with_context(|| format!("transfer {} (begin)", t.id));
+        }
+        self.held = Some(t);
+        Ok(())
+    }
+
+    /// `commit`: COMMIT of the held transaction, acknowledged; a COMMIT refused as busy (a
+    /// conflict: SQLITE_BUSY_SNAPSHOT) reruns the transfer whole.
+    fn commit(&mut self) -> Result<()> {
+        let t = self
+            .held
+            .take()
+            .ok_or_else(|| anyhow!("commit: no transaction held"))?;
+        let conn = self.conn()?;
+        match conn.execute_batch("COMMIT") {
+            Ok(()) => {}
+            Err(e) if crate::sqlite::is_busy(&e) => {
+                // SQLite has rolled back after SQLITE_BUSY_SNAPSHOT, not after SQLITE_BUSY.
+                if !conn.is_autocommit() {
+                    conn.execute_batch("ROLLBACK")
+                        .with_context(|| format!("ROLLBACK of transfer {} after {e}", t.id))?;
+                }
+                self.rerun(&t, &e)?;
+            }
+            Err(e) => {
+                if !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+                return Err(e).with_context(|| format!("COMMIT of transfer {}", t.id));
+            }
+        }
+        self.acknowledge(&t.id)
+    }
+
+    /// Transfer `t` again as a whole transaction after its COMMIT failed with `failed` (a
+    /// busy code), noting the failure as `retry ID CODE`.
+    fn rerun(&self, t: &Transfer, failed: &rusqlite::Error) -> Result<()> {
+        let code = match failed {
+            rusqlite::Error::SqliteFailure(f, _) => f.extended_code,
+            _ => 0,
+        };
+        print_line(&format!("retry {} {code}", t.id))?;
+        let conn = self.conn()?;
+        let retries = bank::transfer_retrying(conn, &t.id, t.moves, RERUNS, std::time::Duration::ZERO)
+            .with_context(|| format!("transfer {} (rerun after {failed}, extended code {code})", t.id))?;
+        for _ in 0..retries.busy_snapshot {
+            print_line(&format!("retry {} {}", t.id, bank::SQLITE_BUSY_SNAPSHOT))?;
+        }
+        for _ in 0..retries.busy {
+            print_line(&format!("retry {} 5", t.id))?;
+        }
+        Ok(())
+    }
+
+    /// `ack ID` (COMMIT returned), and a flush now and then at NORMAL and OFF.
+    fn acknowledge(&mut self, id: &str) -> Result<()> {
         self.report(&format!("ack {id}"))?;
         if self.args.flushes_by_hand() && self.transfers.is_multiple_of(2) {
             // What the background flush would do now and then (see `open`).

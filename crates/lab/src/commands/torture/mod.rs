@@ -268,6 +268,7 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
             child: ChildKind::for_mode(args.mode),
             threads: 1,
             processes: 1,
+            concurrent: false,
             min_delay_ms: 1,
             max_delay_ms: 80,
             json: None,
