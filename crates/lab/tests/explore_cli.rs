@@ -144,6 +144,26 @@ fn negative_control_checkpoint_publication_order_fails() {
     assert_eq!(first["process"], "A");
 }
 
+/// The concurrent COMMIT's check against the commits made since its snapshot switched off:
+/// the second of two overlapping transfers overwrites the first's pages.
+#[test]
+fn negative_control_unvalidated_concurrent_commit_fails() {
+    if strace_missing() {
+        return;
+    }
+    let summary = control("unvalidated-snapshot");
+    let clauses: Vec<&str> = summary["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .filter_map(|f| f["clause"].as_str())
+        .collect();
+    assert!(
+        clauses.iter().any(|c| *c == "acknowledged" || *c == "money"),
+        "a lost transfer shows as acknowledged or money: {clauses:?}"
+    );
+}
+
 /// By default a NORMAL or OFF process's acknowledged transfers are required after a power
 /// cut only once a flush covered them; `--strict-sync` requires them all, so a cut before
 /// the flush must fail it (and the default must not).

@@ -82,6 +82,15 @@ pub enum Sabotage {
     /// (`Transaction::read_page_noted`): concurrent transactions then commit lost updates
     /// and write skew, which the model test of concurrent transactions must find.
     NoReadValidation,
+    /// Of a process's concurrent commits, only the one that took the cross-process write
+    /// lock catches up with other processes' commits, even when another thread's commit
+    /// sequences first: that one builds on a stale state and forks the chain (the defect
+    /// the kill torture found with two processes of two concurrent writers each).
+    CatchUpByLocker,
+    /// The VFS commits a concurrent transaction (`concurrent=1`) without checking the pages
+    /// it read and wrote against the commits made since its snapshot: it overwrites them
+    /// (the explorer's `unvalidated-snapshot` negative control).
+    UnvalidatedSnapshot,
 }
 
 impl Sabotage {
@@ -89,7 +98,8 @@ impl Sabotage {
     pub const ENV: &'static str = "ONESYNC_SABOTAGE";
 
     /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`, `skipped-flush`,
-    /// `lazy-growth`, `growth-flush-failure-ignored`, `no-read-validation`), if any.
+    /// `lazy-growth`, `growth-flush-failure-ignored`, `no-read-validation`,
+    /// `catch-up-by-locker`, `unvalidated-snapshot`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
@@ -97,6 +107,8 @@ impl Sabotage {
             Ok("lazy-growth") => Some(Sabotage::LazyGrowth),
             Ok("growth-flush-failure-ignored") => Some(Sabotage::GrowthFlushFailureIgnored),
             Ok("no-read-validation") => Some(Sabotage::NoReadValidation),
+            Ok("catch-up-by-locker") => Some(Sabotage::CatchUpByLocker),
+            Ok("unvalidated-snapshot") => Some(Sabotage::UnvalidatedSnapshot),
             _ => None,
         }
     }

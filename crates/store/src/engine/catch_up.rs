@@ -9,19 +9,20 @@ use crate::recovery::{header_copies, load_checkpoint, pages_intact, record_at};
 use crate::sharing::{Sharing, NO_PIN};
 use std::sync::Arc;
 
-/// One commit's hold on the cross-process write lock, let go when dropped.
+/// One commit's hold on the cross-process write lock, let go when dropped. Before it
+/// sequences anything, the commit calls [`Shared::catch_up_if_due`].
 pub(super) struct WriterClaim {
     shared: Arc<Shared>,
-    /// The lock was taken for this commit: the chain must be caught up with first.
-    pub newly: bool,
+    /// This claim took the lock (only `Sabotage::CatchUpByLocker` looks at it).
+    pub took_lock: bool,
 }
 
 impl WriterClaim {
     pub fn take(shared: &Arc<Shared>) -> Result<WriterClaim> {
-        let newly = shared.claim_writer()?;
+        let took_lock = shared.claim_writer()?;
         Ok(WriterClaim {
             shared: shared.clone(),
-            newly,
+            took_lock,
         })
     }
 }
@@ -82,41 +83,57 @@ impl Shared {
         Ok(())
     }
 
-    /// Run `f` holding the cross-process write lock: taken (and the chain caught up with)
-    /// if this process does not hold it already.
+    /// Run `f` holding the cross-process write lock, the chain caught up with.
     pub(super) fn with_writer<T>(
         &self,
         meta: &mut Meta,
         f: impl FnOnce(&mut Meta) -> Result<T>,
     ) -> Result<T> {
-        let newly = self.claim_writer()?;
-        let result = if newly {
-            self.catch_up(meta, true).and_then(|()| f(meta))
-        } else {
-            f(meta)
-        };
+        let took_lock = self.claim_writer()?;
+        let result = self.catch_up_if_due(meta, took_lock).and_then(|()| f(meta));
         self.release_writer_claim();
         result
     }
 
     /// Count one more commit or checkpoint of this process on its way, taking the
-    /// cross-process write lock if it is not held; returns whether it was taken now (then
-    /// the caller must catch up before sequencing anything).
+    /// cross-process write lock if it is not held (a catch-up is then due: see
+    /// [`Shared::catch_up_if_due`]); returns whether it took the lock.
     pub(super) fn claim_writer(&self) -> Result<bool> {
         let Some(s) = &self.sharing else {
             return Ok(false);
         };
         let mut w = lock(&self.writer);
-        if w.held {
-            w.claims += 1;
-            Self::debug_assert_writer_invariants(&w);
-            return Ok(false);
+        let took_lock = !w.held;
+        if took_lock {
+            s.lock_writer()?;
+            w.held = true;
+            w.catch_up_due = true;
         }
-        s.lock_writer()?;
-        w.held = true;
         w.claims += 1;
         Self::debug_assert_writer_invariants(&w);
-        Ok(true)
+        Ok(took_lock)
+    }
+
+    /// Holding a claim and `meta`: catch up with the chain if nobody of this process has
+    /// since the lock was taken. Not only the claimant that took the lock: another thread's
+    /// claim, taken while the lock was held, may reach `meta` first, and sequencing on a
+    /// state that misses other processes' commits forks the chain (the kill torture with
+    /// two processes of two concurrent writers each lost acknowledged commits so).
+    pub(super) fn catch_up_if_due(&self, meta: &mut Meta, took_lock: bool) -> Result<()> {
+        let due = std::mem::take(&mut lock(&self.writer).catch_up_due);
+        // The defect this replaced: only the claimant that took the lock caught up.
+        let due = if self.opts.sabotage == Some(Sabotage::CatchUpByLocker) {
+            took_lock
+        } else {
+            due
+        };
+        if due {
+            if let Err(e) = self.catch_up(meta, true) {
+                lock(&self.writer).catch_up_due = true;
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// The commit or checkpoint is written (or failed); the last one lets the lock go,
@@ -130,6 +147,7 @@ impl Shared {
         if w.claims == 0 && w.held {
             s.unlock_writer();
             w.held = false;
+            w.catch_up_due = false;
         }
         Self::debug_assert_writer_invariants(&w);
     }
@@ -140,8 +158,12 @@ impl Shared {
         let Some(s) = &self.sharing else {
             return Ok(());
         };
-        if !holding_writer && lock(&self.writer).held {
-            // This process is the writer: nobody else has written since it caught up.
+        let caught_up_writer = {
+            let w = lock(&self.writer);
+            w.held && !w.catch_up_due
+        };
+        if !holding_writer && caught_up_writer {
+            // This process is the writer and has caught up: nobody else has written since.
             return Ok(());
         }
         // Pin what this process knows before looking, so nothing after it is reused

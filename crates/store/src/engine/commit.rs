@@ -58,9 +58,7 @@ impl Shared {
         let sequenced = {
             let mut meta = self.meta();
             let result = (|| {
-                if claim.newly {
-                    self.catch_up(&mut meta, true)?;
-                }
+                self.catch_up_if_due(&mut meta, claim.took_lock)?;
                 // Ids of files this transaction creates were handed out by this process
                 // alone: another process may have committed a file with the same id since.
                 let mut ops = ops;

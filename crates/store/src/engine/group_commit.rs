@@ -112,8 +112,13 @@ impl Shared {
             Self::debug_assert_flush_invariants(&f);
             f.written_upto
         };
-        // Publish every state up to the written prefix (another committer may already have).
         let mut meta = self.meta();
+        self.publish_written(&mut meta, written_upto);
+    }
+
+    /// Show every state up to the written prefix `written_upto` to new transactions (another
+    /// committer, or a waiter for a settled snapshot, may already have).
+    pub(super) fn publish_written(&self, meta: &mut Meta, written_upto: u64) {
         while let Some(entry) = meta.unpublished.first_entry() {
             if *entry.key() > written_upto {
                 break;
@@ -124,7 +129,7 @@ impl Shared {
         }
         // A flush may have covered it already (a leader flushes what is written).
         let durable = lock(&self.flush).durable;
-        self.promote_readable(&mut meta, durable);
+        self.promote_readable(meta, durable);
     }
 
     /// Show readers every written state up to `durable`, and up to the last commit shown

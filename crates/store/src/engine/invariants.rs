@@ -41,6 +41,10 @@ impl Shared {
             "engine invariant 9: the write lock is held exactly while claims are out ({} claims)",
             w.claims
         );
+        debug_assert!(
+            w.held || !w.catch_up_due,
+            "engine invariant 9: a catch-up is due only while the write lock is held"
+        );
     }
 }
 

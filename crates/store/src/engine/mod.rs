@@ -52,7 +52,10 @@
 //! 9. **The write lock follows the claims.** With sharing, `WriterClaims::held` is true
 //!    exactly while `claims > 0` (commits being sequenced or written, checkpoints, growth);
 //!    without sharing it is never taken. Every sequencing, checkpoint and growth of a shared
-//!    store happens under it, after catching up. Checked when the `writer` lock is released.
+//!    store happens under it, after catching up: `catch_up_due` is set when the lock is
+//!    taken and cleared by the first claimant to reach `meta` (any thread's, not only the
+//!    one that took the lock), so nothing is sequenced on a state that misses another
+//!    process's commits. Checked when the `writer` lock is released.
 //! 10. **Snapshots are counted.** `meta.snapshots` holds a count above zero for each
 //!     sequence number some live snapshot (or transaction base) shows, never past `state`.
 //!     Checked.
@@ -188,6 +191,9 @@ struct WriterClaims {
     held: bool,
     /// Commits being sequenced or written, and checkpoints running.
     claims: usize,
+    /// The lock was taken and nobody has caught up with the chain since: whichever claimant
+    /// of this process sequences first (not necessarily the one that took the lock) must.
+    catch_up_due: bool,
 }
 
 /// Everything commits and checkpoints change, under one lock held only for bookkeeping
@@ -511,20 +517,31 @@ impl Shared {
     /// was called is written (waiting at most `SETTLE_WAIT`): the state a transaction that is
     /// about to commit is best planned on, as commits of other threads are usually in flight.
     pub(crate) fn snapshot_latest_settled(&self) -> Result<Arc<State>> {
-        let target = {
+        let (target, visible) = {
             let mut meta = self.meta();
             self.catch_up(&mut meta, false)?;
-            meta.state.seq
+            (meta.state.seq, meta.visible.seq)
         };
-        let deadline = std::time::Instant::now() + SETTLE_WAIT;
-        loop {
-            let mut meta = self.meta();
-            if meta.visible.seq >= target || std::time::Instant::now() >= deadline {
-                return Ok(self.register_snapshot(&mut meta, View::Written));
+        let written_upto = {
+            let deadline = std::time::Instant::now() + SETTLE_WAIT;
+            let mut f = lock(&self.flush);
+            while visible < target && f.written_upto < target && f.poisoned.is_none() {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                f = self
+                    .written_changed
+                    .wait_timeout(f, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
             }
-            drop(meta);
-            std::thread::yield_now();
-        }
+            f.written_upto
+        };
+        let mut meta = self.meta();
+        // Its writer may not have shown it yet (it does right after saying it is written).
+        self.publish_written(&mut meta, written_upto);
+        Ok(self.register_snapshot(&mut meta, View::Written))
     }
 
     fn register_snapshot(&self, meta: &mut Meta, view: View) -> Arc<State> {

@@ -170,11 +170,8 @@ impl StoreDb {
                 break;
             }
             // The first concurrent writer of this process holds the database's process lock
-            // (exclusively: the concurrent writers of one process overlap; those of different
-            // processes take turns, as the kill torture with two processes of two connections
-            // lost acknowledged commits while their transactions overlapped; see
-            // crates/vfs/README.md, "Concurrent writers", Limits).
-            match self.store.store.try_lock_for_process(key) {
+            // shared, which serial writers of other processes take exclusively.
+            match self.store.store.try_lock_for_process_shared(key) {
                 Ok(true) => break,
                 Ok(false) if Instant::now() < deadline => {
                     self.store.note_contention();
@@ -334,8 +331,8 @@ impl StoreDb {
                 .store
                 .try_latest_settled_snapshot()
                 .map_err(|_| SQLITE_IOERR_LOCK)?;
-            let validate_reads = self.store.store.sabotage() != Some(Sabotage::NoReadValidation);
-            let plan = match plan_commit(base, &latest, &self.logical, cw, page_size, validate_reads) {
+            let sabotage = self.store.store.sabotage();
+            let plan = match plan_commit(base, &latest, &self.logical, cw, page_size, sabotage) {
                 Ok(plan) => plan,
                 Err(why) => return Err(self.refuse_conflict(&why)),
             };
@@ -418,7 +415,7 @@ fn plan_commit(
     logical: &str,
     cw: &ConcurrentWrite,
     page_size: u64,
-    validate_reads: bool,
+    sabotage: Option<Sabotage>,
 ) -> Result<Plan, String> {
     let (base_id, latest_id) = (base.file(logical), latest.file(logical));
     let Some(base_id) = base_id else {
@@ -439,8 +436,12 @@ fn plan_commit(
     let base_pages = base_size.div_ceil(page_size);
     let unchanged = |p: u64| base.page_version(base_id, p) == latest.page_version(latest_id, p);
     // Page 1 is merged below; pages past the base's end are this transaction's own.
+    // Negative controls only: without these checks lost updates and write skew commit.
+    let validate_writes = sabotage != Some(Sabotage::UnvalidatedSnapshot);
+    let validate_reads = validate_writes && sabotage != Some(Sabotage::NoReadValidation);
     let reads = cw.reads.iter().filter(|_| validate_reads);
-    for &p in reads.chain(cw.writes.keys()) {
+    let writes = cw.writes.keys().filter(|_| validate_writes);
+    for &p in reads.chain(writes) {
         if p != 0 && p < base_pages && !unchanged(p) {
             let how = if cw.writes.contains_key(&p) {
                 "written"

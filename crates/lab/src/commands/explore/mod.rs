@@ -289,7 +289,10 @@ pub fn run(args: &ExploreArgs) -> Result<ExitCode> {
         for s in scenario::all() {
             println!("{:<20} {}", s.name, s.about);
         }
-        println!("negative controls (--negative-control): journal-off, checkpoint-publication");
+        println!(
+            "negative controls (--negative-control): journal-off, checkpoint-publication, \
+             unvalidated-snapshot"
+        );
         return Ok(ExitCode::SUCCESS);
     }
     output::check_json_path(args.json.as_deref())?;

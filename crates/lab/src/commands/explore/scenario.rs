@@ -563,6 +563,9 @@ pub enum NegativeControl {
     /// The store with ONESYNC_SABOTAGE=checkpoint-publication (a writer trusts the side
     /// file alone: defect 1 of issue 14)
     CheckpointPublication,
+    /// concurrent-writers with ONESYNC_SABOTAGE=unvalidated-snapshot (a concurrent COMMIT is
+    /// not checked against the commits made since its snapshot)
+    UnvalidatedSnapshot,
 }
 
 pub fn negative_control(control: NegativeControl) -> Scenario {
@@ -579,5 +582,14 @@ pub fn negative_control(control: NegativeControl) -> Scenario {
             }
         }
         NegativeControl::CheckpointPublication => checkpoint_handoff(Some("checkpoint-publication")),
+        NegativeControl::UnvalidatedSnapshot => Scenario {
+            sabotage: Some("unvalidated-snapshot"),
+            ..concurrent(
+                "unvalidated-snapshot",
+                "concurrent-writers without the COMMIT's check against its snapshot (must fail)",
+                Sync::Full,
+                Sync::Full,
+            )
+        },
     }
 }
