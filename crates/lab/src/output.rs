@@ -11,6 +11,16 @@ use tempfile::TempDir;
 use crate::loopfs::{Emulation, FsKind, LoopFs};
 use crate::progress::phase_spinner;
 
+/// How a run with one fresh place per mode says where: "a fresh ext4 on a loop device [on
+/// EMULATION] per mode", or `None` without `--fs`.
+pub fn fresh_loop_fs_per_mode(kind: Option<FsKind>, emulation: Option<Emulation>) -> Option<String> {
+    let kind = kind?;
+    Some(match emulation {
+        Some(emulation) => format!("a fresh {} on a loop device on {emulation} per mode", kind.name()),
+        None => format!("a fresh {} on a loop device per mode", kind.name()),
+    })
+}
+
 /// A fresh `kind` filesystem of `size_mib` MiB on a loop device, if `kind` is given, on an
 /// emulated device if `emulation` is given. Keep it alive longer than the work directory
 /// made in it (declare it first).

@@ -128,6 +128,13 @@ pub fn is_busy(error: &rusqlite::Error) -> bool {
     )
 }
 
+/// Whether `error` is SQLITE_BUSY_SNAPSHOT: a concurrent writer's COMMIT (onesync's
+/// `concurrent=1`) was refused because a commit since its snapshot conflicts with it; SQLite
+/// has rolled the transaction back.
+pub fn is_busy_snapshot(error: &rusqlite::Error) -> bool {
+    matches!(error, rusqlite::Error::SqliteFailure(f, _) if f.extended_code == rusqlite::ffi::SQLITE_BUSY_SNAPSHOT)
+}
+
 /// A pause between attempts short next to a transaction (SQLite's own busy handler sleeps at
 /// least 1 ms, several times a one-row transaction here).
 pub const BUSY_RETRY_PAUSE: Duration = Duration::from_micros(200);

@@ -115,18 +115,23 @@ fn control(name: &str) -> Value {
     summary
 }
 
+/// The clause of each failure a summary lists.
+fn clauses(summary: &Value) -> Vec<&str> {
+    summary["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .filter_map(|f| f["clause"].as_str())
+        .collect()
+}
+
 #[test]
 fn negative_control_stock_sqlite_without_a_journal_fails() {
     if strace_missing() {
         return;
     }
     let summary = control("journal-off");
-    let clauses: Vec<&str> = summary["failures"]
-        .as_array()
-        .expect("failures")
-        .iter()
-        .filter_map(|f| f["clause"].as_str())
-        .collect();
+    let clauses = clauses(&summary);
     assert!(
         clauses.iter().all(|c| *c == "money" || *c == "integrity"),
         "a half-applied transfer shows as money or integrity: {clauses:?}"
@@ -152,12 +157,7 @@ fn negative_control_unvalidated_concurrent_commit_fails() {
         return;
     }
     let summary = control("unvalidated-snapshot");
-    let clauses: Vec<&str> = summary["failures"]
-        .as_array()
-        .expect("failures")
-        .iter()
-        .filter_map(|f| f["clause"].as_str())
-        .collect();
+    let clauses = clauses(&summary);
     assert!(
         clauses.iter().any(|c| *c == "acknowledged" || *c == "money"),
         "a lost transfer shows as acknowledged or money: {clauses:?}"

@@ -408,12 +408,11 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
         "bench {} ({} transactions per mode, {}):\n",
         args.workload.name(),
         args.txns,
-        match (args.fs, &args.device) {
-            (Some(kind), _) => match args.emulate.emulation() {
-                Some(emulation) =>
-                    format!("a fresh {} on a loop device on {emulation} per mode", kind.name()),
-                None => format!("a fresh {} on a loop device per mode", kind.name()),
-            },
+        match (
+            output::fresh_loop_fs_per_mode(args.fs, args.emulate.emulation()),
+            &args.device
+        ) {
+            (Some(place), _) => place,
             (None, Some(device)) => format!("a fresh directory per mode, device {device}"),
             (None, None) => "a fresh directory per mode".to_owned(),
         }

@@ -62,16 +62,6 @@ pub fn transfer_atomically(
     in_transaction(conn, || move_money(conn, id, from, to, amount))
 }
 
-/// SQLite's extended result code SQLITE_BUSY_SNAPSHOT (`SQLITE_BUSY | 2 << 8`): a concurrent
-/// writer's COMMIT (onesync's `concurrent=1`) was refused because another commit since its
-/// snapshot conflicts with it; SQLite has rolled the transaction back.
-pub const SQLITE_BUSY_SNAPSHOT: i32 = 5 | (2 << 8);
-
-/// Whether `error` is SQLITE_BUSY_SNAPSHOT.
-pub fn is_busy_snapshot(error: &rusqlite::Error) -> bool {
-    matches!(error, rusqlite::Error::SqliteFailure(f, _) if f.extended_code == SQLITE_BUSY_SNAPSHOT)
-}
-
 /// What [`transfer_retrying`] went through before its transfer committed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Retries {
@@ -103,7 +93,7 @@ pub fn transfer_retrying(
         match transfer_atomically(conn, id, from, to, amount) {
             Ok(()) => return Ok(retries),
             Err(e) if crate::sqlite::is_busy(&e) && retries.total() + 1 < attempts => {
-                if is_busy_snapshot(&e) {
+                if crate::sqlite::is_busy_snapshot(&e) {
                     retries.busy_snapshot += 1;
                 } else {
                     retries.busy += 1;

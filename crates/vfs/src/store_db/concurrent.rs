@@ -4,7 +4,7 @@
 //! fails with `SQLITE_BUSY_SNAPSHOT` on a true conflict (crates/vfs/README.md, "Concurrent
 //! writers", has the isolation argument).
 //!
-//! Invariants (checked by assertions where they are cheap):
+//! Invariants (1 and 3 checked by debug assertions):
 //! 1. A concurrent writer's transaction is held here (`ConcurrentWrite`), not in a store
 //!    transaction: whole pages written, pages read, the file's size. Nothing of it reaches
 //!    the store before its commit.
@@ -30,14 +30,17 @@ use std::time::Instant;
 
 use onesync_store::{Error as StoreError, FileId, PendingCommit, Sabotage, Snapshot};
 
-use crate::backend::IoResult;
-use crate::ffi::{SQLITE_BUSY, SQLITE_IOERR, SQLITE_IOERR_LOCK, SQLITE_IOERR_READ, SQLITE_READONLY};
+use crate::backend::{IoResult, LockLevel};
+use crate::ffi::{
+    SQLITE_BUSY, SQLITE_IOERR, SQLITE_IOERR_LOCK, SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ, SQLITE_READONLY,
+};
 
 use super::connections::{commit_synchronous, Synchronous};
 use super::file::{commit_err, read_bytes, store_err, StoreDb};
 use super::locking::{note_lock_released, process_lock_key, PROCESS_LOCK_POLL, RETRYING_WRITER, WRITER_WAIT};
 use super::registry::lock;
-use super::relocate::relocate_appended;
+use super::relocate::{get32, relocate_appended};
+use super::CHANGE_COUNTER;
 
 /// SQLite's extended code for "another connection's commit conflicts with this
 /// transaction's snapshot": a retry of the whole transaction can succeed.
@@ -52,7 +55,6 @@ const COMMIT_RACE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2)
 /// (28..32), version-valid-for (92..96) and the writer's SQLite version (96..100).
 const PAGE_ONE_MERGED: [std::ops::Range<usize>; 3] = [24..32, 92..96, 96..100];
 const PAGE_COUNT: std::ops::Range<usize> = 28..32;
-const CHANGE_COUNTER: std::ops::Range<usize> = 24..28;
 const VERSION_VALID_FOR: std::ops::Range<usize> = 92..96;
 
 /// A concurrent writer's transaction (invariant 1).
@@ -61,6 +63,8 @@ pub(super) struct ConcurrentWrite {
     pub(super) reads: BTreeSet<u64>,
     /// Whole store pages written.
     pub(super) writes: BTreeMap<u64, Vec<u8>>,
+    /// The file's size in bytes in the snapshot the transaction is based on.
+    pub(super) base_size: u64,
     /// The file's size in bytes as this transaction has it.
     pub(super) size: u64,
     pub(super) wrote: bool,
@@ -79,8 +83,9 @@ struct Plan {
     reads: Vec<u64>,
 }
 
+/// A 4-byte field of page 1 (always there: a page is at least 512 bytes).
 fn be32(page: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([page[at], page[at + 1], page[at + 2], page[at + 3]])
+    get32(page, at).unwrap_or(0)
 }
 
 /// SQLite's page count from page 1 when the header says it is valid, else from the size.
@@ -133,14 +138,6 @@ impl StoreDb {
             .conns
             .get(&self.conn)
             .is_some_and(|c| !c.members.is_empty())
-    }
-
-    /// The file's size in the read snapshot (0 without one).
-    pub(super) fn size_in_snapshot(&self) -> u64 {
-        match self.file_in_snapshot() {
-            Some((snap, Some(id))) => snap.file_size(id).unwrap_or(0),
-            _ => 0,
-        }
     }
 
     /// Lock RESERVED as a concurrent writer: other concurrent writers go on; a serial writer
@@ -196,6 +193,7 @@ impl StoreDb {
         self.concurrent_write = Some(ConcurrentWrite {
             reads: std::mem::take(&mut self.shared_reads),
             writes: BTreeMap::new(),
+            base_size: size,
             size,
             wrote: false,
             done: false,
@@ -231,10 +229,11 @@ impl StoreDb {
         let Some(cw) = self.concurrent_write.as_mut() else {
             return Err(SQLITE_IOERR_READ);
         };
-        let base_pages = match id {
-            Some(id) => snap.file_size(id).unwrap_or(0).div_ceil(page_size),
-            None => 0,
-        };
+        debug_assert!(
+            self.level >= LockLevel::Reserved,
+            "invariant 1: a writer's transaction"
+        );
+        let base_pages = cw.base_size.div_ceil(page_size);
         let err = store_err(&self.api, SQLITE_IOERR_READ, "reading");
         let size = cw.size;
         read_bytes(size, page_size, buf, offset, |p, page| {
@@ -280,7 +279,10 @@ impl StoreDb {
                     None => {
                         let start = index * page_size as u64;
                         // Past the end reads as zeros (a short read is expected there).
-                        let _ = self.concurrent_read(&mut page, start);
+                        match self.concurrent_read(&mut page, start) {
+                            Ok(()) | Err(SQLITE_IOERR_SHORT_READ) => {}
+                            Err(e) => return Err(e),
+                        }
                     }
                 }
             }
@@ -526,5 +528,9 @@ fn plan_commit(
         .to_be_bytes();
     one[CHANGE_COUNTER].copy_from_slice(&counter);
     one[VERSION_VALID_FOR].copy_from_slice(&counter);
+    debug_assert!(
+        pages.keys().all(|&p| p < size.div_ceil(page_size)),
+        "invariant 3: every page committed lies within the committed size"
+    );
     Ok(Plan { pages, size, reads })
 }

@@ -239,6 +239,16 @@ impl StoreDb {
     }
 }
 
+/// A boolean URI parameter or pragma value as SQLite spells them (`1`, `on`, `yes`, `true`
+/// and their opposites), if it is one.
+pub(crate) fn parse_switch(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "yes" | "true" => Some(true),
+        "0" | "off" | "no" | "false" => Some(false),
+        _ => None,
+    }
+}
+
 /// The longest `onesync_sync_interval_ms` may be: an hour (longer is OFF in all but name).
 const MAX_SYNC_INTERVAL_MS: u64 = 3_600_000;
 

@@ -19,7 +19,7 @@ use crate::sys::api::ApiTable;
 
 use super::concurrent::ConcurrentWrite;
 use super::connections::{
-    leave_connection, note_locking_mode, note_synchronous, note_unlocked, parse_sync_interval,
+    leave_connection, note_locking_mode, note_synchronous, note_unlocked, parse_switch, parse_sync_interval,
 };
 use super::locking::{process_lock_key, RETRYING_WRITER};
 use super::registry::{lock, next_handle, registry_acquire, registry_release, Member, OpenStore, Want};
@@ -252,13 +252,9 @@ impl StoreDb {
             }
             (Some("onesync_concurrent"), value) => {
                 if let Some(value) = value {
-                    let on = match value.trim().to_ascii_lowercase().as_str() {
-                        "1" | "on" | "yes" | "true" => true,
-                        "0" | "off" | "no" | "false" => false,
-                        _ => {
-                            reply(format!("onesync: onesync_concurrent is 0 or 1, not {value:?}"));
-                            return SQLITE_ERROR;
-                        }
+                    let Some(on) = parse_switch(value) else {
+                        reply(format!("onesync: onesync_concurrent is 0 or 1, not {value:?}"));
+                        return SQLITE_ERROR;
                     };
                     if on != self.concurrent && self.level != LockLevel::None {
                         reply("onesync: onesync_concurrent cannot change inside a transaction".to_string());
@@ -590,11 +586,10 @@ impl DbBackend for StoreDb {
             }
             FileControl::RollbackAtomic if self.concurrent_write.is_some() => {
                 self.batch = false;
-                let base_size = self.size_in_snapshot();
                 if let Some(cw) = self.concurrent_write.as_mut().filter(|cw| !cw.done) {
                     cw.writes.clear();
                     cw.wrote = false;
-                    cw.size = base_size;
+                    cw.size = cw.base_size;
                 }
                 SQLITE_OK
             }

@@ -156,30 +156,27 @@ impl StoreDb {
             if file.changed_at > snapshot_seq {
                 return Err(stale_snapshot());
             }
-            // Concurrent writers of this process (`concurrent=1`) hold the file as a group:
-            // a serial writer waits for all of them.
-            let writer = file.writer.or(if file.concurrent_writers > 0 {
-                Some((0, usize::MAX))
-            } else {
-                None
-            });
-            match writer {
-                None => break file.changed_at,
+            let held_by_another = match file.writer {
                 Some((h, _)) if h == self.handle => return Ok(()),
-                Some((_, conn)) if conn != self.conn => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Err(SQLITE_BUSY);
-                    }
-                    // About to commit: a flush starting meanwhile should wait for us a little,
-                    // and the writer ahead of us should let go of the lock before its flush.
-                    waiting.get_or_insert_with(|| self.store.store.writer_waiting());
-                    counted.get_or_insert_with(|| Waiting::new(&self.store.waiting_writers));
-                    coord = self.store.wait_for_writer_change(coord, left);
-                }
                 // Our own connection (the same database twice): waiting would never end.
-                Some(_) => return Err(SQLITE_BUSY),
+                Some((_, conn)) if conn == self.conn => return Err(SQLITE_BUSY),
+                Some(_) => true,
+                // Concurrent writers (`concurrent=1`) hold the file as a group: a serial
+                // writer waits for all of them.
+                None => file.concurrent_writers > 0,
+            };
+            if !held_by_another {
+                break file.changed_at;
             }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(SQLITE_BUSY);
+            }
+            // About to commit: a flush starting meanwhile should wait for us a little, and
+            // the writer ahead of us should let go of the lock before its flush.
+            waiting.get_or_insert_with(|| self.store.store.writer_waiting());
+            counted.get_or_insert_with(|| Waiting::new(&self.store.waiting_writers));
+            coord = self.store.wait_for_writer_change(coord, left);
         };
         // Other processes: the same lock, held by the process; then their commits to this
         // database since our snapshot make it stale too.

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use onesync_store::layout::{HEADER_BLOCK, MAGIC};
 use onesync_store::Store;
 
-use super::connections::parse_sync_interval;
+use super::connections::{parse_switch, parse_sync_interval};
 use super::refusals::{self, Refusal, When};
 use super::{
     is_main_database, join_connection, leave_connection, next_handle, note_locking_mode, StoreDb,
@@ -301,20 +301,14 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     let logical = param(c"db")
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| DEFAULT_LOGICAL_DB.to_owned());
-    let nolock = param(c"nolock").is_some_and(|v| matches!(v.as_str(), "1" | "yes" | "true" | "on"));
+    let nolock = param(c"nolock").and_then(|v| parse_switch(&v)).unwrap_or(false);
     // A `vfs=` parameter that brought SQLite here names this VFS: the file is to be a store.
     let explicit = param(c"vfs").is_some_and(|v| !v.is_empty());
     // `concurrent=1`: write transactions run concurrently (store_db/concurrent.rs).
-    let concurrent: Result<bool, String> = match param(c"concurrent")
-        .as_deref()
-        .map(str::to_ascii_lowercase)
-        .as_deref()
-    {
-        None | Some("0" | "no" | "false" | "off") => Ok(false),
-        Some("1" | "yes" | "true" | "on") => Ok(true),
-        Some(other) => Err(format!(
-            "onesync: the URI parameter concurrent is 0 or 1, not {other:?}"
-        )),
+    let concurrent = match param(c"concurrent") {
+        None => Ok(false),
+        Some(value) => parse_switch(&value)
+            .ok_or_else(|| format!("onesync: the URI parameter concurrent is 0 or 1, not {value:?}")),
     };
     let r = Request {
         api: factory.api,

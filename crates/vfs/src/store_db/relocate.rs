@@ -32,7 +32,7 @@ fn get16(p: &[u8], at: usize) -> Option<usize> {
     Some(usize::from(u16::from_be_bytes(b)))
 }
 
-fn get32(p: &[u8], at: usize) -> Option<u32> {
+pub(super) fn get32(p: &[u8], at: usize) -> Option<u32> {
     let b: [u8; 4] = p.get(at..at.checked_add(4)?)?.try_into().ok()?;
     Some(u32::from_be_bytes(b))
 }

@@ -421,14 +421,8 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
         args.workload.name(),
         args.how(),
         args.txns,
-        match args.fs {
-            Some(kind) => match args.emulate.emulation() {
-                Some(emulation) =>
-                    format!("a fresh {} on a loop device on {emulation} per mode", kind.name()),
-                None => format!("a fresh {} on a loop device per mode", kind.name()),
-            },
-            None => "a fresh directory per mode".to_owned(),
-        }
+        output::fresh_loop_fs_per_mode(args.fs, args.emulate.emulation())
+            .unwrap_or_else(|| "a fresh directory per mode".to_owned())
     );
     let width = Mode::name_width();
     out.push_str(&format!(

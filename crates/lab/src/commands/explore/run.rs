@@ -437,7 +437,7 @@ impl Run<'_> {
             "saw" => self.out.saws.push(rest.to_owned()),
             "torn" => self.out.torn.push(format!("{name}: {rest}")),
             "retry" => match rest.rsplit_once(' ').map(|(_, code)| code.parse::<i32>()) {
-                Some(Ok(crate::workloads::bank::SQLITE_BUSY_SNAPSHOT)) => self.out.busy_snapshot += 1,
+                Some(Ok(rusqlite::ffi::SQLITE_BUSY_SNAPSHOT)) => self.out.busy_snapshot += 1,
                 Some(Ok(_)) => self.out.busy_other += 1,
                 _ => self.out.errors.push(format!("{name} printed {line:?}")),
             },

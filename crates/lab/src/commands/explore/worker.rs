@@ -298,10 +298,10 @@ impl Worker<'_> {
         let retries = bank::transfer_retrying(conn, &t.id, t.moves, RERUNS, std::time::Duration::ZERO)
             .with_context(|| format!("transfer {} (rerun after {failed}, extended code {code})", t.id))?;
         for _ in 0..retries.busy_snapshot {
-            print_line(&format!("retry {} {}", t.id, bank::SQLITE_BUSY_SNAPSHOT))?;
+            print_line(&format!("retry {} {}", t.id, rusqlite::ffi::SQLITE_BUSY_SNAPSHOT))?;
         }
         for _ in 0..retries.busy {
-            print_line(&format!("retry {} 5", t.id))?;
+            print_line(&format!("retry {} {}", t.id, rusqlite::ffi::SQLITE_BUSY))?;
         }
         Ok(())
     }
