@@ -47,6 +47,7 @@ pub fn build(ws: &Workspace, out: &Path) -> Result<Vec<PathBuf>> {
             }
         }
     }
+    forget_local_registry_copies()?;
     let mut cmd = cargo(ws);
     cmd.args(["package", "--allow-dirty"]);
     for c in CRATES {
@@ -81,7 +82,52 @@ pub fn build(ws: &Workspace, out: &Path) -> Result<Vec<PathBuf>> {
 /// is not one of `onesync`'s).
 fn crate_file_of(file: &str, name: &str) -> bool {
     file.strip_suffix(".crate")
-        .and_then(|f| f.strip_prefix(name))
+        .is_some_and(|stem| versioned_name_of(stem, name))
+}
+
+/// Whether `stem` is `NAME-VERSION` of crate `name`.
+fn versioned_name_of(stem: &str, name: &str) -> bool {
+    stem.strip_prefix(name)
         .and_then(|f| f.strip_prefix('-'))
         .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
+}
+
+/// `cargo package` resolves the crates that depend on each other through a local registry
+/// named after the build directory, and cargo unpacks each `.crate` of it into
+/// `CARGO_HOME/registry/src/-HASH/NAME-VERSION` once: a later run with changed sources of the
+/// same version would verify against the first run's copy (CI found `onesync-vfs` built
+/// against an old `onesync-store`). Forget those copies, and their cached `.crate` files, of
+/// local registries (named `-HASH`: they have no host) before packaging.
+fn forget_local_registry_copies() -> Result<()> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let Some(home) = home else {
+        return Ok(());
+    };
+    for area in ["src", "cache"] {
+        let Ok(registries) = std::fs::read_dir(home.join("registry").join(area)) else {
+            continue;
+        };
+        let local = registries
+            .flatten()
+            .filter(|r| r.file_name().to_string_lossy().starts_with('-'));
+        for registry in local {
+            for entry in std::fs::read_dir(registry.path())?.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let stem = name.strip_suffix(".crate").unwrap_or(&name);
+                if !CRATES.iter().any(|c| versioned_name_of(stem, c)) {
+                    continue;
+                }
+                let path = entry.path();
+                let removed = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                removed.with_context(|| format!("removing {}", path.display()))?;
+            }
+        }
+    }
+    Ok(())
 }
