@@ -47,7 +47,7 @@ pub fn build(ws: &Workspace, out: &Path) -> Result<Vec<PathBuf>> {
             }
         }
     }
-    forget_local_registry_copies()?;
+    forget_earlier_packagings(ws)?;
     let mut cmd = cargo(ws);
     cmd.args(["package", "--allow-dirty"]);
     for c in CRATES {
@@ -92,13 +92,24 @@ fn versioned_name_of(stem: &str, name: &str) -> bool {
         .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
 }
 
-/// `cargo package` resolves the crates that depend on each other through a local registry
-/// named after the build directory, and cargo unpacks each `.crate` of it into
-/// `CARGO_HOME/registry/src/-HASH/NAME-VERSION` once: a later run with changed sources of the
-/// same version would verify against the first run's copy (CI found `onesync-vfs` built
-/// against an old `onesync-store`). Forget those copies, and their cached `.crate` files, of
-/// local registries (named `-HASH`: they have no host) before packaging.
-fn forget_local_registry_copies() -> Result<()> {
+/// `cargo package` resolves the crates that depend on each other through a local registry,
+/// and cargo takes a registry crate of one name and version never to change: it unpacks it
+/// into `CARGO_HOME/registry/src/-HASH/NAME-VERSION` once and builds it once per target
+/// directory. A later run with changed sources of the same version would verify against the
+/// first run's copy (CI found `onesync-vfs` verified against an old `onesync-store`). Forget
+/// the unpacked copies and cached `.crate` files of local registries (named `-HASH`: they
+/// have no host), and the build directory's builds of these crates, before packaging.
+fn forget_earlier_packagings(ws: &Workspace) -> Result<()> {
+    // The dev profile: what `cargo package` verifies with.
+    let mut clean = cargo(ws);
+    clean.arg("clean");
+    for c in CRATES {
+        clean.args(["-p", c]);
+    }
+    let status = clean.status().context("running cargo clean")?;
+    if !status.success() {
+        bail!("cargo clean failed ({status})");
+    }
     let home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
