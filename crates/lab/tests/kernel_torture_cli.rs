@@ -2,7 +2,7 @@
 //! device with a volatile write cache under a loop device). The crash-safe modes survive a few
 //! dozen cuts each (onesync at NORMAL and OFF keeping a prefix holding every commit reported
 //! durable); the negative controls `off` (no journal), `memory` (journal in memory) and the
-//! store's `skipped-flush` are caught and exit non-zero.
+//! store's `skipped-flush` and `flush-coverage-read-late` are caught and exit non-zero.
 //! Needs root, /dev/fuse, losetup, mkfs.ext4 and e2fsck; says why and does nothing otherwise.
 
 mod common;
@@ -180,13 +180,80 @@ fn the_skipped_flush_negative_control_loses_durable_commits_under_kernel_power_c
     assert!(first.contains("reported durable"), "{s}");
 }
 
+/// Concurrent writers in four processes (`concurrent=1`), sharing flushes between processes:
+/// every acknowledged transfer survives. This found a concurrent COMMIT that SQLite's
+/// fallback from a failed batch atomic write (an I/O error at the cut) reported done.
+#[test]
+fn concurrent_writers_in_several_processes_keep_every_acknowledged_transfer() {
+    if !runs_here("the kernel torture of concurrent writers") {
+        return;
+    }
+    let (out, s) = torture("onesync", &["--processes", "4", "--concurrent"]);
+    assert!(out.status.success(), "{}", common::said(&out));
+    assert_eq!(n(&s, "power_cuts"), 30, "{s}");
+    assert_eq!(n(&s, "failures"), 0, "{s}");
+    assert!(s["concurrent"].as_bool().unwrap_or(false), "{s}");
+    assert!(n(&s, "transfers_acknowledged") > 30, "{s}");
+}
+
+/// The negative control of the shared flush: a flushing process that reads how far the
+/// others have written only after its flush acknowledges their commits unflushed.
+#[test]
+fn the_late_coverage_negative_control_loses_acknowledged_transfers() {
+    if !runs_here("the kernel torture's flush-coverage-read-late control") {
+        return;
+    }
+    let mut runs = Vec::new();
+    let (out, s) = loop {
+        let seed = (16 + runs.len()).to_string();
+        let (out, s) = torture_seeded(
+            "onesync",
+            &seed,
+            &[
+                "--processes",
+                "4",
+                "--concurrent",
+                "--negative-control",
+                "flush-coverage-read-late",
+            ],
+        );
+        if !out.status.success() || runs.len() == 2 {
+            break (out, s);
+        }
+        runs.push(s);
+    };
+    assert!(
+        !out.status.success(),
+        "the harness missed the loss in three runs: {s}; earlier: {runs:?}"
+    );
+    assert_eq!(n(&s, "failures"), 1, "{s}");
+    let first = s["first_failure"].as_str().unwrap_or_default();
+    assert!(
+        first.contains("reported committed but is not in the ledger"),
+        "{s}"
+    );
+}
+
 #[test]
 fn bad_combinations_are_refused_with_a_reason() {
-    let refusals: [(&[&str], &str); 2] = [
+    let refusals: [(&[&str], &str); 3] = [
         // --fs without --emulate: the simulated torture takes no filesystem.
         (&["--fs", "ext4", "--mode", "onesync"], "--emulate"),
         // maw needs F2FS, which only the VM has.
         (&["--fs", "ext4", "--emulate", "nvme", "--mode", "maw"], "F2FS"),
+        // Concurrent writers are the onesync VFS's.
+        (
+            &[
+                "--fs",
+                "ext4",
+                "--emulate",
+                "nvme",
+                "--mode",
+                "wal",
+                "--concurrent",
+            ],
+            "--concurrent needs a onesync child",
+        ),
     ];
     for (args, reason) in refusals {
         let mut command = vec!["torture"];

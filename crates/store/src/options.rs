@@ -91,6 +91,10 @@ pub enum Sabotage {
     /// it read and wrote against the commits made since its snapshot: it overwrites them
     /// (the explorer's `unvalidated-snapshot` negative control).
     UnvalidatedSnapshot,
+    /// A process flushing for every process (group commit across processes) reads how far
+    /// the store is written only after its flush returned, so it calls durable the commits
+    /// other processes wrote while it flushed: a power cut then loses acknowledged commits.
+    FlushCoverageReadLate,
 }
 
 impl Sabotage {
@@ -99,7 +103,7 @@ impl Sabotage {
 
     /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`, `skipped-flush`,
     /// `lazy-growth`, `growth-flush-failure-ignored`, `no-read-validation`,
-    /// `catch-up-by-locker`, `unvalidated-snapshot`), if any.
+    /// `catch-up-by-locker`, `unvalidated-snapshot`, `flush-coverage-read-late`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
@@ -109,6 +113,7 @@ impl Sabotage {
             Ok("no-read-validation") => Some(Sabotage::NoReadValidation),
             Ok("catch-up-by-locker") => Some(Sabotage::CatchUpByLocker),
             Ok("unvalidated-snapshot") => Some(Sabotage::UnvalidatedSnapshot),
+            Ok("flush-coverage-read-late") => Some(Sabotage::FlushCoverageReadLate),
             _ => None,
         }
     }
@@ -164,6 +169,9 @@ pub struct Stats {
     pub flushes: u64,
     /// Microseconds spent in group-commit flushes, all together.
     pub flush_micros: u64,
+    /// Group-commit waits that another process's flush covered (this process flushed
+    /// nothing for them).
+    pub flushes_by_others: u64,
     pub checkpoints: u64,
     /// 1 if opening replayed commit records written after the last checkpoint.
     pub recoveries: u64,

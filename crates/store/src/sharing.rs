@@ -29,6 +29,15 @@
 //!   looking for new commits usually reads a few bytes instead of the chain, and in each
 //!   entry how far the chain is durable as its owner last saw it: readers show other
 //!   processes only commits that are durable.
+//! * Group commit across processes. Each process, once its commits up to `w` are written
+//!   (their `pwrite`s returned), raises the side file's *written* word to `w`. A process
+//!   that needs its commits durable takes `FLUSH` (exclusive, waiting), reads the written
+//!   word `W` *before* it flushes, flushes, and publishes `W` as durable in its entry: an
+//!   `fdatasync` of the file writes back every dirty page of the file, whichever process
+//!   wrote it, so everything written before the flush began is on the medium when it
+//!   returns. A process that finds some entry durable at or past its commits (before or
+//!   after waiting for `FLUSH`) does not flush at all. While one process flushes, the others
+//!   that wrote meanwhile queue on `FLUSH`, and the next flush covers all of them.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -47,6 +56,8 @@ const INIT: i64 = LOCK_BASE + 1;
 const WRITE: i64 = LOCK_BASE + 2;
 /// Held shared by read-only processes while they read (see the module's notes).
 const READ_ONLY: i64 = LOCK_BASE + 3;
+/// Held (exclusive) by the process flushing for every process's written commits.
+const FLUSH: i64 = LOCK_BASE + 4;
 /// Locks the VFS takes per logical file (SQLite's RESERVED), hashed into this range.
 const USER_BASE: i64 = LOCK_BASE + 4096;
 const USER_RANGE: u64 = 1 << 24;
@@ -59,12 +70,14 @@ const USER_RANGE: u64 = 1 << 24;
 /// | 8 | 8 | checkpoint generation of the latest published progress |
 /// | 16 | 8 | sequence number the chain is about to reach (published before the record is written) |
 /// | 24 | 8 | sequence number up to which commits are written and shown before they were durable (`synchronous=NORMAL`/`OFF`) |
-/// | 32 | 32 | zero |
+/// | 32 | 8 | sequence number up to which every commit is written (its writes returned), perhaps not durable |
+/// | 40 | 24 | zero |
 /// | 64 + 16·i | 8 | entry i: the oldest commit its owner may still read (`NO_PIN`: none) |
 /// | 72 + 16·i | 8 | entry i: how far the chain was durable when its owner last flushed |
 const SHM_MAGIC: &[u8; 8] = b"onesyncP";
 pub const SHM_PROGRESS: u64 = 8;
 const SHM_SHOWN: u64 = 24;
+const SHM_WRITTEN: u64 = 32;
 const SHM_ENTRIES: u64 = 64;
 const ENTRY_LEN: u64 = 16;
 pub const READER_ENTRIES: u64 = 126;
@@ -149,6 +162,20 @@ pub struct Sharing {
     side: Option<SideFile>,
     /// Where the side file is (a read-only process reads it there when it needs to).
     side_path: PathBuf,
+    /// The highest durable sequence number this process published in its entry (it only
+    /// ever raises it: another process may be waiting for it).
+    published_durable: AtomicU64,
+}
+
+/// Holds `FLUSH` (see the module's notes); dropped, it lets go.
+pub struct FlushGuard<'a> {
+    file: &'a File,
+}
+
+impl Drop for FlushGuard<'_> {
+    fn drop(&mut self) {
+        let _ = set_lock(self.file, Kind::Unlock, FLUSH, false);
+    }
 }
 
 struct SideFile {
@@ -333,6 +360,7 @@ impl Sharing {
                 file: mine,
                 side: None,
                 side_path: side_file_path(file, store_id)?,
+                published_durable: AtomicU64::new(0),
             };
             return Ok((sharing, arrival));
         }
@@ -402,6 +430,7 @@ impl Sharing {
                             mapped,
                         }),
                         side_path: side_path.clone(),
+                        published_durable: AtomicU64::new(0),
                     };
                     sharing.publish_pin(NO_PIN)?;
                     return Ok(sharing);
@@ -505,16 +534,60 @@ impl Sharing {
         }
     }
 
-    /// Publish that the chain is durable up to `seq` (after a flush of this process).
+    /// Publish that the chain is durable up to `seq` (after a flush of this process); a
+    /// lower value than this process published before changes nothing.
     pub fn publish_durable(&self, seq: u64) -> Result<()> {
         let Some(side) = &self.side else {
             return Ok(());
         };
+        let previous = self.published_durable.fetch_max(seq, Ordering::AcqRel);
+        if seq <= previous {
+            return Ok(());
+        }
         side.write_words(
             SHM_ENTRIES + ENTRY_LEN * side.entry + 8,
             &[seq],
             "publishing how far the store is durable",
         )
+    }
+
+    /// Whether this process takes part in group commit across processes (a read-only one
+    /// has no entry to publish in, and writes nothing to flush).
+    pub fn flushes_together(&self) -> bool {
+        self.side.is_some()
+    }
+
+    /// Record that every commit up to `seq` is written (see the module's notes). Another
+    /// process may have published more: the word only rises (without a mapping, a racing
+    /// lower value may win, which is still true, only less useful).
+    pub fn publish_written(&self, seq: u64) -> Result<()> {
+        let Some(side) = &self.side else {
+            return Ok(());
+        };
+        const DURING: &str = "publishing how far the store is written";
+        if let Some(word) = side.mapped_words(SHM_WRITTEN, 1, DURING)? {
+            word[0].fetch_max(seq, Ordering::AcqRel);
+            return Ok(());
+        }
+        if side.read_words(SHM_WRITTEN, 1, DURING)?[0] < seq {
+            side.write_words(SHM_WRITTEN, &[seq], DURING)?;
+        }
+        Ok(())
+    }
+
+    /// Up to where every process's commits are written (0 for a read-only process).
+    pub fn written(&self) -> Result<u64> {
+        let Some(side) = &self.side else {
+            return Ok(0);
+        };
+        Ok(side.read_words(SHM_WRITTEN, 1, "reading how far the store is written")?[0])
+    }
+
+    /// Take `FLUSH`, waiting while another process flushes.
+    pub fn lock_flush(&self) -> Result<FlushGuard<'_>> {
+        set_lock(&self.file, Kind::Exclusive, FLUSH, true)
+            .map_err(io_err("waiting for another process's flush"))?;
+        Ok(FlushGuard { file: &self.file })
     }
 
     fn entries(&self) -> Result<Vec<(u64, u64)>> {

@@ -230,3 +230,45 @@ fn an_idle_handle_catches_up_after_many_checkpoints() {
     model.insert(0, 251);
     assert_eq!(read_all(&busy.try_snapshot().unwrap()), model);
 }
+
+/// Group commit across processes: a flush of one process covers the commits another
+/// process wrote before that flush began, and only those.
+#[test]
+fn one_process_flush_covers_what_another_wrote_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flush.onesync");
+    let a = create_with_data_file(&path);
+    let b = Store::open(&path, &opts()).unwrap();
+    let write = |store: &Store, page: u64, byte: u8| {
+        let mut t = store.begin();
+        let f = t.file("data").unwrap();
+        t.write_page(f, page, &[byte; PS]).unwrap();
+        t
+    };
+    // B's commit is written, not yet durable; A's commit comes after it and flushes.
+    let b_pending = write(&b, 0, 1).commit_without_waiting().unwrap();
+    let (a_before, b_before) = (a.stats(), b.stats());
+    write(&a, 1, 2).commit().unwrap();
+    assert_eq!(a.stats().flushes, a_before.flushes + 1, "{:?}", a.stats());
+    b_pending.wait().unwrap();
+    let b_after = b.stats();
+    assert_eq!(
+        b_after.flushes, b_before.flushes,
+        "B flushed although A's flush covered it: {b_after:?}"
+    );
+    assert_eq!(
+        b_after.flushes_by_others,
+        b_before.flushes_by_others + 1,
+        "{b_after:?}"
+    );
+    // Written after A's last flush: B flushes itself.
+    let b_pending = write(&b, 2, 3).commit_without_waiting().unwrap();
+    b_pending.wait().unwrap();
+    assert_eq!(b.stats().flushes, b_after.flushes + 1, "{:?}", b.stats());
+    assert_eq!(
+        b.stats().flushes_by_others,
+        b_after.flushes_by_others,
+        "{:?}",
+        b.stats()
+    );
+}

@@ -124,6 +124,8 @@ struct Summary {
     loss_window: Option<LossWindowSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     negative_control: Option<&'static str>,
+    /// The children's connections were opened with concurrent=1.
+    concurrent: bool,
 }
 
 impl Summary {
@@ -211,6 +213,9 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         bail!("--kills runs with the simulated torture only (without --fs)");
     }
     let child = child_for(args.mode)?;
+    if args.concurrent {
+        child.concurrent_scheme()?;
+    }
     output::check_json_path(args.json.as_deref())?;
     if let Some(reason) = onesync_device::unavailable_reason() {
         bail!("{reason}");
@@ -228,10 +233,11 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
     let exe = std::env::current_exe().context("finding the onesync binary to run as the child")?;
 
     eprintln!(
-        "torture: {} power cuts of {} {} process(es) on {kind} ({size_mib} MiB) on {emulation}, seed {seed}",
+        "torture: {} power cuts of {} {} process(es){} on {kind} ({size_mib} MiB) on {emulation}, seed {seed}",
         args.power_cuts,
         args.processes,
         child.arg(),
+        if args.concurrent { " (concurrent=1)" } else { "" },
     );
     let loop_fs = LoopFs::create_seeded(kind, size, Some(&emulation), seed)?;
     let summary = Summary {
@@ -245,6 +251,7 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         synchronous: args.synchronous.map(|level| level.name().to_owned()),
         nodatacow: args.nodatacow,
         negative_control: args.negative_control.map(|control| control.name()),
+        concurrent: args.concurrent,
         ..Summary::default()
     };
     let mut torture = Torture {
@@ -468,6 +475,9 @@ impl Torture<'_> {
                 .args(["--seed", &seed.to_string()]);
             if let Some(level) = self.args.synchronous {
                 command.args(["--synchronous", level.name()]);
+            }
+            if self.args.concurrent {
+                command.arg("--concurrent");
             }
             if let Some(control) = self.args.negative_control {
                 command.env(onesync_store::Sabotage::ENV, control.name());

@@ -156,7 +156,7 @@ impl ChildKind {
     }
 
     /// The scheme of a child that can run `--concurrent`: a onesync store's.
-    fn concurrent_scheme(self) -> Result<&'static dyn Scheme> {
+    pub fn concurrent_scheme(self) -> Result<&'static dyn Scheme> {
         self.scheme()
             .filter(|scheme| scheme.storage() == Storage::Store)
             .ok_or_else(|| {

@@ -67,6 +67,14 @@ impl PendingCommit {
     }
 }
 
+/// Who made a group commit's commits durable.
+enum Flushed {
+    /// This process's flush.
+    Here,
+    /// Another process's flush, which began after they were written.
+    ByAnother,
+}
+
 /// How long a flush leader waits at most for commits on their way: half as long as the last
 /// flush took (waiting is worth it in proportion to what a flush costs), within these bounds.
 const GATHER_WAIT_MIN: Duration = Duration::from_micros(40);
@@ -112,6 +120,11 @@ impl Shared {
             Self::debug_assert_flush_invariants(&f);
             f.written_upto
         };
+        if let Some(s) = &self.sharing {
+            // Other processes' flushes may now cover these commits (a failure to say so
+            // only costs this process a flush of its own).
+            let _ = s.publish_written(written_upto);
+        }
         let mut meta = self.meta();
         self.publish_written(&mut meta, written_upto);
     }
@@ -202,21 +215,22 @@ impl Shared {
                 let flush_started = Instant::now();
                 self.deferred
                     .flush_starting(self.counters.bytes_written.load(Ordering::Relaxed));
-                let result = if self.opts.sabotage == Some(Sabotage::SkippedFlush) {
-                    Ok(())
-                } else {
-                    self.io.sync_data()
-                };
+                let result = self.flush_upto(target);
                 let flush_took = flush_started.elapsed();
-                bump(&self.counters.flush_micros, flush_took.as_micros() as u64);
+                if matches!(result, Ok(Flushed::Here)) {
+                    bump(&self.counters.flush_micros, flush_took.as_micros() as u64);
+                }
                 // Meta before flush, the order everywhere: readers are shown the commits
                 // before their committers are told they are durable.
                 let mut meta = self.meta();
                 f = lock(&self.flush);
                 f.leader_active = false;
                 match result {
-                    Ok(()) => {
-                        bump(&self.counters.flushes, 1);
+                    Ok(flushed) => {
+                        match flushed {
+                            Flushed::Here => bump(&self.counters.flushes, 1),
+                            Flushed::ByAnother => bump(&self.counters.flushes_by_others, 1),
+                        }
                         f.last_batch = target.saturating_sub(f.durable);
                         f.last_flush = flush_took;
                         drop(f);
@@ -224,9 +238,9 @@ impl Shared {
                         drop(meta);
                         f = lock(&self.flush);
                     }
-                    Err(e) => {
+                    Err(why) => {
                         if f.poisoned.is_none() {
-                            f.poisoned = Some(format!("fdatasync failed: {e}"));
+                            f.poisoned = Some(why);
                         }
                         drop(meta);
                     }
@@ -236,6 +250,44 @@ impl Shared {
             }
             f = self.durable_changed.wait(f).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Make every commit up to `target` (all written) durable. Alone, flush. Sharing the
+    /// store, flush for every process: under `FLUSH`, unless another process's flush
+    /// already covers `target`, note how far every process's commits are written, flush,
+    /// and publish that as durable before letting `FLUSH` go (`sharing.rs` explains why
+    /// the flush covers them). A failure is the poison message.
+    fn flush_upto(&self, target: u64) -> std::result::Result<Flushed, String> {
+        let sync = || -> std::result::Result<(), String> {
+            if self.opts.sabotage == Some(Sabotage::SkippedFlush) {
+                return Ok(());
+            }
+            self.io.sync_data().map_err(|e| format!("fdatasync failed: {e}"))
+        };
+        let Some(s) = self.sharing.as_ref().filter(|s| s.flushes_together()) else {
+            sync()?;
+            return Ok(Flushed::Here);
+        };
+        // An unreadable side file only costs this process a flush it might have shared.
+        let covered = || matches!(s.others_durable(), Ok(Some(durable)) if durable >= target);
+        if covered() {
+            return Ok(Flushed::ByAnother);
+        }
+        let _flushing = s.lock_flush().map_err(|e| e.to_string())?;
+        if covered() {
+            return Ok(Flushed::ByAnother);
+        }
+        let read_late = self.opts.sabotage == Some(Sabotage::FlushCoverageReadLate);
+        let written_before = if read_late { 0 } else { s.written().unwrap_or(0) };
+        sync()?;
+        let written = if read_late {
+            s.written().unwrap_or(0)
+        } else {
+            written_before
+        };
+        // Told before `FLUSH` goes: the process next in line reads it first.
+        let _ = s.publish_durable(written.max(target));
+        Ok(Flushed::Here)
     }
 
     pub(super) fn check_poison(&self) -> Result<()> {

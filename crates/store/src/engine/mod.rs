@@ -87,7 +87,7 @@
 //! | caught up → sequenced | `commit` → `sequence` | `meta`, then `flush` | `state` = new, `unpublished += seq`, `head`/`window_end` move, slots → `awaiting_checkpoint`, `sequenced = seq`; a policy checkpoint may run first |
 //! | sequenced → written | `commit`: record + pages `pwrite`, then `mark_written` | none for the writes; `flush`, then `meta` | `written_upto` grows over the contiguous prefix; `unpublished` → `not_durable`, `visible` |
 //! | written → released | `commit` drops its `WriterClaim` | `writer` | `claims -= 1`; the last lets the OFD lock go |
-//! | written → durable | `PendingCommit::wait` → `wait_durable` (one leader) | `flush`; none during `fdatasync`; then `meta` → `flush` | `durable = written_upto` at the flush's start; `not_durable` → `readable`; side file told |
+//! | written → durable | `PendingCommit::wait` → `wait_durable` (one leader per process; with sharing, one flush at a time across processes under the OFD `FLUSH` lock, skipped when another's covered it) | `flush`; none during `fdatasync`; then `meta` → `flush` | `durable = written_upto` at the flush's start; `not_durable` → `readable`; side file told |
 //! | any → poisoned | a failed write or flush → `poison` | `flush` | `poisoned` set; every waiter and later commit fails |
 //!
 //! And the calls beside commits:
@@ -146,6 +146,7 @@ struct Counters {
     pub growths: AtomicU64,
     pub flushes: AtomicU64,
     pub flush_micros: AtomicU64,
+    pub flushes_by_others: AtomicU64,
     pub checkpoints: AtomicU64,
     pub recoveries: AtomicU64,
     pub records_replayed: AtomicU64,
@@ -489,6 +490,7 @@ impl Shared {
             growths: get(&c.growths),
             flushes: get(&c.flushes),
             flush_micros: get(&c.flush_micros),
+            flushes_by_others: get(&c.flushes_by_others),
             checkpoints: get(&c.checkpoints),
             recoveries: get(&c.recoveries),
             records_replayed: get(&c.records_replayed),

@@ -17,12 +17,19 @@
 //!    wrote changed between that state and its commit (the loop below then plans again).
 //! 4. After a commit or a refusal, the transaction is `done`: SQLite's rollback writes
 //!    (after a refusal) are dropped, and nothing commits twice.
+//! 5. A commit that failed (an I/O error, not a conflict) is `done` and `failed`; its error
+//!    reached SQLite. SQLite answers a failed COMMIT_ATOMIC_WRITE of the I/O class by
+//!    falling back to its journal: ROLLBACK_ATOMIC_WRITE, the pages again, xSync. So
+//!    ROLLBACK_ATOMIC_WRITE after a failure opens the transaction again (a fresh attempt
+//!    that fails or commits on its own), and never lets that xSync find it `done` and
+//!    report a commit that did not happen (the kernel torture's power cuts found that).
 //!
 //! | state | xRead | xWrite | xSync / PHASETWO / COMMIT_ATOMIC |
 //! |---|---|---|---|
 //! | SHARED, concurrent mode | snapshot, page noted | (SQLite never) | nothing |
 //! | RESERVED+, open | writes, else snapshot (noted) | into `writes` | commit: OK or BUSY_SNAPSHOT |
 //! | RESERVED+, done | writes, else snapshot | dropped | nothing |
+//! | RESERVED+, done and failed | writes, else snapshot | dropped | nothing; ROLLBACK_ATOMIC_WRITE → open |
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::c_int;
@@ -70,6 +77,8 @@ pub(super) struct ConcurrentWrite {
     pub(super) wrote: bool,
     /// Committed or refused (invariant 4).
     pub(super) done: bool,
+    /// The commit failed on an error other than a conflict (invariant 5).
+    pub(super) failed: bool,
     /// A FULL commit's flush, waited for at PHASETWO or at the unlock.
     pub(super) pending: Option<PendingCommit>,
 }
@@ -197,6 +206,7 @@ impl StoreDb {
             size,
             wrote: false,
             done: false,
+            failed: false,
             pending: None,
         });
         Ok(())
@@ -314,6 +324,27 @@ impl StoreDb {
     /// is sequenced (a FULL commit's flush is left in `pending`), `SQLITE_BUSY_SNAPSHOT` on a
     /// conflict (the transaction is then done, and SQLite rolls it back).
     pub(super) fn commit_concurrent(&mut self) -> IoResult<()> {
+        let result = self.try_commit_concurrent();
+        if let (Err(code), Some(cw)) = (result, self.concurrent_write.as_mut()) {
+            cw.failed = cw.done && code != SQLITE_BUSY_SNAPSHOT;
+        }
+        result
+    }
+
+    /// SQLite gave up its batch atomic write (ROLLBACK_ATOMIC_WRITE): before a commit, or
+    /// after a failed one (it then writes the pages again through its journal and syncs),
+    /// the transaction is open again with nothing written (invariant 5).
+    pub(super) fn concurrent_batch_undone(&mut self) {
+        if let Some(cw) = self.concurrent_write.as_mut().filter(|cw| !cw.done || cw.failed) {
+            cw.writes.clear();
+            cw.wrote = false;
+            cw.size = cw.base_size;
+            cw.done = false;
+            cw.failed = false;
+        }
+    }
+
+    fn try_commit_concurrent(&mut self) -> IoResult<()> {
         let Some(cw) = self.concurrent_write.as_mut() else {
             return Ok(());
         };

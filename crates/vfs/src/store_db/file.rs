@@ -586,11 +586,7 @@ impl DbBackend for StoreDb {
             }
             FileControl::RollbackAtomic if self.concurrent_write.is_some() => {
                 self.batch = false;
-                if let Some(cw) = self.concurrent_write.as_mut().filter(|cw| !cw.done) {
-                    cw.writes.clear();
-                    cw.wrote = false;
-                    cw.size = cw.base_size;
-                }
+                self.concurrent_batch_undone();
                 SQLITE_OK
             }
             FileControl::BeginAtomic => {

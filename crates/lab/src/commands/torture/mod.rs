@@ -108,6 +108,11 @@ pub struct TortureArgs {
           value_parser = clap::value_parser!(u64).range(1..=16))]
     pub processes: u64,
 
+    /// With --fs: open every child connection with concurrent=1 (concurrent writers, a
+    /// onesync mode only): the processes' write transactions run at once and share flushes
+    #[arg(long, requires = "fs")]
+    pub concurrent: bool,
+
     /// With --fs: the longest time from starting the processes to a random-moment cut
     #[arg(long, value_name = "MS", default_value_t = 300)]
     pub max_delay_ms: u64,
@@ -149,18 +154,24 @@ pub enum NegativeControl {
     /// The store's flushes skip the device flush yet count their commits durable
     /// (`Sabotage::SkippedFlush`): commits reported durable are lost at a power cut
     SkippedFlush,
+    /// A process flushing for every process reads how far they have written only after its
+    /// flush (`Sabotage::FlushCoverageReadLate`): commits written during that flush are
+    /// acknowledged unflushed (needs several processes)
+    FlushCoverageReadLate,
 }
 
 impl NegativeControl {
     pub fn name(self) -> &'static str {
         match self {
             NegativeControl::SkippedFlush => "skipped-flush",
+            NegativeControl::FlushCoverageReadLate => "flush-coverage-read-late",
         }
     }
 
     pub fn sabotage(self) -> Sabotage {
         match self {
             NegativeControl::SkippedFlush => Sabotage::SkippedFlush,
+            NegativeControl::FlushCoverageReadLate => Sabotage::FlushCoverageReadLate,
         }
     }
 }
