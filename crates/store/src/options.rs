@@ -95,6 +95,10 @@ pub enum Sabotage {
     /// the store is written only after its flush returned, so it calls durable the commits
     /// other processes wrote while it flushed: a power cut then loses acknowledged commits.
     FlushCoverageReadLate,
+    /// A concurrent transaction (`concurrent=1`) that keeps SQLite's page cache from its
+    /// previous one does not note the cached pages as read: a write skew through pages
+    /// read from the cache commits (the warmed write-skew test's negative control).
+    CachedPagesUnnoted,
 }
 
 impl Sabotage {
@@ -103,7 +107,8 @@ impl Sabotage {
 
     /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`, `skipped-flush`,
     /// `lazy-growth`, `growth-flush-failure-ignored`, `no-read-validation`,
-    /// `catch-up-by-locker`, `unvalidated-snapshot`, `flush-coverage-read-late`), if any.
+    /// `catch-up-by-locker`, `unvalidated-snapshot`, `flush-coverage-read-late`,
+    /// `cached-pages-unnoted`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
@@ -114,6 +119,7 @@ impl Sabotage {
             Ok("catch-up-by-locker") => Some(Sabotage::CatchUpByLocker),
             Ok("unvalidated-snapshot") => Some(Sabotage::UnvalidatedSnapshot),
             Ok("flush-coverage-read-late") => Some(Sabotage::FlushCoverageReadLate),
+            Ok("cached-pages-unnoted") => Some(Sabotage::CachedPagesUnnoted),
             _ => None,
         }
     }

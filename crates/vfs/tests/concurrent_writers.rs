@@ -4,8 +4,9 @@
 //! SQLITE_BUSY_SNAPSHOT and leaves nothing behind; growth by two transactions at once is
 //! not a conflict; `PRAGMA integrity_check` holds after everything, and model oracles check
 //! every committed change. The negative control reruns the write-skew test in a child
-//! process with read validation switched off (ONESYNC_SABOTAGE=no-read-validation): it
-//! must fail, finding the write skew.
+//! process with read validation switched off (ONESYNC_SABOTAGE=no-read-validation), and
+//! with caches kept across transactions but their pages not noted as read
+//! (`cached-pages-unnoted`): each must fail, finding the write skew.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -154,7 +155,7 @@ fn a_lost_update_is_refused_with_busy_snapshot_and_leaves_nothing() {
 /// Two accounts on pages of their own; each transaction withdraws from its own account
 /// only if the two together hold enough. Under snapshot isolation both withdraw (write
 /// skew: the total goes negative); with read validation the second COMMIT is refused.
-pub fn write_skew(path: &Path) -> Result<(), rusqlite::Error> {
+pub fn write_skew(path: &Path, warm: bool) -> Result<(), rusqlite::Error> {
     let setup = open(path, true);
     setup
         .execute_batch(
@@ -163,6 +164,13 @@ pub fn write_skew(path: &Path) -> Result<(), rusqlite::Error> {
         )
         .unwrap();
     let (one, two) = (open(path, true), open(path, true));
+    if warm {
+        // Each connection's cache holds the pages, and nothing is committed afterwards: the
+        // transactions below keep their caches and read from them (concurrent.rs, invariant 2).
+        for c in [&one, &two] {
+            let _: i64 = c.query_row("SELECT sum(v) FROM acct", [], |r| r.get(0)).unwrap();
+        }
+    }
     let withdraw = |c: &Connection, id: i64| {
         c.execute(
             "UPDATE acct SET v = v - 2 WHERE id = ?1 AND (SELECT sum(v) FROM acct) >= 2",
@@ -192,7 +200,77 @@ pub fn write_skew(path: &Path) -> Result<(), rusqlite::Error> {
 #[test]
 fn write_skew_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    write_skew(&dir.path().join("db.onesync")).unwrap();
+    write_skew(&dir.path().join("db.onesync"), false).unwrap();
+}
+
+#[test]
+fn write_skew_through_kept_caches_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write_skew(&dir.path().join("db.onesync"), true).unwrap();
+}
+
+#[test]
+fn negative_control_cached_pages_unnoted_write_skew_commits() {
+    if std::env::var_os("ONESYNC_SABOTAGE").is_some() {
+        return; // the child of another run
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "write_skew_through_kept_caches_is_refused",
+            "--test-threads",
+            "1",
+        ])
+        .env("ONESYNC_SABOTAGE", "cached-pages-unnoted")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the sabotaged run passed:\n{text}");
+    assert!(
+        text.contains("write skew: both withdrawals committed, total -2"),
+        "{text}"
+    );
+}
+
+/// A lone concurrent writer keeps SQLite's page cache from one transaction to the next
+/// (as a serial writer does), and loses it once another connection commits.
+#[test]
+fn a_lone_writer_keeps_its_cache_until_another_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.onesync");
+    let conn = open(&path, true);
+    conn.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+        .unwrap();
+    let misses = |c: &Connection| -> i32 {
+        c.query_row("SELECT count(*) FROM t", [], |_| Ok(())).unwrap();
+        let (mut current, mut highest) = (0, 0);
+        // SAFETY: the handle is live while `c` is borrowed; the out-pointers are locals.
+        let rc = unsafe {
+            rusqlite::ffi::sqlite3_db_status(
+                c.handle(),
+                rusqlite::ffi::SQLITE_DBSTATUS_CACHE_MISS,
+                &mut current,
+                &mut highest,
+                0,
+            )
+        };
+        assert_eq!(rc, 0);
+        current
+    };
+    let _ = misses(&conn);
+    let before = misses(&conn);
+    conn.execute("INSERT INTO t VALUES (2)", []).unwrap();
+    let after_own = misses(&conn);
+    assert_eq!(
+        after_own, before,
+        "the cache was emptied after the connection's own commit"
+    );
+    let other = open(&path, true);
+    other.execute("INSERT INTO t VALUES (3)", []).unwrap();
+    assert!(
+        misses(&conn) > after_own,
+        "a stale cache was kept after another connection's commit"
+    );
 }
 
 #[test]

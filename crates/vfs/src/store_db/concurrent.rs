@@ -8,9 +8,16 @@
 //! 1. A concurrent writer's transaction is held here (`ConcurrentWrite`), not in a store
 //!    transaction: whole pages written, pages read, the file's size. Nothing of it reaches
 //!    the store before its commit.
-//! 2. Every page SQLite used in the transaction was read through xRead after the snapshot
-//!    was taken (the change-counter read at offset 24 never matches, so SQLite's cache is
-//!    empty at every read transaction's start), and is in `reads` or `writes`.
+//! 2. Every page SQLite used in the transaction is in `reads` or `writes`, and agrees with
+//!    the snapshot. SQLite reads the 16 bytes at offset 24 (change counter, page count,
+//!    freelist) at a read transaction's start whenever its cache holds pages, and empties
+//!    its cache unless they match what it last saw. They come back changed (an empty
+//!    cache: every page is then read through xRead, and noted) unless the handle's
+//!    `cache_state` is the snapshot's state: the cache was filled from that very state, or
+//!    by this handle's own commit of exactly SQLite's pages with nothing committed since.
+//!    Then the cache is kept and every page it may hold (`cache_pages`: all read or
+//!    written since SQLite last emptied it) is noted as read up front. A lone writer so
+//!    keeps its cache from one transaction to the next, as a serial one does.
 //! 3. A commit writes exactly: the base's pages it did not write, unchanged; its writes,
 //!    moved past the latest end if another commit grew the file meanwhile; page 1 merged.
 //!    It is built on the latest state and is refused by the store if anything it read or
@@ -58,6 +65,11 @@ pub(crate) const SQLITE_BUSY_SNAPSHOT: c_int = SQLITE_BUSY | (2 << 8);
 /// through, so the store as a whole makes progress meanwhile).
 const COMMIT_RACE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The most pages SQLite's cache is kept with from one transaction to the next: each is
+/// validated as read at commit, which past this costs more than reading the few pages a
+/// transaction needs again.
+const CACHE_PAGES_KEPT_MAX: usize = 128;
+
 /// Page 1 fields every commit may change: the change counter (24..28), the page count
 /// (28..32), version-valid-for (92..96) and the writer's SQLite version (96..100).
 const PAGE_ONE_MERGED: [std::ops::Range<usize>; 3] = [24..32, 92..96, 96..100];
@@ -79,6 +91,9 @@ pub(super) struct ConcurrentWrite {
     pub(super) done: bool,
     /// The commit failed on an error other than a conflict (invariant 5).
     pub(super) failed: bool,
+    /// The commit's sequence number, if it committed exactly SQLite's pages and size on the
+    /// state the transaction began on (SQLite's cache then agrees with it: invariant 2).
+    pub(super) committed_verbatim: Option<u64>,
     /// A FULL commit's flush, waited for at PHASETWO or at the unlock.
     pub(super) pending: Option<PendingCommit>,
 }
@@ -90,6 +105,8 @@ struct Plan {
     /// Pages read (not written), checked unchanged up to the latest state: the store
     /// checks them from there to the commit.
     reads: Vec<u64>,
+    /// `pages` and `size` are exactly the transaction's (nothing merged or moved).
+    verbatim: bool,
 }
 
 /// A 4-byte field of page 1 (always there: a page is at least 512 bytes).
@@ -127,16 +144,30 @@ impl StoreDb {
     }
 
     /// xRead in concurrent mode, for a reader (SHARED): note the pages read; the 16 bytes
-    /// at offset 24 come back changed so SQLite empties its cache (invariant 2).
+    /// at offset 24 come back changed so SQLite empties its cache, unless the cache agrees
+    /// with the snapshot; then every page it may hold is noted (invariant 2).
     pub(super) fn note_shared_read(&mut self, buf: &mut [u8], offset: u64) {
         let page_size = self.store.page_size;
+        let snapshot_seq = self.snapshot.as_ref().map(Snapshot::seq);
         if offset == 24 && buf.len() == 16 {
-            buf[15] ^= 0xff;
+            let keep = snapshot_seq.is_some()
+                && self.cache_state == snapshot_seq
+                && self.cache_pages.len() <= CACHE_PAGES_KEPT_MAX;
+            if keep {
+                if self.store.store.sabotage() != Some(Sabotage::CachedPagesUnnoted) {
+                    self.shared_reads.extend(self.cache_pages.iter().copied());
+                }
+            } else {
+                buf[15] ^= 0xff;
+                self.cache_pages.clear();
+            }
+            self.cache_state = snapshot_seq;
             return;
         }
         let first = offset / page_size;
         let last = (offset + buf.len().max(1) as u64 - 1) / page_size;
         self.shared_reads.extend(first..=last);
+        self.cache_pages.extend(first..=last);
     }
 
     /// Whether another handle of this connection writes this store now: then this one
@@ -207,6 +238,7 @@ impl StoreDb {
             wrote: false,
             done: false,
             failed: false,
+            committed_verbatim: None,
             pending: None,
         });
         Ok(())
@@ -216,6 +248,11 @@ impl StoreDb {
     /// rollback's, or a refused commit's); returns the commit's flush to wait for.
     pub(super) fn leave_concurrent_writer(&mut self) -> Option<PendingCommit> {
         let cw = self.concurrent_write.take()?;
+        if cw.wrote {
+            // SQLite's cache now holds what it wrote: known only after a commit of exactly
+            // those pages (a rollback, a refusal or a merged commit leaves it unknown).
+            self.cache_state = cw.committed_verbatim;
+        }
         let mut coord = lock(&self.store.coord);
         if let Some(file) = coord.files.get_mut(&self.logical) {
             file.concurrent_writers = file.concurrent_writers.saturating_sub(1);
@@ -246,7 +283,9 @@ impl StoreDb {
         let base_pages = cw.base_size.div_ceil(page_size);
         let err = store_err(&self.api, SQLITE_IOERR_READ, "reading");
         let size = cw.size;
+        let cache_pages = &mut self.cache_pages;
         read_bytes(size, page_size, buf, offset, |p, page| {
+            cache_pages.insert(p);
             if let Some(data) = cw.writes.get(&p) {
                 page.copy_from_slice(data);
                 return Ok(());
@@ -299,6 +338,7 @@ impl StoreDb {
             page[within..within + n].copy_from_slice(&buf[done..done + n]);
             let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
             cw.writes.insert(index, page);
+            self.cache_pages.insert(index);
             done += n;
         }
         let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
@@ -341,6 +381,7 @@ impl StoreDb {
             cw.size = cw.base_size;
             cw.done = false;
             cw.failed = false;
+            cw.committed_verbatim = None;
         }
     }
 
@@ -369,6 +410,7 @@ impl StoreDb {
                 Ok(plan) => plan,
                 Err(why) => return Err(self.refuse_conflict(&why)),
             };
+            let verbatim = plan.verbatim && latest.seq() == base.seq();
             let mut txn = latest.begin();
             let api = self.api;
             let err = store_err(&api, SQLITE_IOERR, "committing");
@@ -387,6 +429,7 @@ impl StoreDb {
                 Ok(pending) => {
                     let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
                     cw.writes.clear();
+                    cw.committed_verbatim = verbatim.then_some(pending.seq());
                     return self.sequenced(pending);
                 }
                 // Another commit came between the plan and the commit lock: plan again.
@@ -459,6 +502,7 @@ fn plan_commit(
             pages: cw.writes.clone(),
             size: cw.size,
             reads: Vec::new(),
+            verbatim: true,
         });
     };
     let Some(latest_id) = latest_id else {
@@ -472,8 +516,11 @@ fn plan_commit(
     // Negative controls only: without these checks lost updates and write skew commit.
     let validate_writes = sabotage != Some(Sabotage::UnvalidatedSnapshot);
     let validate_reads = validate_writes && sabotage != Some(Sabotage::NoReadValidation);
-    let reads = cw.reads.iter().filter(|_| validate_reads);
-    let writes = cw.writes.keys().filter(|_| validate_writes);
+    // Nothing committed since the base: nothing to validate here (the store validates the
+    // reads from `latest` to the commit).
+    let moved = latest.seq() != base.seq();
+    let reads = cw.reads.iter().filter(|_| validate_reads && moved);
+    let writes = cw.writes.keys().filter(|_| validate_writes && moved);
     for &p in reads.chain(writes) {
         if p != 0 && p < base_pages && !unchanged(p) {
             let how = if cw.writes.contains_key(&p) {
@@ -501,6 +548,7 @@ fn plan_commit(
             pages: cw.writes.clone(),
             size: cw.size,
             reads,
+            verbatim: true,
         });
     }
     let read = |snap: &Snapshot, id: FileId| -> Result<Vec<u8>, String> {
@@ -563,5 +611,10 @@ fn plan_commit(
         pages.keys().all(|&p| p < size.div_ceil(page_size)),
         "invariant 3: every page committed lies within the committed size"
     );
-    Ok(Plan { pages, size, reads })
+    Ok(Plan {
+        pages,
+        size,
+        reads,
+        verbatim: false,
+    })
 }

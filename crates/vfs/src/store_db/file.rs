@@ -68,6 +68,13 @@ pub(crate) struct StoreDb {
     pub(super) shared_reads: BTreeSet<u64>,
     /// The concurrent write transaction, from RESERVED to the unlock.
     pub(super) concurrent_write: Option<ConcurrentWrite>,
+    /// In concurrent mode, the store state SQLite's page cache is known to agree with (a
+    /// snapshot it read from, or this handle's own commit of exactly its pages); `None`
+    /// when unknown. See `concurrent.rs`, invariant 2.
+    pub(super) cache_state: Option<u64>,
+    /// In concurrent mode, the store pages SQLite may hold in its cache: every page read or
+    /// written through this handle since SQLite last emptied its cache.
+    pub(super) cache_pages: BTreeSet<u64>,
 }
 
 impl StoreDb {
@@ -98,6 +105,8 @@ impl StoreDb {
                 concurrent: o.concurrent,
                 shared_reads: BTreeSet::new(),
                 concurrent_write: None,
+                cache_state: None,
+                cache_pages: BTreeSet::new(),
             },
             read_only,
         ))
@@ -501,6 +510,8 @@ impl DbBackend for StoreDb {
             if self.concurrent_now() && !self.connection_writes_store() {
                 self.become_concurrent_writer()?;
             } else {
+                // A serial write leaves SQLite's cache as this transaction makes it.
+                self.cache_state = None;
                 self.become_writer()?;
             }
         }
