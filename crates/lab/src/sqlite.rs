@@ -25,19 +25,11 @@ pub fn register_onesync_vfs() -> Result<()> {
 /// Opens (creating if `create`) the database at `path` through the onesync VFS: `path` is a
 /// onesync store and the database is its logical file `main`.
 pub fn open_onesync(path: &Path, create: bool) -> Result<Connection> {
-    register_onesync_vfs()?;
-    let mut flags =
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    if create {
-        flags |= OpenFlags::SQLITE_OPEN_CREATE;
-    }
-    let conn = Connection::open_with_flags_and_vfs(path, flags, onesync::VFS_NAME)
-        .with_context(|| format!("opening {} through the onesync VFS", path.display()))?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
-    Ok(conn)
+    open_onesync_with(path, create, "")
 }
 
-/// [`open_onesync`] with URI parameters (`a=1&b=2`): opens `file:PATH?vfs=onesync&PARAMETERS`.
+/// [`open_onesync`] with URI parameters (`a=1&b=2`; none if empty): opens
+/// `file:PATH?vfs=onesync&PARAMETERS`.
 pub fn open_onesync_with(path: &Path, create: bool, parameters: &str) -> Result<Connection> {
     register_onesync_vfs()?;
     let mut flags =
@@ -45,11 +37,23 @@ pub fn open_onesync_with(path: &Path, create: bool, parameters: &str) -> Result<
     if create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
-    let uri = format!("{}?vfs={}&{parameters}", file_uri(path)?, onesync::VFS_NAME);
-    let conn = Connection::open_with_flags(&uri, flags)
-        .with_context(|| format!("opening {uri} through the onesync VFS"))?;
+    let conn = if parameters.is_empty() {
+        Connection::open_with_flags_and_vfs(path, flags, onesync::VFS_NAME)
+            .with_context(|| format!("opening {} through the onesync VFS", path.display()))?
+    } else {
+        let uri = format!("{}?vfs={}&{parameters}", file_uri(path)?, onesync::VFS_NAME);
+        Connection::open_with_flags(&uri, flags)
+            .with_context(|| format!("opening {uri} through the onesync VFS"))?
+    };
     conn.busy_timeout(BUSY_TIMEOUT)?;
     Ok(conn)
+}
+
+/// Makes `conn`'s write transactions on its onesync store concurrent (`PRAGMA
+/// onesync_concurrent = 1`, what the URI parameter `concurrent=1` does at open).
+pub fn set_concurrent(conn: &Connection) -> Result<()> {
+    conn.execute_batch("PRAGMA onesync_concurrent = 1")
+        .context("PRAGMA onesync_concurrent = 1")
 }
 
 /// `file:` and `path`, absolute, with the characters a URI's path cannot hold escaped.
@@ -128,11 +132,19 @@ pub fn is_busy(error: &rusqlite::Error) -> bool {
     )
 }
 
+/// SQLite's extended result code of `error`, if it is SQLite's.
+pub fn extended_code(error: &rusqlite::Error) -> Option<i32> {
+    match error {
+        rusqlite::Error::SqliteFailure(failure, _) => Some(failure.extended_code),
+        _ => None,
+    }
+}
+
 /// Whether `error` is SQLITE_BUSY_SNAPSHOT: a concurrent writer's COMMIT (onesync's
 /// `concurrent=1`) was refused because a commit since its snapshot conflicts with it; SQLite
 /// has rolled the transaction back.
 pub fn is_busy_snapshot(error: &rusqlite::Error) -> bool {
-    matches!(error, rusqlite::Error::SqliteFailure(f, _) if f.extended_code == rusqlite::ffi::SQLITE_BUSY_SNAPSHOT)
+    extended_code(error) == Some(rusqlite::ffi::SQLITE_BUSY_SNAPSHOT)
 }
 
 /// A pause between attempts short next to a transaction (SQLite's own busy handler sleeps at

@@ -102,8 +102,9 @@ fn every_workload_runs_in_two_processes() {
     }
 }
 
-/// The concurrent mode opens its store with `concurrent=1`, and runs whether or not the VFS
-/// implements it (an odd number of transactions: the shares differ by one).
+/// The concurrent mode (its store opened with `concurrent=1`) runs from threads and from
+/// processes with the oracle passed (an odd number of transactions: the shares differ by
+/// one).
 #[test]
 fn onesync_concurrent_runs_from_threads_and_processes() {
     for extra in [["--threads", "2"], ["--processes", "2"]] {

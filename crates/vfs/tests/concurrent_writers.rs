@@ -67,17 +67,29 @@ fn with_retries(conn: &Connection, mut body: impl FnMut(&Connection) -> rusqlite
     unreachable!()
 }
 
+/// A new database at `path` made by `schema` on a setup connection, and two more
+/// concurrent connections to it: (setup, one, two).
+fn set_up_and_open_two(path: &Path, schema: &str) -> (Connection, Connection, Connection) {
+    let setup = open(path, true);
+    setup.execute_batch(schema).unwrap();
+    (setup, open(path, true), open(path, true))
+}
+
+/// Both connections BEGIN: their transactions overlap.
+fn begin_both(one: &Connection, two: &Connection) {
+    one.execute_batch("BEGIN").unwrap();
+    two.execute_batch("BEGIN").unwrap();
+}
+
 #[test]
 fn two_growing_transactions_both_commit() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.onesync");
-    let setup = open(&path, true);
-    setup
-        .execute_batch("CREATE TABLE a(x, pad); CREATE TABLE b(x, pad); CREATE INDEX b_x ON b(x);")
-        .unwrap();
-    let (one, two) = (open(&path, true), open(&path, true));
-    one.execute_batch("BEGIN").unwrap();
-    two.execute_batch("BEGIN").unwrap();
+    let (setup, one, two) = set_up_and_open_two(
+        &path,
+        "CREATE TABLE a(x, pad); CREATE TABLE b(x, pad); CREATE INDEX b_x ON b(x);",
+    );
+    begin_both(&one, &two);
     for i in 0..300 {
         one.execute("INSERT INTO a VALUES (?1, randomblob(300))", [i])
             .unwrap();
@@ -113,13 +125,11 @@ fn two_growing_transactions_both_commit() {
 fn a_lost_update_is_refused_with_busy_snapshot_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.onesync");
-    let setup = open(&path, true);
-    setup
-        .execute_batch("CREATE TABLE c(id INTEGER PRIMARY KEY, n); INSERT INTO c VALUES (1, 0);")
-        .unwrap();
-    let (one, two) = (open(&path, true), open(&path, true));
-    one.execute_batch("BEGIN").unwrap();
-    two.execute_batch("BEGIN").unwrap();
+    let (setup, one, two) = set_up_and_open_two(
+        &path,
+        "CREATE TABLE c(id INTEGER PRIMARY KEY, n); INSERT INTO c VALUES (1, 0);",
+    );
+    begin_both(&one, &two);
     let read = |c: &Connection| -> i64 {
         c.query_row("SELECT n FROM c WHERE id = 1", [], |r| r.get(0))
             .unwrap()
@@ -156,14 +166,11 @@ fn a_lost_update_is_refused_with_busy_snapshot_and_leaves_nothing() {
 /// only if the two together hold enough. Under snapshot isolation both withdraw (write
 /// skew: the total goes negative); with read validation the second COMMIT is refused.
 pub fn write_skew(path: &Path, warm: bool) -> Result<(), rusqlite::Error> {
-    let setup = open(path, true);
-    setup
-        .execute_batch(
-            "CREATE TABLE acct(id INTEGER PRIMARY KEY, v, pad);
-             INSERT INTO acct VALUES (1, 1, randomblob(3000)), (2, 1, randomblob(3000));",
-        )
-        .unwrap();
-    let (one, two) = (open(path, true), open(path, true));
+    let (setup, one, two) = set_up_and_open_two(
+        path,
+        "CREATE TABLE acct(id INTEGER PRIMARY KEY, v, pad);
+         INSERT INTO acct VALUES (1, 1, randomblob(3000)), (2, 1, randomblob(3000));",
+    );
     if warm {
         // Each connection's cache holds the pages, and nothing is committed afterwards: the
         // transactions below keep their caches and read from them (concurrent.rs, invariant 2).
@@ -178,8 +185,7 @@ pub fn write_skew(path: &Path, warm: bool) -> Result<(), rusqlite::Error> {
         )
         .unwrap()
     };
-    one.execute_batch("BEGIN").unwrap();
-    two.execute_batch("BEGIN").unwrap();
+    begin_both(&one, &two);
     assert_eq!(withdraw(&one, 1), 1);
     assert_eq!(withdraw(&two, 2), 1);
     one.execute_batch("COMMIT").unwrap();
@@ -244,35 +250,44 @@ fn negative_control_cached_pages_unnoted_write_skew_commits() {
     );
 }
 
+/// SQLite's cache misses on `c` so far, after one more `SELECT count(*) FROM t`.
+fn cache_misses_after_a_read(c: &Connection) -> i32 {
+    c.query_row("SELECT count(*) FROM t", [], |_| Ok(())).unwrap();
+    let (mut current, mut highest) = (0, 0);
+    // SAFETY: the handle is live while `c` is borrowed; the out-pointers are locals.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_db_status(
+            c.handle(),
+            rusqlite::ffi::SQLITE_DBSTATUS_CACHE_MISS,
+            &mut current,
+            &mut highest,
+            0,
+        )
+    };
+    assert_eq!(rc, 0);
+    current
+}
+
+/// A concurrent connection to a new store at `path` holding table `t` of one row, read once
+/// (SQLite's cache holds its pages).
+fn one_row_cached(path: &Path) -> Connection {
+    let conn = open(path, true);
+    conn.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+        .unwrap();
+    let _ = cache_misses_after_a_read(&conn);
+    conn
+}
+
 /// A lone concurrent writer keeps SQLite's page cache from one transaction to the next
 /// (as a serial writer does), and loses it once another connection commits.
 #[test]
 fn a_lone_writer_keeps_its_cache_until_another_commits() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.onesync");
-    let conn = open(&path, true);
-    conn.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);")
-        .unwrap();
-    let misses = |c: &Connection| -> i32 {
-        c.query_row("SELECT count(*) FROM t", [], |_| Ok(())).unwrap();
-        let (mut current, mut highest) = (0, 0);
-        // SAFETY: the handle is live while `c` is borrowed; the out-pointers are locals.
-        let rc = unsafe {
-            rusqlite::ffi::sqlite3_db_status(
-                c.handle(),
-                rusqlite::ffi::SQLITE_DBSTATUS_CACHE_MISS,
-                &mut current,
-                &mut highest,
-                0,
-            )
-        };
-        assert_eq!(rc, 0);
-        current
-    };
-    let _ = misses(&conn);
-    let before = misses(&conn);
+    let conn = one_row_cached(&path);
+    let before = cache_misses_after_a_read(&conn);
     conn.execute("INSERT INTO t VALUES (2)", []).unwrap();
-    let after_own = misses(&conn);
+    let after_own = cache_misses_after_a_read(&conn);
     assert_eq!(
         after_own, before,
         "the cache was emptied after the connection's own commit"
@@ -280,8 +295,23 @@ fn a_lone_writer_keeps_its_cache_until_another_commits() {
     let other = open(&path, true);
     other.execute("INSERT INTO t VALUES (3)", []).unwrap();
     assert!(
-        misses(&conn) > after_own,
+        cache_misses_after_a_read(&conn) > after_own,
         "a stale cache was kept after another connection's commit"
+    );
+}
+
+/// Pages read while concurrency is off are not noted: turned on again, the connection's
+/// cache is emptied once rather than kept with pages its read set would miss.
+#[test]
+fn a_cache_filled_with_concurrency_off_is_not_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = one_row_cached(&dir.path().join("db.onesync"));
+    conn.execute_batch("PRAGMA onesync_concurrent = 0").unwrap();
+    let off = cache_misses_after_a_read(&conn);
+    conn.execute_batch("PRAGMA onesync_concurrent = 1").unwrap();
+    assert!(
+        cache_misses_after_a_read(&conn) > off,
+        "the cache was kept although pages were read while concurrency was off"
     );
 }
 

@@ -96,6 +96,45 @@ pub fn run_command(command: &BenchCommand) -> Result<ExitCode> {
     }
 }
 
+/// Where `bench` and `bench writers` run each mode: a fresh directory, or a fresh
+/// filesystem on a loop device (perhaps on an emulated device).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Place {
+    /// Run in a fresh subdirectory of D per mode [default: the system's temporary directory]
+    #[arg(long, value_name = "D", conflicts_with = "fs")]
+    pub dir: Option<PathBuf>,
+
+    /// Run each mode on a freshly made filesystem of this kind on a loop device, and read
+    /// the device's counters (needs root)
+    #[arg(long, value_enum, value_name = "FS")]
+    pub fs: Option<FsKind>,
+
+    /// Size of each loop image for --fs, in MiB
+    #[arg(long, value_name = "MIB", default_value_t = 1024, requires = "fs")]
+    pub fs_size_mib: u64,
+
+    #[command(flatten)]
+    pub emulate: crate::loopfs::EmulateArgs,
+}
+
+impl Place {
+    /// One mode's filesystem, if `--fs` asks for one (keep it alive longer than the work
+    /// directory made in it: declare it first).
+    pub fn loop_fs(&self) -> Result<Option<LoopFs>> {
+        output::loop_fs(self.fs, self.fs_size_mib, self.emulate.emulation().as_ref())
+    }
+
+    /// One mode's work directory, in `loop_fs` if there is one.
+    pub fn work_dir(&self, prefix: &str, loop_fs: Option<&LoopFs>) -> Result<tempfile::TempDir> {
+        output::work_dir(prefix, loop_fs, self.dir.as_deref())
+    }
+
+    /// "a fresh ext4 on a loop device [on EMULATION] per mode", or `None` without `--fs`.
+    pub fn describe(&self) -> Option<String> {
+        output::fresh_loop_fs_per_mode(self.fs, self.emulate.emulation())
+    }
+}
+
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// What each transaction does
@@ -112,27 +151,14 @@ pub struct BenchArgs {
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub txns: u64,
 
-    /// Run in a fresh subdirectory of D per mode [default: the system's temporary directory]
-    #[arg(long, value_name = "D", conflicts_with = "fs")]
-    pub dir: Option<PathBuf>,
-
-    /// Run each mode on a freshly made filesystem of this kind on a loop device, and read
-    /// the device's counters (needs root)
-    #[arg(long, value_enum, value_name = "FS")]
-    pub fs: Option<FsKind>,
+    #[command(flatten)]
+    pub place: Place,
 
     /// Read this block device's counters (/sys/block/NAME/stat) around each mode's run,
     /// syncing --dir's filesystem first: for a filesystem the lab did not make (in the VM,
     /// `--dir /mnt --device vda`)
     #[arg(long, value_name = "NAME", requires = "dir", conflicts_with = "fs")]
     pub device: Option<String>,
-
-    /// Size of each loop image for --fs, in MiB
-    #[arg(long, value_name = "MIB", default_value_t = 1024, requires = "fs")]
-    pub fs_size_mib: u64,
-
-    #[command(flatten)]
-    pub emulate: crate::loopfs::EmulateArgs,
 
     /// Seed of the rows and accounts chosen
     #[arg(long, value_name = "S", default_value_t = 1)]
@@ -191,6 +217,29 @@ pub struct PerTxn {
     pub emulated_flushes: Option<f64>,
 }
 
+impl PerTxn {
+    /// Over `txns` transactions: the scheme's own counters, the block device's (`--fs`,
+    /// `--device`) and the emulated device's (`--emulate`).
+    pub fn new(
+        txns: u64,
+        io: IoCounters,
+        dev: Option<DevCounters>,
+        emulated: Option<onesync_device::DeviceCounters>,
+    ) -> PerTxn {
+        let per = |amount: f64| crate::meters::per(amount, txns as f64);
+        PerTxn {
+            write_calls: per(io.write_calls as f64),
+            bytes_written: per(io.bytes_written as f64),
+            fsyncs: per(io.syncs as f64),
+            dev_writes: dev.map(|d| per(d.write_ios as f64)),
+            dev_kb: dev.map(|d| per(d.bytes_written() as f64 / 1024.0)),
+            dev_flushes: dev.map(|d| per(d.flushes as f64)),
+            emulated_kb: emulated.map(|e| per(e.bytes_written as f64 / 1024.0)),
+            emulated_flushes: emulated.map(|e| per(e.flushes as f64)),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Results<'a> {
     results: &'a [ModeResult],
@@ -236,8 +285,8 @@ fn params(args: &BenchArgs, table: u64) -> Params {
 fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
     let scheme = mode.scheme();
     // Declared first so it is unmounted after the work directory is gone.
-    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib, args.emulate.emulation().as_ref())?;
-    let work = output::work_dir("onesync-bench-", loop_fs.as_ref(), args.dir.as_deref())?;
+    let loop_fs = args.place.loop_fs()?;
+    let work = args.place.work_dir("onesync-bench-", loop_fs.as_ref())?;
     let db = work.path().join(scheme.database_file("bench"));
     let conn = scheme.open(&db)?;
     let workload = args.workload.transactions(params(args, 0));
@@ -324,7 +373,6 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
     workload.check(&conn)?;
     drop(conn);
     let txns = args.txns as f64;
-    let per = |v: u64| v as f64 / txns;
     Ok(ModeResult {
         mode: mode.name(),
         workload: args.workload,
@@ -342,16 +390,7 @@ fn run_mode(args: &BenchArgs, mode: Mode) -> Result<ModeResult> {
         tps: txns / elapsed.as_secs_f64(),
         latency_us: percentiles(&mut latencies),
         latency_sample_us: thinned(&latencies),
-        per_txn: PerTxn {
-            write_calls: per(io.write_calls),
-            bytes_written: per(io.bytes_written),
-            fsyncs: per(io.syncs),
-            dev_writes: dev.map(|d: DevCounters| per(d.write_ios)),
-            dev_kb: dev.map(|d| d.bytes_written() as f64 / 1024.0 / txns),
-            dev_flushes: dev.map(|d| per(d.flushes)),
-            emulated_kb: emulated.map(|e| e.bytes_written as f64 / 1024.0 / txns),
-            emulated_flushes: emulated.map(|e| per(e.flushes)),
-        },
+        per_txn: PerTxn::new(args.txns, io, dev, emulated),
     })
 }
 
@@ -408,10 +447,7 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
         "bench {} ({} transactions per mode, {}):\n",
         args.workload.name(),
         args.txns,
-        match (
-            output::fresh_loop_fs_per_mode(args.fs, args.emulate.emulation()),
-            &args.device
-        ) {
+        match (args.place.describe(), &args.device) {
             (Some(place), _) => place,
             (None, Some(device)) => format!("a fresh directory per mode, device {device}"),
             (None, None) => "a fresh directory per mode".to_owned(),
@@ -422,7 +458,7 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
         "{:<width$} {:>9} {:>6} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>7}",
         "mode", "txn/s", "ratio", "p50 us", "p99 us", "p99.9 us", "writes", "KiB", "fsyncs", ""
     ));
-    if args.fs.is_some() || args.device.is_some() {
+    if args.place.fs.is_some() || args.device.is_some() {
         out.push_str(&format!("{:>9} {:>8} {:>9}", "dev wr", "dev KiB", "dev flush"));
     }
     out.push('\n');

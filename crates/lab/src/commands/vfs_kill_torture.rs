@@ -135,22 +135,20 @@ impl ChildKind {
             .unwrap_or_else(|_| unreachable!("scheme {} names an unknown child {child}", mode.name()))
     }
 
-    /// [`ChildKind::open_with`], opened with the URI parameter `concurrent=1` if
-    /// `concurrent` (concurrent writers; a onesync store only).
+    /// [`ChildKind::open_with`], its write transactions concurrent if `concurrent`
+    /// (concurrent writers; a onesync store only).
     pub fn open_for_child(
         self,
         path: &Path,
         synchronous: Option<Synchronous>,
         concurrent: bool,
     ) -> Result<Connection> {
-        if !concurrent {
-            return self.open_with(path, synchronous);
+        if concurrent {
+            self.concurrent_scheme()?;
         }
-        let scheme = self.concurrent_scheme()?;
-        let conn = crate::sqlite::open_onesync_with(path, true, "concurrent=1")?;
-        crate::schemes::apply_pragmas(&conn, scheme.pragmas())?;
-        if let Some(level) = synchronous {
-            level.apply(&conn)?;
+        let conn = self.open_with(path, synchronous)?;
+        if concurrent {
+            crate::sqlite::set_concurrent(&conn)?;
         }
         Ok(conn)
     }

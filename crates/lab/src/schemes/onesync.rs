@@ -8,7 +8,7 @@ use anyhow::Result;
 use rusqlite::Connection;
 
 use super::{DeferredFlush, Durability, Rgb, Scheme, Storage};
-use crate::sqlite::{open_onesync, open_onesync_with};
+use crate::sqlite::open_onesync_with;
 
 pub struct Onesync {
     name: &'static str,
@@ -74,11 +74,7 @@ impl Scheme for Onesync {
     }
 
     fn connect(&self, path: &Path) -> Result<Connection> {
-        if self.uri_parameters.is_empty() {
-            open_onesync(path, true)
-        } else {
-            open_onesync_with(path, true, self.uri_parameters)
-        }
+        open_onesync_with(path, true, self.uri_parameters)
     }
 
     fn storage(&self) -> Storage {

@@ -277,16 +277,14 @@ impl Shared {
         if covered() {
             return Ok(Flushed::ByAnother);
         }
-        let read_late = self.opts.sabotage == Some(Sabotage::FlushCoverageReadLate);
-        let written_before = if read_late { 0 } else { s.written().unwrap_or(0) };
+        // What every process had written when the flush began is what it covers.
+        let mut covers = s.written().unwrap_or(0).max(target);
         sync()?;
-        let written = if read_late {
-            s.written().unwrap_or(0)
-        } else {
-            written_before
-        };
+        if self.opts.sabotage == Some(Sabotage::FlushCoverageReadLate) {
+            covers = s.written().unwrap_or(0).max(target);
+        }
         // Told before `FLUSH` goes: the process next in line reads it first.
-        let _ = s.publish_durable(written.max(target));
+        let _ = s.publish_durable(covers);
         Ok(Flushed::Here)
     }
 

@@ -300,11 +300,11 @@ impl Shared {
     }
 }
 
-/// Which committed state a new snapshot shows.
 /// The longest [`Shared::snapshot_latest_settled`] waits for commits in flight (their
 /// writes take microseconds; a stalled one is planned around, and conflicts at commit).
 const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// Which committed state a new snapshot shows.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum View {
     /// The latest durable state: for readers, who must never be shown a commit a power cut

@@ -105,7 +105,8 @@ struct Plan {
     /// Pages read (not written), checked unchanged up to the latest state: the store
     /// checks them from there to the commit.
     reads: Vec<u64>,
-    /// `pages` and `size` are exactly the transaction's (nothing merged or moved).
+    /// Nothing was committed since the base, and `pages` and `size` are exactly the
+    /// transaction's: SQLite's cache agrees with the commit (invariant 2).
     verbatim: bool,
 }
 
@@ -410,7 +411,6 @@ impl StoreDb {
                 Ok(plan) => plan,
                 Err(why) => return Err(self.refuse_conflict(&why)),
             };
-            let verbatim = plan.verbatim && latest.seq() == base.seq();
             let mut txn = latest.begin();
             let api = self.api;
             let err = store_err(&api, SQLITE_IOERR, "committing");
@@ -429,7 +429,7 @@ impl StoreDb {
                 Ok(pending) => {
                     let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
                     cw.writes.clear();
-                    cw.committed_verbatim = verbatim.then_some(pending.seq());
+                    cw.committed_verbatim = plan.verbatim.then_some(pending.seq());
                     return self.sequenced(pending);
                 }
                 // Another commit came between the plan and the commit lock: plan again.
@@ -493,6 +493,9 @@ fn plan_commit(
     page_size: u64,
     sabotage: Option<Sabotage>,
 ) -> Result<Plan, String> {
+    // Nothing committed since the base: nothing to validate here (the store validates the
+    // reads from `latest` to the commit).
+    let moved = latest.seq() != base.seq();
     let (base_id, latest_id) = (base.file(logical), latest.file(logical));
     let Some(base_id) = base_id else {
         if latest_id.is_some() {
@@ -502,7 +505,7 @@ fn plan_commit(
             pages: cw.writes.clone(),
             size: cw.size,
             reads: Vec::new(),
-            verbatim: true,
+            verbatim: !moved,
         });
     };
     let Some(latest_id) = latest_id else {
@@ -516,9 +519,6 @@ fn plan_commit(
     // Negative controls only: without these checks lost updates and write skew commit.
     let validate_writes = sabotage != Some(Sabotage::UnvalidatedSnapshot);
     let validate_reads = validate_writes && sabotage != Some(Sabotage::NoReadValidation);
-    // Nothing committed since the base: nothing to validate here (the store validates the
-    // reads from `latest` to the commit).
-    let moved = latest.seq() != base.seq();
     let reads = cw.reads.iter().filter(|_| validate_reads && moved);
     let writes = cw.writes.keys().filter(|_| validate_writes && moved);
     for &p in reads.chain(writes) {
@@ -548,7 +548,7 @@ fn plan_commit(
             pages: cw.writes.clone(),
             size: cw.size,
             reads,
-            verbatim: true,
+            verbatim: !moved,
         });
     }
     let read = |snap: &Snapshot, id: FileId| -> Result<Vec<u8>, String> {

@@ -377,6 +377,9 @@ impl DbBackend for StoreDb {
         })?;
         if self.snapshot.is_some() && self.concurrent_now() {
             self.note_shared_read(buf, offset);
+        } else {
+            // A page cached now is not noted: the cache is no longer known (invariant 2).
+            self.cache_state = None;
         }
         Ok(())
     }

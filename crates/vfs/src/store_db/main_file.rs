@@ -317,7 +317,7 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         path,
         logical,
         nolock,
-        concurrent: *concurrent.as_ref().unwrap_or(&false),
+        concurrent: matches!(concurrent, Ok(true)),
     };
     let refused = |refusal: Refusal| opened_refused(refusal, r.flags);
     if let Err(msg) = concurrent {

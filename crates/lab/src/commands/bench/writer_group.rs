@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::meters::io::IoCounters;
 use crate::schemes::{Mode, Scheme};
-use crate::sqlite::is_busy;
+use crate::sqlite::{extended_code, is_busy};
 use crate::workloads::writers::{Plan, Tally, Writers, HOT_ROWS};
 
 /// Every writer's `busy_timeout` unless `--busy-timeout-ms` says otherwise: what
@@ -220,7 +220,9 @@ fn run_writer(
                             .context("ROLLBACK after SQLITE_BUSY")?;
                     }
                     run.retries += 1;
-                    *run.retry_codes.entry(extended_code(&e)).or_default() += 1;
+                    *run.retry_codes
+                        .entry(extended_code(&e).unwrap_or(-1))
+                        .or_default() += 1;
                     if first_try.elapsed() > GIVE_UP_AFTER {
                         bail!(
                             "transaction {n} still refused after {:?} of retries: {e}",
@@ -255,14 +257,6 @@ fn transaction(conn: &Connection, workload: Writers, writer: u64, plan: &Plan) -
     workload.apply(conn, writer, plan)?;
     conn.prepare_cached("COMMIT")?.execute([])?;
     Ok(())
-}
-
-/// SQLite's extended result code of `e` (-1 if it is not SQLite's).
-fn extended_code(e: &rusqlite::Error) -> i32 {
-    match e {
-        rusqlite::Error::SqliteFailure(failure, _) => failure.extended_code,
-        _ => -1,
-    }
 }
 
 /// `onesync __bench-writers-child`: one process's writers of `bench writers --processes`.

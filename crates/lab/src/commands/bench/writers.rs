@@ -27,8 +27,9 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 use super::writer_group::{self, open_writer, unix_ns, Group, GroupReport, GO_LINE, READY_LINE};
-use crate::loopfs::{DevCounters, FsKind};
-use crate::meters::io::DeviceProbe;
+use super::PerTxn;
+use crate::loopfs::LoopFs;
+use crate::meters::io::{DeviceProbe, IoCounters};
 use crate::meters::latency::{percentiles, Latency};
 use crate::meters::per;
 use crate::output::{self, Human};
@@ -65,21 +66,8 @@ pub struct WritersArgs {
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub txns: u64,
 
-    /// Run in a fresh subdirectory of D per mode [default: the system's temporary directory]
-    #[arg(long, value_name = "D", conflicts_with = "fs")]
-    pub dir: Option<PathBuf>,
-
-    /// Run each mode on a freshly made filesystem of this kind on a loop device, and read
-    /// the device's counters (needs root)
-    #[arg(long, value_enum, value_name = "FS")]
-    pub fs: Option<FsKind>,
-
-    /// Size of each loop image for --fs, in MiB
-    #[arg(long, value_name = "MIB", default_value_t = 1024, requires = "fs")]
-    pub fs_size_mib: u64,
-
     #[command(flatten)]
-    pub emulate: crate::loopfs::EmulateArgs,
+    pub place: super::Place,
 
     /// Every connection's busy_timeout, in ms (what applications set; 0: a lock held by
     /// another writer fails the statement at once, and the writer retries)
@@ -157,16 +145,6 @@ pub struct WritersResult {
     pub oracle: String,
 }
 
-#[derive(Serialize, Debug, Clone, Copy)]
-pub struct PerTxn {
-    pub write_calls: f64,
-    pub bytes_written: f64,
-    pub fsyncs: f64,
-    pub dev_writes: Option<f64>,
-    pub dev_kb: Option<f64>,
-    pub dev_flushes: Option<f64>,
-}
-
 #[derive(Serialize)]
 struct Results<'a> {
     results: &'a [WritersResult],
@@ -209,8 +187,8 @@ pub fn run(args: &WritersArgs) -> Result<ExitCode> {
 fn run_mode(args: &WritersArgs, mode: Mode) -> Result<WritersResult> {
     let scheme = mode.scheme();
     // Declared first so it is unmounted after the work directory is gone.
-    let loop_fs = output::loop_fs(args.fs, args.fs_size_mib, args.emulate.emulation().as_ref())?;
-    let work = output::work_dir("onesync-writers-", loop_fs.as_ref(), args.dir.as_deref())?;
+    let loop_fs = args.place.loop_fs()?;
+    let work = args.place.work_dir("onesync-writers-", loop_fs.as_ref())?;
     let db = work.path().join(scheme.database_file("writers"));
     let spinner = phase_spinner("setup", mode.name());
     {
@@ -221,6 +199,7 @@ fn run_mode(args: &WritersArgs, mode: Mode) -> Result<WritersResult> {
 
     let probe = loop_fs.as_ref().map(DeviceProbe::Loop);
     let dev_before = probe.as_ref().map(DeviceProbe::counters).transpose()?;
+    let emulated_before = loop_fs.as_ref().and_then(LoopFs::device_counters);
     let shares = args.shares();
     let report = match args.processes {
         None => {
@@ -247,6 +226,10 @@ fn run_mode(args: &WritersArgs, mode: Mode) -> Result<WritersResult> {
     };
     let dev = match (&probe, dev_before) {
         (Some(p), Some(before)) => Some(p.counters()?.delta(&before)),
+        _ => None,
+    };
+    let emulated = match (&loop_fs, emulated_before) {
+        (Some(l), Some(before)) => l.device_counters().map(|after| after.delta(&before)),
         _ => None,
     };
 
@@ -296,14 +279,16 @@ fn run_mode(args: &WritersArgs, mode: Mode) -> Result<WritersResult> {
         retries_per_100: per(100.0 * report.retries as f64, txns),
         retry_codes: report.retry_codes,
         latency_us: percentiles(&mut latencies),
-        per_txn: PerTxn {
-            write_calls: per(report.write_calls as f64, txns),
-            bytes_written: per(report.bytes_written as f64, txns),
-            fsyncs: per(report.syncs as f64, txns),
-            dev_writes: dev.map(|d: DevCounters| per(d.write_ios as f64, txns)),
-            dev_kb: dev.map(|d| d.bytes_written() as f64 / 1024.0 / txns),
-            dev_flushes: dev.map(|d| per(d.flushes as f64, txns)),
-        },
+        per_txn: PerTxn::new(
+            committed,
+            IoCounters {
+                write_calls: report.write_calls,
+                bytes_written: report.bytes_written,
+                syncs: report.syncs,
+            },
+            dev,
+            emulated,
+        ),
         oracle,
     })
 }
@@ -421,7 +406,8 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
         args.workload.name(),
         args.how(),
         args.txns,
-        output::fresh_loop_fs_per_mode(args.fs, args.emulate.emulation())
+        args.place
+            .describe()
             .unwrap_or_else(|| "a fresh directory per mode".to_owned())
     );
     let width = Mode::name_width();
@@ -429,7 +415,7 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
         "{:<width$} {:>8} {:>6} {:>11} {:>8} {:>8} {:>9} {:>9} {:>7}",
         "mode", "txn/s", "ratio", "retries/100", "p50 us", "p99 us", "p99.9 us", "max us", "fsyncs"
     ));
-    if args.fs.is_some() {
+    if args.place.fs.is_some() {
         out.push_str(&format!(" {:>8} {:>8} {:>9}", "dev wr", "dev KiB", "dev flush"));
     }
     out.push_str("  oracle\n");

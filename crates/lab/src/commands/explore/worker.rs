@@ -186,8 +186,7 @@ impl Worker<'_> {
             if args.backend != Backend::Onesync {
                 bail!("--concurrent needs the onesync backend");
             }
-            conn.execute_batch("PRAGMA onesync_concurrent = 1")
-                .context("PRAGMA onesync_concurrent = 1")?;
+            crate::sqlite::set_concurrent(&conn)?;
         }
         if args.attach {
             conn.execute("ATTACH ?1 AS aux", [super::aux_uri(&args.db)])?;
@@ -289,10 +288,7 @@ impl Worker<'_> {
     /// Transfer `t` again as a whole transaction after its COMMIT failed with `failed` (a
     /// busy code), noting the failure as `retry ID CODE`.
     fn rerun(&self, t: &Transfer, failed: &rusqlite::Error) -> Result<()> {
-        let code = match failed {
-            rusqlite::Error::SqliteFailure(f, _) => f.extended_code,
-            _ => 0,
-        };
+        let code = crate::sqlite::extended_code(failed).unwrap_or(0);
         print_line(&format!("retry {} {code}", t.id))?;
         let conn = self.conn()?;
         let retries = bank::transfer_retrying(conn, &t.id, t.moves, RERUNS, std::time::Duration::ZERO)

@@ -20,7 +20,7 @@ use charts::{bar_chart, cdf_chart, flash_color, labelled_bars, line_chart, serie
 
 use anyhow::{Context, Result};
 
-use crate::commands::bench::{self, BenchArgs, ModeResult};
+use crate::commands::bench::{self, BenchArgs, ModeResult, Place};
 use crate::commands::flash::{self, FlashResult};
 use crate::loopfs::{EmulateArgs, FsKind};
 use crate::schemes::Durability;
@@ -111,11 +111,13 @@ fn report_bench_args(
         workload,
         mode,
         txns,
-        dir: None,
+        place: Place {
+            dir: None,
+            fs,
+            fs_size_mib,
+            emulate,
+        },
         device: None,
-        fs,
-        fs_size_mib,
-        emulate,
         seed: 1,
         threads: 4,
         shared_table: false,
