@@ -99,6 +99,11 @@ pub enum Sabotage {
     /// previous one does not note the cached pages as read: a write skew through pages
     /// read from the cache commits (the warmed write-skew test's negative control).
     CachedPagesUnnoted,
+    /// A process following other processes' commits applies every record it finds without
+    /// checking that the pages it maps were written, not only those the side file's written
+    /// word covers: a record whose writer died (or is still writing) before its pages maps
+    /// them to stale slots.
+    CatchUpTrustsUnwritten,
 }
 
 impl Sabotage {
@@ -108,7 +113,7 @@ impl Sabotage {
     /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`, `skipped-flush`,
     /// `lazy-growth`, `growth-flush-failure-ignored`, `no-read-validation`,
     /// `catch-up-by-locker`, `unvalidated-snapshot`, `flush-coverage-read-late`,
-    /// `cached-pages-unnoted`), if any.
+    /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
@@ -120,6 +125,7 @@ impl Sabotage {
             Ok("unvalidated-snapshot") => Some(Sabotage::UnvalidatedSnapshot),
             Ok("flush-coverage-read-late") => Some(Sabotage::FlushCoverageReadLate),
             Ok("cached-pages-unnoted") => Some(Sabotage::CachedPagesUnnoted),
+            Ok("catch-up-trusts-unwritten") => Some(Sabotage::CatchUpTrustsUnwritten),
             _ => None,
         }
     }

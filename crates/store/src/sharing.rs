@@ -38,6 +38,9 @@
 //!   returns. A process that finds some entry durable at or past its commits (before or
 //!   after waiting for `FLUSH`) does not flush at all. While one process flushes, the others
 //!   that wrote meanwhile queue on `FLUSH`, and the next flush covers all of them.
+//! * The written word also spares followers a read: a process following the chain checks
+//!   that a record's pages hold what it says (its writer may still be writing them, or have
+//!   died) only past the written word; below it every write returned.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};

@@ -193,16 +193,21 @@ impl State {
                     slot,
                     crc,
                 } => {
-                    let entry = self.page_mut(*file, *page, seq, page_size)?;
-                    if entry.slot != NO_SLOT && entry.slot != *slot {
-                        superseded.push(entry.slot);
-                    }
-                    *entry = PageEntry {
+                    let entry = PageEntry {
                         slot: *slot,
                         crc: *crc,
                         seq,
                         overlay: None,
                     };
+                    // One walk down the mapping (this runs for every page of every commit a
+                    // process follows).
+                    let old = self
+                        .file_for_page(*file, *page, seq, page_size)?
+                        .pages
+                        .insert(*page, entry);
+                    if let Some(old) = old.filter(|old| old.slot != NO_SLOT && old.slot != *slot) {
+                        superseded.push(old.slot);
+                    }
                 }
                 Op::Patch {
                     file,
@@ -232,7 +237,8 @@ impl State {
             .ok_or_else(|| invalid(format!("record {seq} names missing file {file}")))
     }
 
-    fn page_mut(&mut self, file: u32, page: u64, seq: u64, page_size: u64) -> Result<&mut PageEntry> {
+    /// The file a record changes `page` of, once the page is known to be inside it.
+    fn file_for_page(&mut self, file: u32, page: u64, seq: u64, page_size: u64) -> Result<&mut FileState> {
         let f = self.file_mut(file, seq)?;
         f.changed_seq = seq;
         if page >= f.page_count(page_size) {
@@ -240,6 +246,11 @@ impl State {
                 "record {seq} maps page {page} of file {file} past its end"
             )));
         }
+        Ok(f)
+    }
+
+    fn page_mut(&mut self, file: u32, page: u64, seq: u64, page_size: u64) -> Result<&mut PageEntry> {
+        let f = self.file_for_page(file, page, seq, page_size)?;
         Ok(f.pages.entry(page).or_insert(PageEntry::ZERO))
     }
 

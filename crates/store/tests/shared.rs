@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use onesync_store::{Error, Options, Snapshot, Store};
+use onesync_store::{Error, Options, Sabotage, Snapshot, Store};
 use proptest::prelude::*;
 
 const PS: usize = 512;
@@ -270,5 +270,63 @@ fn one_process_flush_covers_what_another_wrote_before_it() {
         b_after.flushes_by_others,
         "{:?}",
         b.stats()
+    );
+}
+
+/// What another handle reads of page 3 after a commit of this one whose page is not in
+/// the file yet (its writer is still writing it, or died first): the store file holds the
+/// record but the page's slot holds zeros, and the side file's written word is below the
+/// commit, as it is until the writer's writes return. `sabotage` is the reader's.
+fn read_past_a_record_whose_page_is_unwritten(sabotage: Option<Sabotage>) -> Result<Model, Error> {
+    const FILL: u8 = 0x5a;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("unwritten.onesync");
+    let writer = create_with_data_file(&path);
+    let reader = Store::open(&path, &Options { sabotage, ..opts() }).unwrap();
+    assert!(read_all(&reader.try_snapshot().unwrap()).is_empty());
+    let mut t = writer.begin();
+    let f = t.file("data").unwrap();
+    t.write_page(f, 3, &[FILL; PS]).unwrap();
+    t.commit().unwrap();
+    // Take the page back out of its slot: the only run of a whole page of FILL.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes
+        .chunks_exact(PS)
+        .position(|slot| slot.iter().all(|b| *b == FILL))
+        .expect("the committed page in the store file")
+        * PS;
+    bytes[at..at + PS].fill(0);
+    std::fs::write(&path, &bytes).unwrap();
+    // And the written word (offset 32 of the side file) back to before the commit.
+    let side = std::fs::OpenOptions::new()
+        .write(true)
+        .open(onesync_store::layout::side_file(&path).unwrap())
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&side, &0u64.to_le_bytes(), 32).unwrap();
+    let snap = reader.try_snapshot()?;
+    let id = snap.file("data").unwrap();
+    let mut page = vec![0u8; PS];
+    snap.read_page(id, 3, &mut page)?;
+    Ok(read_all(&snap))
+}
+
+/// A record past the side file's written word is followed only once its pages are in the
+/// file: the reader goes on seeing the state before it.
+#[test]
+fn a_record_whose_pages_are_unwritten_is_not_followed() {
+    assert_eq!(
+        read_past_a_record_whose_page_is_unwritten(None).unwrap(),
+        Model::new()
+    );
+}
+
+/// Negative control: trusting every record found (`catch-up-trusts-unwritten`), the reader
+/// maps page 3 to a slot that does not hold it.
+#[test]
+fn a_reader_trusting_unwritten_records_reads_a_page_that_is_not_there() {
+    let read = read_past_a_record_whose_page_is_unwritten(Some(Sabotage::CatchUpTrustsUnwritten));
+    assert!(
+        !matches!(&read, Ok(model) if model.is_empty()),
+        "the sabotaged reader saw the state before the commit: {read:?}"
     );
 }

@@ -7,6 +7,7 @@ use crate::format::{Header, Op, RecordKind, NO_SLOT};
 use crate::options::Sabotage;
 use crate::recovery::{header_copies, load_checkpoint, pages_intact, record_at};
 use crate::sharing::{Sharing, NO_PIN};
+use crate::state::State;
 use std::sync::Arc;
 
 /// One commit's hold on the cross-process write lock, let go when dropped. Before it
@@ -200,6 +201,14 @@ impl Shared {
         Ok(())
     }
 
+    /// A commit sequence number up to which every commit is durable, or shown to readers
+    /// before it was: readers may be shown any state up to it (read again after
+    /// following, by `catch_up_pinned`, to show them as much as that allows).
+    fn settled_hint(&self, s: &Sharing, meta: &Meta) -> Result<u64> {
+        let durable = s.others_durable()?.unwrap_or(0).max(lock(&self.flush).durable);
+        Ok(durable.max(meta.shown_written_upto).max(s.others_shown()?))
+    }
+
     fn follow_chain(&self, s: &Sharing, meta: &mut Meta, holding_writer: bool) -> Result<()> {
         let page_size = self.page_size;
         let io = self.io.as_ref();
@@ -286,11 +295,32 @@ impl Shared {
         // Slots past the length this process knew belong to others, but it may be the one to
         // free some of them (the extents of another process's checkpoint it replaces).
         meta.alloc.extend_used(capacity);
+        // Commits up to the side file's written word had every write returned before it was
+        // raised (and it was reset when the store was last opened first): their pages are in
+        // the file, and reading them back to check would cost a read per page per process.
+        // Past it, a record may be half followed by its pages (its writer is writing them,
+        // or died): those are checked.
+        let written = if self.opts.sabotage == Some(Sabotage::CatchUpTrustsUnwritten) {
+            u64::MAX
+        } else {
+            s.written()?
+        };
+        // The records read are applied to one copy of the state. Readers are shown a state
+        // once every commit in it is durable (or shown before it was), so each commit past
+        // what is settled now needs a state of its own, kept until a flush covers it; of
+        // those at or below it, only the last does. (A state kept per record would copy
+        // the mapping's changed paths once per record: most of what following costs.)
+        let settled = self.settled_hint(s, meta)?;
+        let mut kept: Vec<Arc<State>> = Vec::new();
+        let mut next: Option<State> = None;
+        let mut chain = ChainPosition::of(meta);
+        let mut commits = 0;
         let mut superseded_elsewhere = Vec::new();
-        while let Some((record, crc, len)) = record_at(io, meta.head, page_size, capacity)? {
+        while let Some((record, crc, len)) = record_at(io, chain.head, page_size, capacity)? {
+            let seq_before = next.as_ref().map_or(meta.state.seq, |state| state.seq);
             let in_sequence = record.epoch == meta.header.generation
-                && record.prev_crc == meta.prev_crc
-                && record.seq == meta.state.seq + 1;
+                && record.prev_crc == chain.prev_crc
+                && record.seq == seq_before + 1;
             let in_file = record.next_slot < record.window_end
                 && record.window_end <= capacity
                 && record.ops.iter().all(|op| match op {
@@ -301,23 +331,40 @@ impl Shared {
                 break;
             }
             if record.kind == RecordKind::Commit {
-                if !pages_intact(io, &record, page_size, capacity)? {
+                if record.seq > written && !pages_intact(io, &record, page_size, capacity)? {
                     break;
                 }
-                let mut next = (*meta.state).clone();
+                let state = next.get_or_insert_with(|| (*meta.state).clone());
                 // The process that wrote the record frees what it superseded, not this one.
-                next.apply(&record.ops, record.seq, page_size, &mut superseded_elsewhere)?;
+                // An error leaves `meta` as it was (the copy is dropped).
+                state.apply(&record.ops, record.seq, page_size, &mut superseded_elsewhere)?;
                 superseded_elsewhere.clear();
-                meta.state = Arc::new(next);
-                meta.visible = meta.state.clone();
-                meta.not_durable.insert(record.seq, meta.state.clone());
-                meta.commits_since_checkpoint += 1;
+                commits += 1;
+                if record.seq >= settled {
+                    kept.push(Arc::new(state.clone()));
+                }
             }
-            meta.log_bytes_since_checkpoint += len.div_ceil(page_size) * page_size;
-            meta.prev_crc = crc;
-            meta.head = record.next_slot;
-            meta.window_end = record.window_end;
+            chain.log_bytes += len.div_ceil(page_size) * page_size;
+            chain.prev_crc = crc;
+            chain.head = record.next_slot;
+            chain.window_end = record.window_end;
         }
+        if let Some(state) = next {
+            let last = match kept.last() {
+                Some(last) if last.seq == state.seq => last.clone(),
+                _ => Arc::new(state),
+            };
+            for state in kept {
+                meta.not_durable.insert(state.seq, state);
+            }
+            meta.not_durable.insert(last.seq, last.clone());
+            meta.state = last;
+        }
+        meta.commits_since_checkpoint += commits;
+        meta.log_bytes_since_checkpoint += chain.log_bytes;
+        meta.prev_crc = chain.prev_crc;
+        meta.head = chain.head;
+        meta.window_end = chain.window_end;
         meta.visible = meta.state.clone();
         let seq = meta.state.seq;
         {
@@ -326,5 +373,25 @@ impl Shared {
             f.written_upto = f.written_upto.max(seq);
         }
         Ok(())
+    }
+}
+
+/// Where the chain stands while `follow_chain` reads it, written to `Meta` only once the
+/// records read so far are applied (an error leaves `Meta` as it was).
+struct ChainPosition {
+    head: u64,
+    prev_crc: u32,
+    window_end: u64,
+    log_bytes: u64,
+}
+
+impl ChainPosition {
+    fn of(meta: &Meta) -> ChainPosition {
+        ChainPosition {
+            head: meta.head,
+            prev_crc: meta.prev_crc,
+            window_end: meta.window_end,
+            log_bytes: 0,
+        }
     }
 }

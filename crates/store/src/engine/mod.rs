@@ -34,7 +34,11 @@
 //!    header); a writer never does: holding the write lock it reads the header and the
 //!    record at the chain's head from the store file (`catch_up::follow_chain`). Pins read
 //!    from it only hold slots back (an unreadable pin holds everything); losing it loses
-//!    nothing. Kept by `follow_chain` and `release_unread`.
+//!    nothing. One word is trusted further: a follower does not read back the pages of a
+//!    record at or below the *written* word (`follow_chain`), because it is raised only
+//!    after a commit's writes returned and reset whenever a process opens the store first
+//!    (after any crash), so it never covers a record whose pages are not in the file.
+//!    Kept by `follow_chain` and `release_unread`.
 //! 6. **Slots are reused only after a durable checkpoint.** A slot superseded (or holding a
 //!    record) at commit `s` waits in `awaiting_checkpoint` until a checkpoint covering `s`
 //!    is durable in both header copies, then in `awaiting_readers` until no snapshot of any
