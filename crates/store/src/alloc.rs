@@ -125,13 +125,6 @@ impl SlotAllocator {
         self.free_count += n;
     }
 
-    /// Add slots `capacity..new_capacity` (the file grew).
-    pub fn grow(&mut self, new_capacity: u64) {
-        let old = self.capacity;
-        self.capacity = new_capacity;
-        self.release(old, new_capacity - old);
-    }
-
     /// Whether any of `slot..slot + n` is free.
     pub fn any_free(&self, slot: u64, n: u64) -> bool {
         n > 0 && self.overlaps_free(slot, n)
@@ -162,7 +155,10 @@ mod tests {
         a.release(0, 1);
         a.release(5, 4);
         assert_eq!(a.take_run(9), Some(0));
-        a.grow(12);
+        // Growth: the new slots count in the capacity first, free once flushed.
+        a.extend_used(12);
+        assert_eq!(a.take_run(3), None);
+        a.release(9, 3);
         assert_eq!(a.take_run(3), Some(9));
         assert_eq!(a.free_count(), 0);
     }

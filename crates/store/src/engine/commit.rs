@@ -127,6 +127,10 @@ impl Shared {
         bump(&self.counters.pages_embedded, sequenced.embedded_pages);
         self.mark_written(seq);
         drop(claim);
+        // Outside the write lock: a growth step's flush would hold up every other process.
+        // A step that fails to grow is tried again inside a later commit, which reports it;
+        // a failed flush has poisoned the store, and this commit's wait says so.
+        let _ = self.grow_ahead();
         Ok(PendingCommit::sequenced(self.clone(), seq))
     }
 

@@ -63,12 +63,16 @@
 //! 10. **Snapshots are counted.** `meta.snapshots` holds a count above zero for each
 //!     sequence number some live snapshot (or transaction base) shows, never past `state`.
 //!     Checked.
-//! 11. **Every slot handed out is inside the file's flushed length.** The allocator's
-//!     capacity grows only after a growth step's zeros are written and flushed (`grow`),
-//!     so no commit's write extends the file or lands in a never-written extent, and its
-//!     one flush carries no filesystem metadata. Steps are geometric (a quarter of the slots
+//! 11. **Every slot handed out is inside the file's flushed length.** A growth step's
+//!     slots count in the allocator's capacity once its zeros are written, but become
+//!     free only after they are flushed (`claim_growth`, then `hand_out_growth`), so no
+//!     commit's write extends the file or lands in a never-written extent, and its one
+//!     flush carries no filesystem metadata. Steps are geometric (a quarter of the slots
 //!     the process allocates from, `Options::growth_step` to `max_growth_step`), so growth
-//!     flushes are few (about a dozen to reach 8 MiB). Kept by `grow_holding_writer`.
+//!     flushes are few (about a dozen to reach 8 MiB). Most steps are taken by
+//!     `grow_ahead` once a commit is written and its write lock let go, so that the
+//!     flush holds up no other process; a commit that still finds no room grows inside
+//!     the lock (`grow_holding_writer`).
 //!
 //! # Locks
 //!
@@ -102,6 +106,7 @@
 //! | `register_snapshot` / `forget_snapshot` | `meta` | `snapshots` count, the published pin; dropping the last snapshot of a seq frees slots only it held |
 //! | `alloc_slot` / `new_window` / `make_room` | `meta` | the allocator; out of room, `make_room` checkpoints first on a file of `max_growth_step` or more (`reclaim`), else grows, and checkpoints after all if the medium is full |
 //! | `grow` | `meta` + a writer claim; none released during the zeros and the flush | zeros written past the file's end (where nothing lives), flushed, and only then `alloc.grow`, `grown_here`: a cut before the flush ends leaves slots nobody was given |
+//! | `grow_ahead` (after a commit is written, when free slots run low) | `meta` + a writer claim for the zeros; none during the flush; then `meta` | the same, but other processes and threads commit during the flush: the step is in the allocator's capacity, not free (`growing_ahead`), until the flush returns |
 //! | `close` | `INIT` (shared), then `meta` + a writer claim | a final checkpoint by the last read-write process |
 //!
 //! Module map: `sequence.rs` gives a commit its place; `space.rs` slots, windows, growth
@@ -248,6 +253,9 @@ pub(crate) struct Meta {
     pub owns_all_slots: bool,
     /// Slots this process added to the file since it opened it.
     pub grown_here: u64,
+    /// A growth step claimed by `grow_ahead` is being flushed (its slots are in the
+    /// allocator's capacity but not free until the flush returns).
+    pub growing_ahead: bool,
 }
 
 /// Group-commit state: which records are written, which are durable, who is flushing.
@@ -393,6 +401,7 @@ impl Shared {
             log_bytes_since_checkpoint: recovered.log_bytes,
             owns_all_slots: !joined,
             grown_here: 0,
+            growing_ahead: false,
             // A read-only process arrives pinning everything (see `Sharing::arrive`).
             pin: if sharing.as_ref().is_some_and(|s| s.read_only()) {
                 0

@@ -16,7 +16,8 @@ impl Shared {
     /// recovery does, so that it owns every free slot.
     pub(super) fn own_every_free_slot(&self) -> Result<()> {
         let mut meta = self.meta();
-        if meta.owns_all_slots || !meta.snapshots.is_empty() {
+        // (A step `grow_ahead` is flushing would read as free slots of zeros.)
+        if meta.owns_all_slots || !meta.snapshots.is_empty() || meta.growing_ahead {
             return Ok(());
         }
         let recovered = recover(self.io.as_ref(), false)?;
@@ -224,6 +225,52 @@ impl Shared {
     }
 
     fn grow_holding_writer(&self, meta: &mut Meta, at_least: u64) -> Result<()> {
+        let (old, new) = self.claim_growth(meta, at_least)?;
+        self.flush_growth()?;
+        self.hand_out_growth(meta, old, new);
+        Ok(())
+    }
+
+    /// After a commit is written and its writer claim let go: if this process's free slots
+    /// run low, grow the file now rather than inside a later commit. The zeros are written
+    /// under the write lock (every process grows at the file's end), but the flush runs
+    /// after it is let go and outside `meta`, so that other processes and threads commit
+    /// meanwhile; the slots are handed out once it returned.
+    pub(super) fn grow_ahead(&self) -> Result<()> {
+        let (old, new) = {
+            let mut meta = self.meta();
+            if meta.growing_ahead || !self.grow_ahead_due(&meta) {
+                return Ok(());
+            }
+            let reserve = self.reserve(&meta);
+            let claimed = self.with_writer(&mut meta, |meta| self.claim_growth(meta, reserve))?;
+            meta.growing_ahead = true;
+            claimed
+        };
+        let flushed = self.flush_growth();
+        let mut meta = self.meta();
+        meta.growing_ahead = false;
+        // A failed flush poisoned the store; the step's slots stay unused.
+        flushed?;
+        self.hand_out_growth(&mut meta, old, new);
+        Ok(())
+    }
+
+    /// Fewer free slots than the reserve plus half a step, on a file small enough to grow
+    /// (`make_room` checkpoints first on a larger one).
+    fn grow_ahead_due(&self, meta: &Meta) -> bool {
+        let base = self.space_base(meta);
+        if self.opts.reclaims_before_growing(base) {
+            return false;
+        }
+        let reserve = self.reserve(meta);
+        let step = self.opts.growth_slots(base, reserve);
+        meta.alloc.free_count() < reserve + step / 2
+    }
+
+    /// Write zeros past the file's end for one growth step (at least `at_least` slots) and
+    /// count them in the allocator's capacity, not yet free. Returns the slots `old..new`.
+    fn claim_growth(&self, meta: &mut Meta, at_least: u64) -> Result<(u64, u64)> {
         let mut old = meta.alloc.capacity();
         if self.sharing.is_some() {
             // Other processes grow the file too: the new slots start at its end now.
@@ -245,21 +292,36 @@ impl Shared {
                 slot_offset(old, self.page_size),
                 slot_offset(new, self.page_size),
             )?;
-            if let Err(e) = self.io.sync_data() {
-                // Like any failed flush ("fsyncgate"): the kernel may have dropped the
-                // unflushed pages of commits written meanwhile, and will not say so again.
-                if self.opts.sabotage != Some(Sabotage::GrowthFlushFailureIgnored) {
-                    self.poison(format!("flushing a growth step failed: {e}"));
-                }
-                return Err(Error::io("flushing the grown store file", e));
+        }
+        meta.alloc.extend_used(new);
+        Ok((old, new))
+    }
+
+    /// Flush a growth step's zeros and the file's new length.
+    fn flush_growth(&self) -> Result<()> {
+        if self.opts.sabotage == Some(Sabotage::LazyGrowth) {
+            return Ok(());
+        }
+        if let Err(e) = self.io.sync_data() {
+            // Like any failed flush ("fsyncgate"): the kernel may have dropped the
+            // unflushed pages of commits written meanwhile, and will not say so again.
+            if self.opts.sabotage != Some(Sabotage::GrowthFlushFailureIgnored) {
+                self.poison(format!("flushing a growth step failed: {e}"));
             }
-            bump(&self.counters.bytes_preallocated, step * self.page_size);
-            bump(&self.counters.flushes, 1);
+            return Err(Error::io("flushing the grown store file", e));
+        }
+        bump(&self.counters.flushes, 1);
+        Ok(())
+    }
+
+    /// The flushed step `old..new` becomes free slots of this process.
+    fn hand_out_growth(&self, meta: &mut Meta, old: u64, new: u64) {
+        if self.opts.sabotage != Some(Sabotage::LazyGrowth) {
+            bump(&self.counters.bytes_preallocated, (new - old) * self.page_size);
         }
         bump(&self.counters.growths, 1);
-        meta.grown_here += step;
-        meta.alloc.grow(new);
-        Ok(())
+        meta.grown_here += new - old;
+        meta.alloc.release(old, new - old);
     }
 }
 
