@@ -130,7 +130,7 @@ impl Shared {
         // Outside the write lock: a growth step's flush would hold up every other process.
         // A step that fails to grow is tried again inside a later commit, which reports it;
         // a failed flush has poisoned the store, and this commit's wait says so.
-        let _ = self.grow_ahead();
+        let _ = self.grow_ahead(sequenced.record_slots + pages.len() as u64);
         Ok(PendingCommit::sequenced(self.clone(), seq))
     }
 

@@ -69,8 +69,8 @@
 //!     commit's write extends the file or lands in a never-written extent, and its one
 //!     flush carries no filesystem metadata. Steps are geometric (a quarter of the slots
 //!     the process allocates from, `Options::growth_step` to `max_growth_step`), so growth
-//!     flushes are few (about a dozen to reach 8 MiB). Most steps are taken by
-//!     `grow_ahead` once a commit is written and its write lock let go, so that the
+//!     flushes are few (about a dozen to reach 8 MiB). A step is taken by `grow_ahead`
+//!     where it can, once a commit is written and its write lock let go, so that the
 //!     flush holds up no other process; a commit that still finds no room grows inside
 //!     the lock (`grow_holding_writer`).
 //!

@@ -231,15 +231,17 @@ impl Shared {
         Ok(())
     }
 
-    /// After a commit is written and its writer claim let go: if this process's free slots
-    /// run low, grow the file now rather than inside a later commit. The zeros are written
-    /// under the write lock (every process grows at the file's end), but the flush runs
-    /// after it is let go and outside `meta`, so that other processes and threads commit
-    /// meanwhile; the slots are handed out once it returned.
-    pub(super) fn grow_ahead(&self) -> Result<()> {
+    /// After a commit of `slots` slots (record and pages) is written and its writer claim
+    /// let go: if another like it would leave fewer free slots than the reserve, grow the
+    /// file now rather than inside that commit. The zeros are written under the write lock
+    /// (every process grows at the file's end), but the flush runs after it is let go and
+    /// outside `meta`, so that other processes and threads commit meanwhile; the slots are
+    /// handed out once it returned. (Growing only then, not further ahead, keeps the file
+    /// and the bytes written as they were: the step comes one commit early.)
+    pub(super) fn grow_ahead(&self, slots: u64) -> Result<()> {
         let (old, new) = {
             let mut meta = self.meta();
-            if meta.growing_ahead || !self.grow_ahead_due(&meta) {
+            if meta.growing_ahead || !self.grow_ahead_due(&meta, slots) {
                 return Ok(());
             }
             let reserve = self.reserve(&meta);
@@ -256,16 +258,22 @@ impl Shared {
         Ok(())
     }
 
-    /// Fewer free slots than the reserve plus half a step, on a file small enough to grow
-    /// (`make_room` checkpoints first on a larger one).
-    fn grow_ahead_due(&self, meta: &Meta) -> bool {
+    /// Whether a commit of `slots` slots would find too few free slots to leave the reserve,
+    /// or no free run that long, on a file small enough to grow (`make_room` checkpoints
+    /// first on a larger one). A process that joined others also counts the next window
+    /// it may take: it grows its own small steps often, and each one inside a commit
+    /// holds up every process.
+    fn grow_ahead_due(&self, meta: &Meta, slots: u64) -> bool {
         let base = self.space_base(meta);
         if self.opts.reclaims_before_growing(base) {
             return false;
         }
-        let reserve = self.reserve(meta);
-        let step = self.opts.growth_slots(base, reserve);
-        meta.alloc.free_count() < reserve + step / 2
+        let window = if meta.owns_all_slots {
+            0
+        } else {
+            self.opts.window_slots(base)
+        };
+        meta.alloc.free_count() < self.reserve(meta) + slots + window || meta.alloc.largest_run() < slots
     }
 
     /// Write zeros past the file's end for one growth step (at least `at_least` slots) and
