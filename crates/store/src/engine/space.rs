@@ -236,8 +236,8 @@ impl Shared {
     /// file now rather than inside that commit. The zeros are written under the write lock
     /// (every process grows at the file's end), but the flush runs after it is let go and
     /// outside `meta`, so that other processes and threads commit meanwhile; the slots are
-    /// handed out once it returned. (Growing only then, not further ahead, keeps the file
-    /// and the bytes written as they were: the step comes one commit early.)
+    /// handed out once it returned. (A process owning every free slot grows only one commit
+    /// early, so its file and bytes written stay as they were; see `grow_ahead_due`.)
     pub(super) fn grow_ahead(&self, slots: u64) -> Result<()> {
         let (old, new) = {
             let mut meta = self.meta();
