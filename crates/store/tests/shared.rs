@@ -305,6 +305,7 @@ fn read_past_a_record_whose_page_is_unwritten(sabotage: Option<Sabotage>) -> Res
     std::os::unix::fs::FileExt::write_all_at(&side, &0u64.to_le_bytes(), 32).unwrap();
     let snap = reader.try_snapshot()?;
     let id = snap.file("data").unwrap();
+    // Page 3 first, so that a read error comes back as one (`read_all` panics on it).
     let mut page = vec![0u8; PS];
     snap.read_page(id, 3, &mut page)?;
     Ok(read_all(&snap))

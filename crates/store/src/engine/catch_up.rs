@@ -176,11 +176,16 @@ impl Shared {
     }
 
     fn catch_up_pinned(&self, s: &Sharing, meta: &mut Meta, holding_writer: bool) -> Result<()> {
-        self.follow_chain(s, meta, holding_writer)?;
+        let read_while_following = self.follow_chain(s, meta, holding_writer)?;
         if !meta.not_durable.is_empty() {
             // Others' commits this process read may not be durable yet: show readers what
-            // some process has seen flushed.
-            let durable = match s.others_durable()? {
+            // some process has seen flushed. (Read before following, if it read anything:
+            // a commit made durable since is shown at the next catch-up, which reads again.)
+            let others = match read_while_following {
+                Some(others) => others,
+                None => OthersSettled::read(s)?,
+            };
+            let durable = match others.durable {
                 Some(durable) => durable,
                 None => {
                     // Nobody to ask: make what this process read durable itself (a flush
@@ -195,21 +200,20 @@ impl Shared {
             let durable = durable.max(lock(&self.flush).durable);
             // And what another process showed before it was durable (NORMAL/OFF): its own
             // readers see it, so these do too.
-            meta.shown_written_upto = meta.shown_written_upto.max(s.others_shown()?.min(meta.state.seq));
+            meta.shown_written_upto = meta.shown_written_upto.max(others.shown.min(meta.state.seq));
             self.promote_readable(meta, durable);
         }
         Ok(())
     }
 
-    /// A commit sequence number up to which every commit is durable, or shown to readers
-    /// before it was: readers may be shown any state up to it (read again after
-    /// following, by `catch_up_pinned`, to show them as much as that allows).
-    fn settled_hint(&self, s: &Sharing, meta: &Meta) -> Result<u64> {
-        let durable = s.others_durable()?.unwrap_or(0).max(lock(&self.flush).durable);
-        Ok(durable.max(meta.shown_written_upto).max(s.others_shown()?))
-    }
-
-    fn follow_chain(&self, s: &Sharing, meta: &mut Meta, holding_writer: bool) -> Result<()> {
+    /// Follow the chain from where `meta` stands. Returns what other processes said was
+    /// settled, if it read new records (it reads that first: see below).
+    fn follow_chain(
+        &self,
+        s: &Sharing,
+        meta: &mut Meta,
+        holding_writer: bool,
+    ) -> Result<Option<OthersSettled>> {
         let page_size = self.page_size;
         let io = self.io.as_ref();
         let progress = s.progress()?;
@@ -225,11 +229,11 @@ impl Shared {
         let trust_side_file = !holding_writer || self.opts.sabotage == Some(Sabotage::CheckpointPublication);
         let mine = Some((meta.header.generation, meta.state.seq));
         if holding_writer && progress.is_some() && progress == mine && meta.last_published == mine {
-            return Ok(());
+            return Ok(None);
         }
         if let Some((generation, seq)) = progress.filter(|_| trust_side_file) {
             if generation == meta.header.generation && seq <= meta.state.seq {
-                return Ok(());
+                return Ok(None);
             }
         }
         // The file's length costs a stat, which on ext4 cost a committer more than all the
@@ -270,7 +274,7 @@ impl Shared {
                     return Err(Error::Corrupt("the store's header went back a generation".into()));
                 }
                 // A checkpoint's header half rewritten: look again next time.
-                return Ok(());
+                return Ok(None);
             }
             let covered = header.checkpoint.seq;
             if covered > meta.state.seq {
@@ -310,7 +314,13 @@ impl Shared {
         // what is settled now needs a state of its own, kept until a flush covers it; of
         // those at or below it, only the last does. (A state kept per record would copy
         // the mapping's changed paths once per record: most of what following costs.)
-        let settled = self.settled_hint(s, meta)?;
+        let others = OthersSettled::read(s)?;
+        let settled = others
+            .durable
+            .unwrap_or(0)
+            .max(lock(&self.flush).durable)
+            .max(meta.shown_written_upto)
+            .max(others.shown);
         let mut kept: Vec<Arc<State>> = Vec::new();
         let mut next: Option<State> = None;
         let mut chain = ChainPosition::of(meta);
@@ -349,16 +359,15 @@ impl Shared {
             chain.head = record.next_slot;
             chain.window_end = record.window_end;
         }
-        if let Some(state) = next {
-            let last = match kept.last() {
-                Some(last) if last.seq == state.seq => last.clone(),
-                _ => Arc::new(state),
-            };
-            for state in kept {
-                meta.not_durable.insert(state.seq, state);
-            }
-            meta.not_durable.insert(last.seq, last.clone());
-            meta.state = last;
+        // The last record's state is kept whether or not it is settled.
+        if let Some(state) = next.filter(|state| kept.last().map(|k| k.seq) != Some(state.seq)) {
+            kept.push(Arc::new(state));
+        }
+        if let Some(last) = kept.last() {
+            meta.state = last.clone();
+        }
+        for state in kept {
+            meta.not_durable.insert(state.seq, state);
         }
         meta.commits_since_checkpoint += commits;
         meta.log_bytes_since_checkpoint += chain.log_bytes;
@@ -372,7 +381,7 @@ impl Shared {
             f.sequenced = f.sequenced.max(seq);
             f.written_upto = f.written_upto.max(seq);
         }
-        Ok(())
+        Ok(Some(others))
     }
 }
 
@@ -393,5 +402,23 @@ impl ChainPosition {
             window_end: meta.window_end,
             log_bytes: 0,
         }
+    }
+}
+
+/// What other processes said is settled, from the side file.
+#[derive(Clone, Copy)]
+struct OthersSettled {
+    /// The most any process published as durable (`None`: nobody to ask).
+    durable: Option<u64>,
+    /// How far commits were shown before they were durable (`synchronous=NORMAL`/`OFF`).
+    shown: u64,
+}
+
+impl OthersSettled {
+    fn read(s: &Sharing) -> Result<OthersSettled> {
+        Ok(OthersSettled {
+            durable: s.others_durable()?,
+            shown: s.others_shown()?,
+        })
     }
 }

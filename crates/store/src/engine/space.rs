@@ -241,10 +241,10 @@ impl Shared {
     pub(super) fn grow_ahead(&self, slots: u64) -> Result<()> {
         let (old, new) = {
             let mut meta = self.meta();
-            if meta.growing_ahead || !self.grow_ahead_due(&meta, slots) {
+            let reserve = self.reserve(&meta);
+            if meta.growing_ahead || !self.grow_ahead_due(&meta, slots, reserve) {
                 return Ok(());
             }
-            let reserve = self.reserve(&meta);
             let claimed = self.with_writer(&mut meta, |meta| self.claim_growth(meta, reserve))?;
             meta.growing_ahead = true;
             claimed
@@ -258,12 +258,12 @@ impl Shared {
         Ok(())
     }
 
-    /// Whether a commit of `slots` slots would find too few free slots to leave the reserve,
+    /// Whether a commit of `slots` slots would find too few free slots to leave `reserve`,
     /// or no free run that long, on a file small enough to grow (`make_room` checkpoints
     /// first on a larger one). A process that joined others also counts the next window
     /// it may take: it grows its own small steps often, and each one inside a commit
     /// holds up every process.
-    fn grow_ahead_due(&self, meta: &Meta, slots: u64) -> bool {
+    fn grow_ahead_due(&self, meta: &Meta, slots: u64, reserve: u64) -> bool {
         let base = self.space_base(meta);
         if self.opts.reclaims_before_growing(base) {
             return false;
@@ -273,7 +273,7 @@ impl Shared {
         } else {
             self.opts.window_slots(base)
         };
-        meta.alloc.free_count() < self.reserve(meta) + slots + window || meta.alloc.largest_run() < slots
+        meta.alloc.free_count() < reserve + slots + window || meta.alloc.largest_run() < slots
     }
 
     /// Write zeros past the file's end for one growth step (at least `at_least` slots) and
