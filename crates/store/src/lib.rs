@@ -77,6 +77,10 @@ pub mod layout {
     /// targets in `fuzz/`).
     pub use crate::format::{Checkpoint, Header, Record};
     pub use crate::format::{HEADER_BLOCK, HEADER_LEN, MAGIC, SLOT_BASE};
+    /// The byte of the store file whose OFD lock a process holds while it flushes for every
+    /// process (exclusive), and others wait on shared for a flush announced to cover them.
+    pub use crate::sharing::FLUSH as FLUSH_LOCK;
+    pub use crate::sharing::SHM_FLUSH_COVERS as SIDE_FILE_FLUSH_COVERS;
     pub use crate::sharing::SHM_PROGRESS as SIDE_FILE_PROGRESS;
 
     /// Where the side file of the store at `path` lives (it exists while a read-write

@@ -104,6 +104,11 @@ pub enum Sabotage {
     /// word covers: a record whose writer died (or is still writing) before its pages maps
     /// them to stale slots.
     CatchUpTrustsUnwritten,
+    /// A process that waited for a flush another process announced as covering its
+    /// commits takes them as durable once that flush's lock is let go, without an entry
+    /// saying so: a flusher that died or failed after announcing gets them acknowledged
+    /// though nothing flushed them.
+    AnnouncedFlushTrusted,
 }
 
 impl Sabotage {
@@ -113,7 +118,8 @@ impl Sabotage {
     /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`, `skipped-flush`,
     /// `lazy-growth`, `growth-flush-failure-ignored`, `no-read-validation`,
     /// `catch-up-by-locker`, `unvalidated-snapshot`, `flush-coverage-read-late`,
-    /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`), if any.
+    /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`, `announced-flush-trusted`), if
+    /// any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
@@ -126,6 +132,7 @@ impl Sabotage {
             Ok("flush-coverage-read-late") => Some(Sabotage::FlushCoverageReadLate),
             Ok("cached-pages-unnoted") => Some(Sabotage::CachedPagesUnnoted),
             Ok("catch-up-trusts-unwritten") => Some(Sabotage::CatchUpTrustsUnwritten),
+            Ok("announced-flush-trusted") => Some(Sabotage::AnnouncedFlushTrusted),
             _ => None,
         }
     }

@@ -331,3 +331,79 @@ fn a_reader_trusting_unwritten_records_reads_a_page_that_is_not_there() {
         "the sabotaged reader saw the state before the commit: {read:?}"
     );
 }
+
+/// One byte's OFD lock on `file` (`libc::F_WRLCK`, `F_RDLCK` or `F_UNLCK`), waiting for it.
+fn ofd_lock(file: &std::fs::File, kind: i32, at: i64) {
+    let fl = libc::flock {
+        l_type: kind as i16,
+        l_whence: libc::SEEK_SET as i16,
+        l_start: at,
+        l_len: 1,
+        l_pid: 0,
+    };
+    nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_OFD_SETLKW(&fl)).unwrap();
+}
+
+/// A process whose commit a flush of another process was announced to cover, when that
+/// flusher lets `FLUSH` go without flushing (it died, or its flush failed, right after
+/// announcing): here the test is that flusher, holding `FLUSH` through its own open file
+/// description and writing the announcement into the side file. Returns how many flushes
+/// the waiting process made for its commit, and how long it waited. `sabotage` is the
+/// waiter's.
+fn flushes_after_an_announced_flush_that_never_ran(sabotage: Option<Sabotage>) -> (u64, std::time::Duration) {
+    use onesync_store::layout::{side_file, FLUSH_LOCK, SIDE_FILE_FLUSH_COVERS};
+    use std::os::unix::fs::FileExt;
+    const HELD: std::time::Duration = std::time::Duration::from_millis(150);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("announced.onesync");
+    let _first = create_with_data_file(&path);
+    let waiter = Store::open(&path, &Options { sabotage, ..opts() }).unwrap();
+    let flusher = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    ofd_lock(&flusher, libc::F_WRLCK, FLUSH_LOCK);
+    let mut t = waiter.begin();
+    let f = t.file("data").unwrap();
+    t.write_page(f, 0, &[7; PS]).unwrap();
+    let pending = t.commit_without_waiting().unwrap();
+    let side = std::fs::OpenOptions::new()
+        .write(true)
+        .open(side_file(&path).unwrap())
+        .unwrap();
+    side.write_all_at(&pending.seq().to_le_bytes(), SIDE_FILE_FLUSH_COVERS)
+        .unwrap();
+    let before = waiter.stats().flushes;
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| pending.wait());
+        std::thread::sleep(HELD);
+        ofd_lock(&flusher, libc::F_UNLCK, FLUSH_LOCK);
+        waiting.join().unwrap().unwrap();
+    });
+    (waiter.stats().flushes - before, started.elapsed())
+}
+
+/// A commit covered by an announced flush waits for it, and when that flush never ran
+/// (nothing says its commits are durable), flushes them itself before it returns.
+#[test]
+fn an_announced_flush_that_never_ran_leaves_the_waiter_to_flush() {
+    let (flushes, waited) = flushes_after_an_announced_flush_that_never_ran(None);
+    assert!(
+        waited >= std::time::Duration::from_millis(150),
+        "did not wait: {waited:?}"
+    );
+    assert_eq!(
+        flushes, 1,
+        "the commit was acknowledged without a flush of its own"
+    );
+}
+
+/// Negative control: trusting the announcement (`announced-flush-trusted`), the commit is
+/// acknowledged durable with no flush at all after it was written.
+#[test]
+fn a_waiter_trusting_an_announced_flush_acknowledges_an_unflushed_commit() {
+    let (flushes, _) = flushes_after_an_announced_flush_that_never_ran(Some(Sabotage::AnnouncedFlushTrusted));
+    assert_eq!(flushes, 0, "the sabotaged waiter flushed after all");
+}

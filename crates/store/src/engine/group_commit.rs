@@ -273,12 +273,23 @@ impl Shared {
         if covered() {
             return Ok(Flushed::ByAnother);
         }
+        // A flush under way covers these commits: wait for it beside the others it covers.
+        // (Once only: still not covered after it, its flusher died or failed.)
+        let trusted = self.opts.sabotage == Some(Sabotage::AnnouncedFlushTrusted);
+        if matches!(s.announced_flush_covers(target), Ok(true))
+            && s.wait_for_flush().is_ok()
+            && (trusted || covered())
+        {
+            return Ok(Flushed::ByAnother);
+        }
         let _flushing = s.lock_flush().map_err(|e| e.to_string())?;
         if covered() {
             return Ok(Flushed::ByAnother);
         }
         // What every process had written when the flush began is what it covers.
         let mut covers = s.written().unwrap_or(0).max(target);
+        // An announcement that cannot be written only costs the others a shared wait.
+        let _ = s.announce_flush(covers);
         sync()?;
         if self.opts.sabotage == Some(Sabotage::FlushCoverageReadLate) {
             covers = s.written().unwrap_or(0).max(target);
