@@ -191,6 +191,9 @@ pub struct Stats {
     /// Group-commit waits that another process's flush covered (this process flushed
     /// nothing for them).
     pub flushes_by_others: u64,
+    /// Waits for a flush another process announced to cover this process's commits (shared
+    /// with every process it covered; see `sharing.rs`), whether or not it then did.
+    pub announced_flush_waits: u64,
     pub checkpoints: u64,
     /// 1 if opening replayed commit records written after the last checkpoint.
     pub recoveries: u64,

@@ -276,11 +276,11 @@ impl Shared {
         // A flush under way covers these commits: wait for it beside the others it covers.
         // (Once only: still not covered after it, its flusher died or failed.)
         let trusted = self.opts.sabotage == Some(Sabotage::AnnouncedFlushTrusted);
-        if matches!(s.announced_flush_covers(target), Ok(true))
-            && s.wait_for_flush().is_ok()
-            && (trusted || covered())
-        {
-            return Ok(Flushed::ByAnother);
+        if matches!(s.announced_flush_covers(target), Ok(true)) && s.wait_for_flush().is_ok() {
+            bump(&self.counters.announced_flush_waits, 1);
+            if trusted || covered() {
+                return Ok(Flushed::ByAnother);
+            }
         }
         let _flushing = s.lock_flush().map_err(|e| e.to_string())?;
         if covered() {

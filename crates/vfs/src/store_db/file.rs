@@ -324,6 +324,8 @@ pub(super) fn stats_json(store: &Store) -> String {
         "growths": s.growths,
         "flushes": s.flushes,
         "flush_micros": s.flush_micros,
+        "flushes_by_others": s.flushes_by_others,
+        "announced_flush_waits": s.announced_flush_waits,
         "checkpoints": s.checkpoints,
         "recoveries": s.recoveries,
         "records_replayed": s.records_replayed,
