@@ -114,6 +114,37 @@ fn onesync_concurrent_runs_from_threads_and_processes() {
     }
 }
 
+/// `--rounds 3`: every mode runs three times; its row is its median round by txn/s, its
+/// ratio the median of its rounds' ratios to the first mode's round, and every round's
+/// figures are in the JSON.
+#[test]
+fn rounds_report_each_modes_median() {
+    let rows = results(&writers(
+        "own-rows",
+        "wal,onesync",
+        40,
+        &["--threads", "2", "--rounds", "3"],
+    ));
+    check_shape(&rows, "own-rows", &["wal", "onesync"], 40, None);
+    let median = |values: &[Value]| {
+        let mut v: Vec<f64> = values.iter().map(|x| x.as_f64().unwrap()).collect();
+        v.sort_by(f64::total_cmp);
+        v[1]
+    };
+    for r in &rows {
+        let tps = r["rounds_tps"].as_array().unwrap();
+        let ratio = r["rounds_ratio"].as_array().unwrap();
+        assert_eq!((tps.len(), ratio.len()), (3, 3), "{r}");
+        assert_eq!(f(r, &["tps"]), median(tps), "{r}");
+        assert_eq!(f(r, &["ratio"]), median(ratio), "{r}");
+    }
+    assert!(rows[0]["rounds_ratio"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|x| x == 1.0));
+}
+
 /// Negative control: one transaction committed behind the writers' backs (an increment no
 /// writer counted) fails the oracle, and the command, on every workload.
 #[test]

@@ -15,6 +15,11 @@
 //! to its successful COMMIT), the ratio of txn/s to the first mode, the scheme's syncs per
 //! transaction, with `--fs` the block device's writes, KiB and flushes, and the oracle's
 //! verdict. A failed oracle fails the command (after the table).
+//!
+//! With `--rounds N` every mode runs N times, the modes taking turns within each round (so
+//! that the machine's drift over a session falls on all of them alike): each mode's row is
+//! its median round by txn/s, its ratio the median of its per-round ratios to the first
+//! mode of the same round, and every round's figures are listed under the table.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -78,6 +83,12 @@ pub struct WritersArgs {
     #[arg(long, value_name = "S", default_value_t = 1)]
     pub seed: u64,
 
+    /// Run every mode this many times, the modes taking turns in each round; report each
+    /// mode's median round and the median of its ratios (a fresh database each time)
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=50))]
+    pub rounds: u64,
+
     /// Write {"results":[...]} (one object per mode) to FILE, or to stdout with "-" (then
     /// nothing else goes to stdout)
     #[arg(long, value_name = "FILE|-")]
@@ -133,8 +144,11 @@ pub struct WritersResult {
     pub txns: u64,
     pub seconds: f64,
     pub tps: f64,
-    /// txn/s over the first mode's.
+    /// txn/s over the first mode's (with `--rounds`, the median of the rounds' ratios).
     pub ratio: f64,
+    /// txn/s and ratio of every round, in order (one of each without `--rounds`).
+    pub rounds_tps: Vec<f64>,
+    pub rounds_ratio: Vec<f64>,
     pub retries: u64,
     pub retries_per_100: f64,
     /// Retries by SQLite's extended result code.
@@ -155,15 +169,22 @@ pub fn run(args: &WritersArgs) -> Result<ExitCode> {
         bail!("--mode lists no modes");
     }
     output::check_json_path(args.json.as_deref())?;
-    let mut results = args
-        .mode
-        .iter()
-        .map(|&mode| run_mode(args, mode).with_context(|| format!("mode {}", mode.name())))
-        .collect::<Result<Vec<_>>>()?;
-    let first_tps = results.first().map_or(0.0, |r| r.tps);
-    for r in &mut results {
-        r.ratio = per(r.tps, first_tps);
+    let mut rounds = Vec::new();
+    for round in 1..=args.rounds {
+        let mut results = args
+            .mode
+            .iter()
+            .map(|&mode| {
+                run_mode(args, mode).with_context(|| format!("mode {} (round {round})", mode.name()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let first_tps = results.first().map_or(0.0, |r| r.tps);
+        for r in &mut results {
+            r.ratio = per(r.tps, first_tps);
+        }
+        rounds.push(results);
     }
+    let results = median_rounds(rounds);
     output::emit(
         args.json.as_deref(),
         &Results { results: &results },
@@ -182,6 +203,37 @@ pub fn run(args: &WritersArgs) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Each mode's median round (by txn/s, the lower of the middle two), with the median of its
+/// ratios and every round's figures; an oracle failure of any round is the row's.
+fn median_rounds(rounds: Vec<Vec<WritersResult>>) -> Vec<WritersResult> {
+    let modes = rounds.first().map_or(0, Vec::len);
+    let mut by_mode: Vec<Vec<WritersResult>> = (0..modes).map(|_| Vec::new()).collect();
+    for round in rounds {
+        for (mode, result) in round.into_iter().enumerate() {
+            by_mode[mode].push(result);
+        }
+    }
+    by_mode
+        .into_iter()
+        .filter_map(|mut runs| {
+            let rounds_tps: Vec<f64> = runs.iter().map(|r| r.tps).collect();
+            let rounds_ratio: Vec<f64> = runs.iter().map(|r| r.ratio).collect();
+            let failed = runs.iter().find(|r| r.oracle != "ok").map(|r| r.oracle.clone());
+            runs.sort_by(|a, b| a.tps.total_cmp(&b.tps));
+            let mut median = runs.swap_remove((runs.len().checked_sub(1)?) / 2);
+            let mut ratios = rounds_ratio.clone();
+            ratios.sort_by(f64::total_cmp);
+            median.ratio = ratios[(ratios.len() - 1) / 2];
+            median.rounds_tps = rounds_tps;
+            median.rounds_ratio = rounds_ratio;
+            if let Some(failed) = failed {
+                median.oracle = failed;
+            }
+            Some(median)
+        })
+        .collect()
 }
 
 fn run_mode(args: &WritersArgs, mode: Mode) -> Result<WritersResult> {
@@ -275,6 +327,8 @@ fn run_mode(args: &WritersArgs, mode: Mode) -> Result<WritersResult> {
         seconds: report.seconds,
         tps: per(txns, report.seconds),
         ratio: 1.0,
+        rounds_tps: Vec::new(),
+        rounds_ratio: Vec::new(),
         retries: report.retries,
         retries_per_100: per(100.0 * report.retries as f64, txns),
         retry_codes: report.retry_codes,
@@ -401,8 +455,13 @@ fn run_processes(
 }
 
 pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
+    let rounds = if args.rounds > 1 {
+        format!(", the median of {} rounds", args.rounds)
+    } else {
+        String::new()
+    };
     let mut out = format!(
-        "bench writers {} ({}; {} transactions per mode, {}):\n",
+        "bench writers {} ({}; {} transactions per mode{rounds}, {}):\n",
         args.workload.name(),
         args.how(),
         args.txns,
@@ -443,6 +502,21 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
              COMMIT, retries included; fsyncs: the scheme's syncs per transaction; busy_timeout {} ms)\n",
             first.mode, args.busy_timeout_ms
         ));
+    }
+    if args.rounds > 1 {
+        for r in results {
+            let rounds: Vec<String> = r
+                .rounds_tps
+                .iter()
+                .zip(&r.rounds_ratio)
+                .map(|(tps, ratio)| format!("{tps:.0} ({ratio:.2})"))
+                .collect();
+            out.push_str(&format!(
+                "{}: txn/s (ratio) by round: {}\n",
+                r.mode,
+                rounds.join(", ")
+            ));
+        }
     }
     for r in results.iter().filter(|r| r.retries > 0) {
         let codes: Vec<String> = r
