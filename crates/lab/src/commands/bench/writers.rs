@@ -503,32 +503,26 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
             first.mode, args.busy_timeout_ms
         ));
     }
+    // One line per mode: what is listed, and the items.
+    let mut list = |mode: &str, what: &str, items: Vec<String>| {
+        out.push_str(&format!("{mode}: {what}: {}\n", items.join(", ")));
+    };
     if args.rounds > 1 {
         for r in results {
-            let rounds: Vec<String> = r
-                .rounds_tps
-                .iter()
-                .zip(&r.rounds_ratio)
+            let rounds = r.rounds_tps.iter().zip(&r.rounds_ratio);
+            let rounds = rounds
                 .map(|(tps, ratio)| format!("{tps:.0} ({ratio:.2})"))
                 .collect();
-            out.push_str(&format!(
-                "{}: txn/s (ratio) by round: {}\n",
-                r.mode,
-                rounds.join(", ")
-            ));
+            list(r.mode, "txn/s (ratio) by round", rounds);
         }
     }
     for r in results.iter().filter(|r| r.retries > 0) {
-        let codes: Vec<String> = r
+        let codes = r
             .retry_codes
             .iter()
             .map(|(code, n)| format!("{n} x {code}"))
             .collect();
-        out.push_str(&format!(
-            "{}: retries by SQLite result code: {}\n",
-            r.mode,
-            codes.join(", ")
-        ));
+        list(r.mode, "retries by SQLite result code", codes);
     }
     out
 }
