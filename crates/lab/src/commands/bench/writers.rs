@@ -248,6 +248,9 @@ fn run_mode(args: &WritersArgs, mode: Mode) -> Result<WritersResult> {
         in_transaction(&conn, || args.workload.set_up(&conn, args.writers()))?;
     }
     spinner.finish_and_clear();
+    // What the setup and the modes before left dirty in the page cache (the host's too,
+    // under a loop device) is written back now, not during the measured transactions.
+    nix::unistd::sync();
 
     let probe = loop_fs.as_ref().map(DeviceProbe::Loop);
     let dev_before = probe.as_ref().map(DeviceProbe::counters).transpose()?;
