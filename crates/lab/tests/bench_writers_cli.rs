@@ -99,6 +99,13 @@ fn every_workload_runs_in_two_processes() {
         for r in &rows {
             assert_eq!(r["threads"], 1, "{r}");
         }
+        // The store's counters, added up over both processes: one record per commit, and
+        // each process followed the other's commits (a plain file has none).
+        assert!(rows[0]["store"].is_null(), "{}", rows[0]);
+        let store = &rows[1]["store"];
+        assert_eq!(store["commit_records"], 60, "{store}");
+        assert!(f(store, &["records_followed"]) > 0.0, "{store}");
+        assert!(f(store, &["catch_ups"]) > 0.0, "{store}");
     }
 }
 

@@ -194,6 +194,10 @@ pub struct Stats {
     /// Waits for a flush another process announced to cover this process's commits (shared
     /// with every process it covered; see `sharing.rs`), whether or not it then did.
     pub announced_flush_waits: u64,
+    /// Catch-ups that followed other processes' commits (at least one record).
+    pub catch_ups: u64,
+    /// Other processes' commit records this process applied to its mapping.
+    pub records_followed: u64,
     pub checkpoints: u64,
     /// 1 if opening replayed commit records written after the last checkpoint.
     pub recoveries: u64,

@@ -102,6 +102,7 @@ const SHM_ENTRY_LOCKS: i64 = 1 << 20;
 pub const NO_PIN: u64 = u64::MAX;
 
 const ENTRIES_READ: &str = "reading the side file's entries";
+const FLUSH_WAIT: &str = "waiting for another process's flush";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -599,8 +600,7 @@ impl Sharing {
 
     /// Take `FLUSH`, waiting while another process flushes.
     pub fn lock_flush(&self) -> Result<FlushGuard<'_>> {
-        set_lock(&self.file, Kind::Exclusive, FLUSH, true)
-            .map_err(io_err("waiting for another process's flush"))?;
+        set_lock(&self.file, Kind::Exclusive, FLUSH, true).map_err(io_err(FLUSH_WAIT))?;
         Ok(FlushGuard { file: &self.file })
     }
 
@@ -624,9 +624,8 @@ impl Sharing {
     /// Wait until nobody holds `FLUSH` exclusive (the announced flush has ended), sharing
     /// the wait with every other process waiting for that flush.
     pub fn wait_for_flush(&self) -> Result<()> {
-        const DURING: &str = "waiting for another process's flush";
-        set_lock(&self.file, Kind::Shared, FLUSH, true).map_err(io_err(DURING))?;
-        set_lock(&self.file, Kind::Unlock, FLUSH, false).map_err(io_err(DURING))?;
+        set_lock(&self.file, Kind::Shared, FLUSH, true).map_err(io_err(FLUSH_WAIT))?;
+        set_lock(&self.file, Kind::Unlock, FLUSH, false).map_err(io_err(FLUSH_WAIT))?;
         Ok(())
     }
 

@@ -58,6 +58,47 @@ impl IoCounters {
     }
 }
 
+/// How a store shared its work with other processes and threads over a run (`PRAGMA
+/// onesync_stats`; `None` for a plain file): commit records written, flushes another
+/// process's flush spared it, waits for a flush another process announced, commits refused
+/// at the commit lock (a concurrent writer plans them again), catch-ups that followed other
+/// processes' commits and the records they applied. Per process: a run of several processes
+/// adds theirs up.
+#[derive(Clone, Copy, Default, Debug, serde::Serialize, serde::Deserialize)]
+pub struct StoreActivity {
+    pub commit_records: u64,
+    pub flushes_by_others: u64,
+    pub announced_flush_waits: u64,
+    pub conflicts: u64,
+    pub catch_ups: u64,
+    pub records_followed: u64,
+}
+
+impl StoreActivity {
+    /// The counters of `conn`'s store, if `scheme` keeps its database in one.
+    pub fn sample(conn: &Connection, scheme: &dyn Scheme) -> Result<Option<StoreActivity>> {
+        if !matches!(scheme.storage(), Storage::Store) {
+            return Ok(None);
+        }
+        let json: String = conn.query_row("PRAGMA onesync_stats", [], |r| r.get(0))?;
+        Ok(Some(
+            serde_json::from_str(&json).context("parsing PRAGMA onesync_stats")?,
+        ))
+    }
+
+    /// Each counter less `before`'s (`self` is later), or plus `other`'s.
+    pub fn combine(self, other: StoreActivity, sign: impl Fn(u64, u64) -> u64) -> StoreActivity {
+        StoreActivity {
+            commit_records: sign(self.commit_records, other.commit_records),
+            flushes_by_others: sign(self.flushes_by_others, other.flushes_by_others),
+            announced_flush_waits: sign(self.announced_flush_waits, other.announced_flush_waits),
+            conflicts: sign(self.conflicts, other.conflicts),
+            catch_ups: sign(self.catch_ups, other.catch_ups),
+            records_followed: sign(self.records_followed, other.records_followed),
+        }
+    }
+}
+
 /// Where a run's block-device counters come from.
 pub enum DeviceProbe<'a> {
     /// The loop device the lab made for the run.

@@ -369,6 +369,10 @@ impl Shared {
         for state in kept {
             meta.not_durable.insert(state.seq, state);
         }
+        if commits > 0 {
+            bump(&self.counters.catch_ups, 1);
+            bump(&self.counters.records_followed, commits);
+        }
         meta.commits_since_checkpoint += commits;
         meta.log_bytes_since_checkpoint += chain.log_bytes;
         meta.prev_crc = chain.prev_crc;

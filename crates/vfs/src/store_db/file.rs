@@ -326,6 +326,8 @@ pub(super) fn stats_json(store: &Store) -> String {
         "flush_micros": s.flush_micros,
         "flushes_by_others": s.flushes_by_others,
         "announced_flush_waits": s.announced_flush_waits,
+        "catch_ups": s.catch_ups,
+        "records_followed": s.records_followed,
         "checkpoints": s.checkpoints,
         "recoveries": s.recoveries,
         "records_replayed": s.records_replayed,

@@ -22,7 +22,7 @@ use rand::SeedableRng;
 use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
-use crate::meters::io::IoCounters;
+use crate::meters::io::{IoCounters, StoreActivity};
 use crate::schemes::{Mode, Scheme};
 use crate::sqlite::{extended_code, is_busy};
 use crate::workloads::writers::{Plan, Tally, Writers, HOT_ROWS};
@@ -67,6 +67,8 @@ pub struct GroupReport {
     pub write_calls: u64,
     pub bytes_written: u64,
     pub syncs: u64,
+    /// The store's counters over the run (onesync modes), added up over the processes.
+    pub store: Option<StoreActivity>,
     /// When the group's last commit returned, ns since the Unix epoch (to time a run of
     /// several processes from the parent's start signal).
     pub finished_unix_ns: u128,
@@ -86,6 +88,10 @@ impl GroupReport {
         self.write_calls += other.write_calls;
         self.bytes_written += other.bytes_written;
         self.syncs += other.syncs;
+        self.store = match (self.store, other.store) {
+            (Some(mine), Some(theirs)) => Some(mine.combine(theirs, u64::saturating_add)),
+            (mine, theirs) => mine.or(theirs),
+        };
         self.finished_unix_ns = self.finished_unix_ns.max(other.finished_unix_ns);
         self.seconds = self.seconds.max(other.seconds);
     }
@@ -134,6 +140,10 @@ pub fn run(
         Some(conn) => IoCounters::sample(conn, scheme)?,
         None => IoCounters::default(),
     };
+    let store_before = match conns.first() {
+        Some(conn) => StoreActivity::sample(conn, scheme)?,
+        None => None,
+    };
     ready()?;
     let start = Barrier::new(conns.len() + 1);
     let (began, runs) = std::thread::scope(|scope| -> Result<_> {
@@ -164,6 +174,12 @@ pub fn run(
         Some(r) => IoCounters::sample(&r.conn, scheme)?.minus(io_before),
         None => IoCounters::default(),
     };
+    let store = match (runs.first(), store_before) {
+        (Some(r), Some(before)) => {
+            StoreActivity::sample(&r.conn, scheme)?.map(|after| after.combine(before, u64::saturating_sub))
+        }
+        _ => None,
+    };
     let mut report = GroupReport {
         tally: Tally {
             per_writer: vec![0; group.first_writer as usize],
@@ -172,6 +188,7 @@ pub fn run(
         write_calls: io.write_calls,
         bytes_written: io.bytes_written,
         syncs: io.syncs,
+        store,
         finished_unix_ns,
         seconds: finished.duration_since(began).as_secs_f64(),
         ..GroupReport::default()

@@ -34,7 +34,7 @@ use serde::Serialize;
 use super::writer_group::{self, open_writer, unix_ns, Group, GroupReport, GO_LINE, READY_LINE};
 use super::PerTxn;
 use crate::loopfs::LoopFs;
-use crate::meters::io::{DeviceProbe, IoCounters};
+use crate::meters::io::{DeviceProbe, IoCounters, StoreActivity};
 use crate::meters::latency::{percentiles, Latency};
 use crate::meters::per;
 use crate::output::{self, Human};
@@ -155,6 +155,8 @@ pub struct WritersResult {
     pub retry_codes: std::collections::BTreeMap<i32, u64>,
     pub latency_us: Latency,
     pub per_txn: PerTxn,
+    /// onesync modes: the store's counters over the run, added up over the processes.
+    pub store: Option<StoreActivity>,
     /// "ok", or what the oracle found wrong.
     pub oracle: String,
 }
@@ -217,21 +219,23 @@ fn median_rounds(rounds: Vec<Vec<WritersResult>>) -> Vec<WritersResult> {
     }
     by_mode
         .into_iter()
-        .filter_map(|mut runs| {
+        .map(|mut runs| {
             let rounds_tps: Vec<f64> = runs.iter().map(|r| r.tps).collect();
             let rounds_ratio: Vec<f64> = runs.iter().map(|r| r.ratio).collect();
             let failed = runs.iter().find(|r| r.oracle != "ok").map(|r| r.oracle.clone());
+            // `--rounds` is at least 1: every mode has a run.
+            let middle = (runs.len() - 1) / 2;
             runs.sort_by(|a, b| a.tps.total_cmp(&b.tps));
-            let mut median = runs.swap_remove((runs.len().checked_sub(1)?) / 2);
+            let mut median = runs.swap_remove(middle);
             let mut ratios = rounds_ratio.clone();
             ratios.sort_by(f64::total_cmp);
-            median.ratio = ratios[(ratios.len() - 1) / 2];
+            median.ratio = ratios[middle];
             median.rounds_tps = rounds_tps;
             median.rounds_ratio = rounds_ratio;
             if let Some(failed) = failed {
                 median.oracle = failed;
             }
-            Some(median)
+            median
         })
         .collect()
 }
@@ -346,6 +350,7 @@ fn run_mode(args: &WritersArgs, mode: Mode) -> Result<WritersResult> {
             dev,
             emulated,
         ),
+        store: report.store,
         oracle,
     })
 }
@@ -518,6 +523,22 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
                 .collect();
             list(r.mode, "txn/s (ratio) by round", rounds);
         }
+    }
+    for r in results {
+        let Some(s) = r.store else { continue };
+        let per_commit = |n: u64| format!("{:.2}", per(n as f64, s.commit_records as f64));
+        let items = [
+            ("catch-ups", s.catch_ups),
+            ("records followed", s.records_followed),
+            ("refused at the commit lock", s.conflicts),
+            ("shared waits for an announced flush", s.announced_flush_waits),
+            ("flushes by another process", s.flushes_by_others),
+        ];
+        let items = items
+            .iter()
+            .map(|(what, n)| format!("{what} {}", per_commit(*n)))
+            .collect();
+        list(r.mode, "per commit, all processes together", items);
     }
     for r in results.iter().filter(|r| r.retries > 0) {
         let codes = r
