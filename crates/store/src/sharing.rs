@@ -629,16 +629,12 @@ impl Sharing {
         Ok(())
     }
 
-    fn entries(&self) -> Result<Vec<(u64, u64)>> {
+    /// The reader entries' words: `(pin, durable)` of each entry in turn.
+    fn entry_words(&self) -> Result<Vec<u64>> {
         let Some(side) = &self.side else {
             return Ok(Vec::new());
         };
-        let words = side.read_words(SHM_ENTRIES, 2 * READER_ENTRIES as usize, ENTRIES_READ)?;
-        Ok(Self::pairs(&words))
-    }
-
-    fn pairs(words: &[u64]) -> Vec<(u64, u64)> {
-        words.chunks_exact(2).map(|e| (e[0], e[1])).collect()
+        side.read_words(SHM_ENTRIES, 2 * READER_ENTRIES as usize, ENTRIES_READ)
     }
 
     /// The smallest pin of the other live processes (`NO_PIN` if none); 0 while a
@@ -650,40 +646,41 @@ impl Sharing {
         let Some(side) = &self.side else {
             return Ok(0);
         };
-        let mut oldest = NO_PIN;
-        for (entry, (pin, _)) in self.entries()?.into_iter().enumerate() {
-            if entry as u64 == side.entry || pin >= oldest {
-                continue;
-            }
+        let words = self.entry_words()?;
+        let mut pins: Vec<(u64, u64)> = words
+            .chunks_exact(2)
+            .enumerate()
+            .map(|(entry, e)| (e[0], entry as u64))
+            .filter(|&(pin, entry)| entry != side.entry && pin != NO_PIN)
+            .collect();
+        // Lowest first: the first whose owner lives is the answer, so its liveness is
+        // usually the only one tested (each test is a system call).
+        pins.sort_unstable();
+        for (pin, entry) in pins {
             // A pin counts only while its owner lives (holds the entry's lock).
             if locked_elsewhere(&side.file, SHM_ENTRY_LOCKS + entry as i64)
                 .map_err(io_err("testing a reader entry"))?
             {
-                oldest = pin;
+                return Ok(pin);
             }
         }
-        Ok(oldest)
+        Ok(NO_PIN)
     }
 
     /// How far any process has seen the chain durable (values of processes gone stay true:
     /// a durable commit stays durable). `None` when it cannot be known: a read-only process
     /// finds no side file (no read-write process has the store open).
     pub fn others_durable(&self) -> Result<Option<u64>> {
-        let entries = match &self.side {
-            Some(_) => self.entries()?,
+        let words = match &self.side {
+            Some(_) => self.entry_words()?,
             // A read-only process reads the side file where it is now (a read-write
             // process arriving first creates it anew).
             None => match File::open(&self.side_path) {
-                Ok(file) => Self::pairs(&read_words_at(
-                    &file,
-                    SHM_ENTRIES,
-                    2 * READER_ENTRIES as usize,
-                    ENTRIES_READ,
-                )?),
+                Ok(file) => read_words_at(&file, SHM_ENTRIES, 2 * READER_ENTRIES as usize, ENTRIES_READ)?,
                 Err(_) => return Ok(None),
             },
         };
-        Ok(Some(entries.into_iter().map(|(_, d)| d).max().unwrap_or(0)))
+        Ok(Some(words.chunks_exact(2).map(|e| e[1]).max().unwrap_or(0)))
     }
 
     /// Record that commits up to `seq` are written and shown to readers before they are

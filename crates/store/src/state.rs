@@ -9,9 +9,11 @@ use crate::format::{Checkpoint, CheckpointEncoder, Op, NO_SLOT};
 use std::sync::Arc;
 
 /// Bytes laid over a page without rewriting it: sorted, disjoint `(offset, bytes)` ranges.
+/// Shared bytes: a merge copies only the region it changes (every process following a
+/// commit merges each range the commit patches).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overlay {
-    pub ranges: Vec<(u32, Vec<u8>)>,
+    pub ranges: Vec<(u32, Arc<[u8]>)>,
 }
 
 impl Overlay {
@@ -51,7 +53,7 @@ impl Overlay {
         let at = offset as usize - start;
         region[at..at + bytes.len()].copy_from_slice(bytes);
         let position = ranges.partition_point(|(o, _)| (*o as usize) < start);
-        ranges.insert(position, (start as u32, region));
+        ranges.insert(position, (start as u32, Arc::from(region)));
         Overlay { ranges }
     }
 }
@@ -110,7 +112,12 @@ impl FileState {
     /// Set the size; returns the entries of pages that fall past the new end. Costs
     /// O(dropped · log n): growing touches nothing.
     pub fn resize(&mut self, bytes: u64, page_size: u64) -> Vec<PageEntry> {
+        let grows = bytes >= self.size;
         self.size = bytes;
+        if grows {
+            // Every page is below the old end, so below the new one (most commits grow).
+            return Vec::new();
+        }
         let end = self.page_count(page_size);
         let doomed: Vec<u64> = self.pages.range(end..).map(|(page, _)| *page).collect();
         doomed
@@ -220,10 +227,32 @@ impl State {
                             "record {seq} patches past the end of page {page}"
                         )));
                     }
-                    let entry = self.page_mut(*file, *page, seq, page_size)?;
-                    let base = entry.overlay.as_deref().cloned().unwrap_or_default();
-                    entry.overlay = Some(Arc::new(base.merged(*offset, bytes)));
-                    entry.seq = seq;
+                    // One walk down the mapping where the page has an entry (most do), and
+                    // the overlay merged from the one it replaces, never copied first.
+                    let pages = &mut self.file_for_page(*file, *page, seq, page_size)?.pages;
+                    let patched = match pages.get_mut(page) {
+                        Some(entry) => {
+                            let merged = match entry.overlay.as_deref() {
+                                Some(overlay) => overlay.merged(*offset, bytes),
+                                None => Overlay::default().merged(*offset, bytes),
+                            };
+                            entry.overlay = Some(Arc::new(merged));
+                            entry.seq = seq;
+                            true
+                        }
+                        None => false,
+                    };
+                    if !patched {
+                        let overlay = Overlay::default().merged(*offset, bytes);
+                        pages.insert(
+                            *page,
+                            PageEntry {
+                                seq,
+                                overlay: Some(Arc::new(overlay)),
+                                ..PageEntry::ZERO
+                            },
+                        );
+                    }
                 }
             }
         }
@@ -247,11 +276,6 @@ impl State {
             )));
         }
         Ok(f)
-    }
-
-    fn page_mut(&mut self, file: u32, page: u64, seq: u64, page_size: u64) -> Result<&mut PageEntry> {
-        let f = self.file_for_page(file, page, seq, page_size)?;
-        Ok(f.pages.entry(page).or_insert(PageEntry::ZERO))
     }
 
     pub fn encode_checkpoint(&self) -> (Vec<u8>, u32) {
@@ -338,7 +362,8 @@ mod tests {
             .merged(13, &[4])
             .merged(0, &[9])
             .merged(11, &[7]);
-        assert_eq!(o.ranges, vec![(0, vec![9]), (10, vec![1, 7, 3, 4])]);
+        let ranges: Vec<(u32, Vec<u8>)> = o.ranges.iter().map(|(at, b)| (*at, b.to_vec())).collect();
+        assert_eq!(ranges, vec![(0, vec![9]), (10, vec![1, 7, 3, 4])]);
         let mut page = [0u8; 16];
         o.apply_to(&mut page);
         assert_eq!(&page[..], &[9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 7, 3, 4, 0, 0]);

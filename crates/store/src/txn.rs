@@ -598,12 +598,19 @@ impl Transaction {
             }
             if let Some(overlay) = entry.overlay.as_deref() {
                 if entry.slot != prior_slot || Some(overlay) != prior_overlay {
-                    for (offset, bytes) in &overlay.ranges {
+                    // Over the same slot, only the ranges that are not already the prior
+                    // overlay's: laid over it, they give exactly this overlay (merging only
+                    // adds bytes, and ranges are maximal runs), and every process following
+                    // the record merges each one it is sent.
+                    let kept = |range: &(u32, Arc<[u8]>)| {
+                        entry.slot == prior_slot && prior_overlay.is_some_and(|p| p.ranges.contains(range))
+                    };
+                    for (offset, bytes) in overlay.ranges.iter().filter(|r| !kept(r)) {
                         ops.push(Op::Patch {
                             file: id,
                             page,
                             offset: *offset,
-                            bytes: bytes.clone(),
+                            bytes: bytes.to_vec(),
                         });
                     }
                 }

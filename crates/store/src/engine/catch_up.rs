@@ -1,7 +1,7 @@
 //! Other processes: the cross-process write lock (claimed per commit, checkpoint or growth)
 //! and catching up with the commits and checkpoints they appended, read from the store file.
 
-use super::{bump, lock, Meta, Shared};
+use super::{bump, lock, Kept, Meta, Shared};
 use crate::error::{Error, Result};
 use crate::format::{Header, Op, RecordKind, NO_SLOT};
 use crate::options::Sabotage;
@@ -321,7 +321,7 @@ impl Shared {
             .max(lock(&self.flush).durable)
             .max(meta.shown_written_upto)
             .max(others.shown);
-        let mut kept: Vec<Arc<State>> = Vec::new();
+        let mut kept: Vec<(u64, Kept)> = Vec::new();
         let mut next: Option<State> = None;
         let mut chain = ChainPosition::of(meta);
         let mut commits = 0;
@@ -351,7 +351,14 @@ impl Shared {
                 superseded_elsewhere.clear();
                 commits += 1;
                 if record.seq >= settled {
-                    kept.push(Arc::new(state.clone()));
+                    // The first of the run as a state (the one before it is not kept), the
+                    // others as their operations, built only if shown (`Kept::Ops`).
+                    let k = if kept.is_empty() {
+                        Kept::State(Arc::new(state.clone()))
+                    } else {
+                        Kept::Ops(record.ops.into())
+                    };
+                    kept.push((record.seq, k));
                 }
             }
             chain.log_bytes += len.div_ceil(page_size) * page_size;
@@ -359,16 +366,15 @@ impl Shared {
             chain.head = record.next_slot;
             chain.window_end = record.window_end;
         }
-        // The last record's state is kept whether or not it is settled.
-        if let Some(state) = next.filter(|state| kept.last().map(|k| k.seq) != Some(state.seq)) {
-            kept.push(Arc::new(state));
+        // The last record's state is kept whether or not it is settled, as a state.
+        if let Some(state) = next.map(Arc::new) {
+            if kept.last().map(|(seq, _)| *seq) == Some(state.seq) {
+                kept.pop();
+            }
+            kept.push((state.seq, Kept::State(state.clone())));
+            meta.state = state;
         }
-        if let Some(last) = kept.last() {
-            meta.state = last.clone();
-        }
-        for state in kept {
-            meta.not_durable.insert(state.seq, state);
-        }
+        meta.not_durable.extend(kept);
         if commits > 0 {
             bump(&self.counters.catch_ups, 1);
             bump(&self.counters.records_followed, commits);

@@ -1,9 +1,11 @@
 //! Group commit: which commits are written, which are durable, and the flush one committer
 //! runs for every commit written so far.
 
-use super::{bump, lock, Meta, Shared};
+use super::{bump, lock, Kept, Meta, Shared};
 use crate::error::{CommitError, Error, Result};
+use crate::format::Op;
 use crate::options::Sabotage;
+use crate::state::State;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -138,7 +140,7 @@ impl Shared {
             }
             let (seq, state) = entry.remove_entry();
             meta.visible = state.clone();
-            meta.not_durable.insert(seq, state);
+            meta.not_durable.insert(seq, Kept::State(state));
         }
         // A flush may have covered it already (a leader flushes what is written).
         let durable = lock(&self.flush).durable;
@@ -147,14 +149,49 @@ impl Shared {
 
     /// Show readers every written state up to `durable`, and up to the last commit shown
     /// before it was durable (deferred durability: everything before it is shown with it).
+    /// A state kept as operations is built here, from the state kept just before it, once
+    /// for the whole run of them that ends at the one shown (invariant 3).
     pub(super) fn promote_readable(&self, meta: &mut Meta, durable: u64) {
         let upto = durable.max(meta.shown_written_upto);
-        while let Some(entry) = meta.not_durable.first_entry() {
-            if *entry.key() > upto {
-                break;
+        let mut base: Option<Arc<State>> = None;
+        let mut ops: Vec<(u64, Arc<[Op]>)> = Vec::new();
+        for (&seq, kept) in meta.not_durable.range(..=upto) {
+            match kept {
+                Kept::State(state) => {
+                    base = Some(state.clone());
+                    ops.clear();
+                }
+                Kept::Ops(o) => ops.push((seq, o.clone())),
             }
-            meta.readable = entry.remove();
         }
+        let readable = if ops.is_empty() {
+            match base {
+                Some(state) => state,
+                None => return,
+            }
+        } else {
+            let mut state = (*base.unwrap_or_else(|| meta.readable.clone())).clone();
+            let mut superseded_elsewhere = Vec::new();
+            for (seq, o) in &ops {
+                debug_assert_eq!(
+                    state.seq + 1,
+                    *seq,
+                    "invariant 3: operations kept right after their base"
+                );
+                if let Err(e) = state.apply(o, *seq, self.page_size, &mut superseded_elsewhere) {
+                    // They applied once already, to this very state (`follow_chain`).
+                    debug_assert!(
+                        false,
+                        "kept operations of commit {seq} failed to apply again: {e}"
+                    );
+                    return;
+                }
+                superseded_elsewhere.clear();
+            }
+            Arc::new(state)
+        };
+        meta.not_durable.retain(|&seq, _| seq > upto);
+        meta.readable = readable;
     }
 
     /// After a flush of this process covered commits up to `seq`: mark them durable, show

@@ -1,7 +1,7 @@
 //! The checks of the engine's invariants (numbered in `engine/mod.rs`), run in debug builds
 //! each time the `meta` lock is released, and the `writer` lock after a claim changes.
 
-use super::{FlushState, Meta, Shared, WriterClaims};
+use super::{FlushState, Kept, Meta, Shared, WriterClaims};
 use std::sync::TryLockError;
 
 /// Waiting slots looked up in the allocator per check, newest first: enough to catch a slot
@@ -92,9 +92,9 @@ fn check(meta: &Meta, flush: Option<&FlushState>, unshared: bool) -> Result<(), 
             ));
         }
     }
-    let outside = |keys: std::collections::btree_map::Keys<'_, u64, _>, low: u64, high: u64| {
-        keys.copied().find(|&k| k <= low || k > high)
-    };
+    fn outside<'a>(mut keys: impl Iterator<Item = &'a u64>, low: u64, high: u64) -> Option<u64> {
+        keys.find(|&&k| k <= low || k > high).copied()
+    }
     if let Some(seq) = outside(meta.unpublished.keys(), visible, latest) {
         return Err(format!(
             "invariant 3: unpublished state {seq} outside {}..={latest}",
@@ -106,6 +106,16 @@ fn check(meta: &Meta, flush: Option<&FlushState>, unshared: bool) -> Result<(), 
             "invariant 3: not-durable state {seq} outside {}..={visible}",
             readable + 1
         ));
+    }
+    // A state kept as operations is built on the one kept just before it.
+    let mut before = readable;
+    for (&seq, kept) in &meta.not_durable {
+        if matches!(kept, Kept::Ops(_)) && seq != before + 1 {
+            return Err(format!(
+                "invariant 3: not-durable commit {seq} is kept as operations, but the state before it is not kept ({before} is)"
+            ));
+        }
+        before = seq;
     }
     let covered = meta.header.checkpoint.seq;
     if let Some(&(at, slot)) = meta.awaiting_readers.iter().find(|(at, _)| *at > covered) {

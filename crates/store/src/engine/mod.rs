@@ -20,7 +20,10 @@
 //! 3. **What "visible" means.** `unpublished` holds exactly the states sequenced but not yet
 //!    visible (keys in `visible.seq + 1 ..= state.seq`), `not_durable` those visible but not
 //!    yet readable (keys in `readable.seq + 1 ..= visible.seq`); each moves on only when the
-//!    whole prefix before it has (`mark_written`, `promote_durable`). Checked.
+//!    whole prefix before it has (`mark_written`, `promote_readable`). A `not_durable`
+//!    entry kept as operations (`Kept::Ops`, another process's commit) comes right after
+//!    the entry before it, or after `readable`: its state is that one's with the
+//!    operations applied, built only when readers are shown it. Checked.
 //! 4. **Nothing shown that is not durable, unless its committer deferred durability.** On a
 //!    store no other process shares, `readable.seq <= max(durable, shown_written_upto)`: no
 //!    snapshot shows a commit before a flush of this process covered it, except commits
@@ -131,6 +134,7 @@ pub(crate) use space::write_zeros;
 
 use crate::alloc::SlotAllocator;
 use crate::error::{Error, Result};
+use crate::format::Op;
 use crate::format::{slot_offset, Header, NO_SLOT};
 use crate::io::StorageIo;
 use crate::options::{Options, Stats};
@@ -209,6 +213,19 @@ struct WriterClaims {
     catch_up_due: bool,
 }
 
+/// A written state not yet known durable, as `Meta::not_durable` keeps it.
+#[derive(Clone)]
+pub(crate) enum Kept {
+    /// The state itself.
+    State(Arc<State>),
+    /// The operations of a commit another process appended, and only them: the state is
+    /// the one kept just before it (or `readable`) with these applied, built only if
+    /// readers are shown exactly it (`promote_readable`). Keeping a state per followed
+    /// commit copied the mapping's changed paths once per commit, most of what following
+    /// cost (invariant 3).
+    Ops(Arc<[Op]>),
+}
+
 /// Everything commits and checkpoints change, under one lock held only for bookkeeping
 /// (page writes and flushes happen outside it).
 pub(crate) struct Meta {
@@ -224,7 +241,7 @@ pub(crate) struct Meta {
     pub readable: Arc<State>,
     /// Written states not yet known durable, by sequence number (they become `readable` as
     /// flushes, this process's or another's, cover them).
-    pub not_durable: BTreeMap<u64, Arc<State>>,
+    pub not_durable: BTreeMap<u64, Kept>,
     /// Commits up to here are shown to readers once written, durable or not (committed
     /// with durability deferred: `PendingCommit::show`).
     pub shown_written_upto: u64,

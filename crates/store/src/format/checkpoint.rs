@@ -95,7 +95,7 @@ impl CheckpointEncoder {
         encode_file(&mut self.w, id, name, size, page_count);
     }
 
-    pub fn page(&mut self, page: u64, slot: u64, crc: u32, overlay: &[(u32, Vec<u8>)]) {
+    pub fn page<B: AsRef<[u8]>>(&mut self, page: u64, slot: u64, crc: u32, overlay: &[(u32, B)]) {
         encode_page(&mut self.w, page, slot, crc, overlay);
     }
 
@@ -123,9 +123,10 @@ fn encode_file(w: &mut Writer, id: u32, name: &str, size: u64, page_count: u64) 
         .u64(page_count);
 }
 
-fn encode_page(w: &mut Writer, page: u64, slot: u64, crc: u32, overlay: &[(u32, Vec<u8>)]) {
+fn encode_page<B: AsRef<[u8]>>(w: &mut Writer, page: u64, slot: u64, crc: u32, overlay: &[(u32, B)]) {
     w.u64(page).u64(slot).u32(crc).u16(overlay.len() as u16);
     for (offset, bytes) in overlay {
+        let bytes = bytes.as_ref();
         w.u32(*offset).u16(bytes.len() as u16).bytes(bytes);
     }
 }
