@@ -213,9 +213,9 @@ struct WriterClaims {
     catch_up_due: bool,
 }
 
-/// How often, at most, the end of a snapshot of a shared store gives back slots that no
-/// process reads any more (`Shared::forget_snapshot`).
-const RELEASE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(1);
+/// One end of a snapshot of a shared store in this many gives back slots that no process
+/// reads any more (`Shared::forget_snapshot`).
+const RELEASE_CHECK_EVERY: u64 = 8;
 
 /// A written state not yet known durable, as `Meta::not_durable` keeps it.
 #[derive(Clone)]
@@ -259,8 +259,8 @@ pub(crate) struct Meta {
     pub awaiting_readers: Vec<(u64, u64)>,
     /// Open snapshots by sequence number.
     pub snapshots: BTreeMap<u64, usize>,
-    /// When a snapshot's end last looked for slots no process reads any more.
-    pub release_checked_at: Option<std::time::Instant>,
+    /// Snapshots ended (their last clone dropped) since the store was opened.
+    pub snapshot_ends: u64,
     /// Where the next record goes, and the end of the run reserved for it.
     pub head: u64,
     pub window_end: u64,
@@ -419,7 +419,7 @@ impl Shared {
                 .collect(),
             awaiting_readers: Vec::new(),
             snapshots: BTreeMap::new(),
-            release_checked_at: None,
+            snapshot_ends: 0,
             head: recovered.head,
             window_end: recovered.window_end,
             prev_crc: recovered.prev_crc,
@@ -615,15 +615,13 @@ impl Shared {
                 meta.snapshots.remove(&seq);
                 let _ = self.set_pin(&mut meta, None);
                 // Asking other processes for their pins costs system calls (a lock test per
-                // process), and a transaction ends a snapshot or two: with sharing, at most
-                // once per interval (a slot held a while longer costs only space).
-                let now = std::time::Instant::now();
-                let due = self.sharing.is_none()
-                    || meta
-                        .release_checked_at
-                        .is_none_or(|at| now.duration_since(at) >= RELEASE_CHECK_INTERVAL);
-                if due && !meta.awaiting_readers.is_empty() {
-                    meta.release_checked_at = Some(now);
+                // process), and a transaction ends a snapshot or two: with sharing, at one
+                // end in `RELEASE_CHECK_EVERY` (a slot held a while longer costs only space;
+                // counted, not timed, so that a process makes the same calls in every run of
+                // the same steps, as the crash-point explorer needs).
+                meta.snapshot_ends += 1;
+                let due = self.sharing.is_none() || meta.snapshot_ends.is_multiple_of(RELEASE_CHECK_EVERY);
+                if due {
                     self.release_unread(&mut meta);
                 }
             }
