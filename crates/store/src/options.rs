@@ -109,6 +109,14 @@ pub enum Sabotage {
     /// saying so: a flusher that died or failed after announcing gets them acknowledged
     /// though nothing flushed them.
     AnnouncedFlushTrusted,
+    /// A commit leaves out every range of a patched page's overlay that starts where a
+    /// range of the overlay before it starts, even if its bytes changed (comparing offsets
+    /// instead of ranges): processes following it, and recovery, keep the old bytes.
+    PatchRangesByOffset,
+    /// A follower's run of commits kept as operations (`Kept::Ops`) is shown to readers as
+    /// the state kept before them, the operations left out: a commit another process showed
+    /// or made durable is missing from this process's snapshots.
+    KeptOperationsUnapplied,
 }
 
 impl Sabotage {
@@ -118,8 +126,8 @@ impl Sabotage {
     /// The sabotage `ONESYNC_SABOTAGE` names (`checkpoint-publication`, `skipped-flush`,
     /// `lazy-growth`, `growth-flush-failure-ignored`, `no-read-validation`,
     /// `catch-up-by-locker`, `unvalidated-snapshot`, `flush-coverage-read-late`,
-    /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`, `announced-flush-trusted`), if
-    /// any.
+    /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`, `announced-flush-trusted`,
+    /// `patch-ranges-by-offset`, `kept-operations-unapplied`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
@@ -133,6 +141,8 @@ impl Sabotage {
             Ok("cached-pages-unnoted") => Some(Sabotage::CachedPagesUnnoted),
             Ok("catch-up-trusts-unwritten") => Some(Sabotage::CatchUpTrustsUnwritten),
             Ok("announced-flush-trusted") => Some(Sabotage::AnnouncedFlushTrusted),
+            Ok("patch-ranges-by-offset") => Some(Sabotage::PatchRangesByOffset),
+            Ok("kept-operations-unapplied") => Some(Sabotage::KeptOperationsUnapplied),
             _ => None,
         }
     }

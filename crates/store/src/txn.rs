@@ -602,8 +602,14 @@ impl Transaction {
                     // overlay's: laid over it, they give exactly this overlay (merging only
                     // adds bytes, and ranges are maximal runs), and every process following
                     // the record merges each one it is sent.
+                    let by_offset = self.shared().opts.sabotage == Some(Sabotage::PatchRangesByOffset);
                     let kept = |range: &(u32, Arc<[u8]>)| {
-                        entry.slot == prior_slot && prior_overlay.is_some_and(|p| p.ranges.contains(range))
+                        entry.slot == prior_slot
+                            && prior_overlay.is_some_and(|p| {
+                                p.ranges
+                                    .iter()
+                                    .any(|r| r == range || (by_offset && r.0 == range.0))
+                            })
                     };
                     for (offset, bytes) in overlay.ranges.iter().filter(|r| !kept(r)) {
                         ops.push(Op::Patch {

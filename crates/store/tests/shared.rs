@@ -407,3 +407,112 @@ fn a_waiter_trusting_an_announced_flush_acknowledges_an_unflushed_commit() {
     let (flushes, _) = flushes_after_an_announced_flush_that_never_ran(Some(Sabotage::AnnouncedFlushTrusted));
     assert_eq!(flushes, 0, "the sabotaged waiter flushed after all");
 }
+
+/// Another process follows three commits made before any was shown, the second of them
+/// kept as its operations only (`Kept::Ops`); the writer then shows the second
+/// (`synchronous=NORMAL`). Returns what the follower's readers are shown before and after.
+/// `sabotage` is the follower's.
+fn shown_after_following_a_run(sabotage: Option<Sabotage>) -> (Model, Model) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.onesync");
+    let writer = create_with_data_file(&path);
+    let follower = Store::open(&path, &Options { sabotage, ..opts() }).unwrap();
+    let pending: Vec<_> = (0..3u8)
+        .map(|n| {
+            let mut t = writer.begin();
+            let f = t.file("data").unwrap();
+            t.write_page(f, u64::from(n), &[n + 1; PS]).unwrap();
+            t.commit_without_waiting().unwrap()
+        })
+        .collect();
+    let before = read_all(&follower.snapshot());
+    pending[1].show(false).unwrap();
+    let after = read_all(&follower.snapshot());
+    for p in pending {
+        p.wait().unwrap();
+    }
+    (before, after)
+}
+
+/// A commit another process showed is shown to this process's readers exactly: the one
+/// before it built on with its kept operations, the one after it not.
+#[test]
+fn a_commit_shown_by_another_process_is_shown_exactly_from_kept_operations() {
+    let (before, after) = shown_after_following_a_run(None);
+    assert_eq!(before, Model::new(), "a commit was shown before anything said so");
+    assert_eq!(after, Model::from([(0, 1), (1, 2)]));
+}
+
+/// Negative control: showing the state kept before the operations
+/// (`kept-operations-unapplied`), the shown commit is missing.
+#[test]
+fn a_follower_leaving_out_kept_operations_misses_a_shown_commit() {
+    let (_, after) = shown_after_following_a_run(Some(Sabotage::KeptOperationsUnapplied));
+    assert_ne!(
+        after,
+        Model::from([(0, 1), (1, 2)]),
+        "the sabotaged follower showed the commit"
+    );
+}
+
+/// One page patched by several commits (a counter rewritten in place each time, and a new
+/// range further on), as SQLite patches page 1 and interior pages: every byte must reach a
+/// process following the commits and a recovery alone. Returns the pages each saw, and the
+/// pages written. `sabotage` is the writer's.
+fn patched_page_as_followed_and_recovered(sabotage: Option<Sabotage>) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("patched.onesync");
+    let first = create_with_data_file(&path);
+    drop(first);
+    let writer = Store::open(&path, &Options { sabotage, ..opts() }).unwrap();
+    let follower = Store::open(&path, &opts()).unwrap();
+    let mut page = vec![9u8; PS];
+    let mut t = writer.begin();
+    let f = t.file("data").unwrap();
+    t.write_page(f, 0, &page).unwrap();
+    t.commit().unwrap();
+    for n in 1..=4u8 {
+        page[24..28].copy_from_slice(&[n; 4]);
+        page[100 + 40 * n as usize] = n;
+        let mut t = writer.begin();
+        t.write_page(f, 0, &page).unwrap();
+        t.commit().unwrap();
+    }
+    let read = |store: &Store| {
+        let snap = store.snapshot();
+        let mut got = vec![0u8; PS];
+        snap.read_page(snap.file("data").unwrap(), 0, &mut got).unwrap();
+        got
+    };
+    let followed = read(&follower);
+    drop(follower);
+    // Gone without a close (no checkpoint): the next open, alone, recovers from the chain.
+    drop(writer);
+    let recovered = read(&Store::open(&path, &opts()).unwrap());
+    (followed, recovered, page)
+}
+
+/// The bytes every patch changed, and only a commit's changed ranges, reach a follower and
+/// recovery.
+#[test]
+fn a_page_patched_over_several_commits_is_followed_and_recovered_whole() {
+    let (followed, recovered, written) = patched_page_as_followed_and_recovered(None);
+    assert_eq!(
+        followed, written,
+        "the follower's page differs from the one written"
+    );
+    assert_eq!(
+        recovered, written,
+        "the recovered page differs from the one written"
+    );
+}
+
+/// Negative control: leaving out ranges by offset alone (`patch-ranges-by-offset`), the
+/// counter rewritten in place stays old for the follower and for recovery.
+#[test]
+fn patches_compared_by_offset_lose_bytes_rewritten_in_place() {
+    let (followed, recovered, written) =
+        patched_page_as_followed_and_recovered(Some(Sabotage::PatchRangesByOffset));
+    assert_ne!(followed, written, "the sabotaged follower read every byte");
+    assert_ne!(recovered, written, "the sabotaged recovery read every byte");
+}

@@ -164,6 +164,9 @@ impl Shared {
                 Kept::Ops(o) => ops.push((seq, o.clone())),
             }
         }
+        if self.opts.sabotage == Some(Sabotage::KeptOperationsUnapplied) {
+            ops.clear();
+        }
         let readable = if ops.is_empty() {
             match base {
                 Some(state) => state,

@@ -218,7 +218,6 @@ struct WriterClaims {
 const RELEASE_CHECK_EVERY: u64 = 8;
 
 /// A written state not yet known durable, as `Meta::not_durable` keeps it.
-#[derive(Clone)]
 pub(crate) enum Kept {
     /// The state itself.
     State(Arc<State>),
