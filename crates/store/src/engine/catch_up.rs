@@ -112,6 +112,12 @@ impl Shared {
         }
         w.claims += 1;
         Self::debug_assert_writer_invariants(&w);
+        drop(w);
+        if took_lock && self.opts.sabotage == Some(Sabotage::CatchUpByLocker) {
+            // The negative control widens the window the defect needs (another thread's
+            // claim reaching `meta` first), so that a loaded test machine still shows it.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         Ok(took_lock)
     }
 
