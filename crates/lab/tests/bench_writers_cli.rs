@@ -106,6 +106,11 @@ fn every_workload_runs_in_two_processes() {
         assert_eq!(store["commit_records"], 60, "{store}");
         assert!(f(store, &["records_followed"]) > 0.0, "{store}");
         assert!(f(store, &["catch_ups"]) > 0.0, "{store}");
+        // And the flushes that bound the rate, with the time they took, and the growth
+        // steps' zeros (a new store grows as it fills).
+        assert!(f(store, &["flushes"]) > 0.0, "{store}");
+        assert!(f(store, &["flush_micros"]) > 0.0, "{store}");
+        assert!(f(store, &["bytes_preallocated"]) > 0.0, "{store}");
     }
 }
 

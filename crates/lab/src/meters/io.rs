@@ -62,7 +62,8 @@ impl IoCounters {
 /// onesync_stats`; `None` for a plain file): commit records written, flushes another
 /// process's flush spared it, waits for a flush another process announced, commits refused
 /// at the commit lock (a concurrent writer plans them again), catch-ups that followed other
-/// processes' commits and the records they applied. Per process: a run of several processes
+/// processes' commits and the records they applied, flushes and the time they took, and
+/// growth (zeros written ahead) and checkpoints. Per process: a run of several processes
 /// adds theirs up.
 #[derive(Clone, Copy, Default, Debug, serde::Serialize, serde::Deserialize)]
 pub struct StoreActivity {
@@ -72,6 +73,10 @@ pub struct StoreActivity {
     pub conflicts: u64,
     pub catch_ups: u64,
     pub records_followed: u64,
+    pub flushes: u64,
+    pub flush_micros: u64,
+    pub bytes_preallocated: u64,
+    pub checkpoints: u64,
 }
 
 impl StoreActivity {
@@ -95,6 +100,10 @@ impl StoreActivity {
             conflicts: sign(self.conflicts, other.conflicts),
             catch_ups: sign(self.catch_ups, other.catch_ups),
             records_followed: sign(self.records_followed, other.records_followed),
+            flushes: sign(self.flushes, other.flushes),
+            flush_micros: sign(self.flush_micros, other.flush_micros),
+            bytes_preallocated: sign(self.bytes_preallocated, other.bytes_preallocated),
+            checkpoints: sign(self.checkpoints, other.checkpoints),
         }
     }
 }
