@@ -218,7 +218,7 @@ pub struct Transaction {
     base: Snapshot,
     work: State,
     /// Whole pages held until commit, written right after the commit record.
-    buffered: BTreeMap<(u32, u64), Vec<u8>>,
+    buffered: BTreeMap<(u32, u64), Arc<[u8]>>,
     /// Slots this transaction wrote early; private until commit, so rewritten in place.
     own_slots: BTreeSet<u64>,
     dirty: BTreeSet<(u32, u64)>,
@@ -406,13 +406,16 @@ impl Transaction {
 
     /// Write one whole page; writing past the end extends the file to include it.
     pub fn write_page(&mut self, file: FileId, page: u64, data: &[u8]) -> Result<()> {
-        self.write_page_unremembered(file, page, data)?;
-        // Its content, for the recent pages once committed (see `commit_without_waiting`).
-        self.fresh.insert((file.0, page), Arc::from(data));
+        // One copy, shared by the buffered page and the recent pages once committed (see
+        // `commit_without_waiting`).
+        let content: Arc<[u8]> = Arc::from(data);
+        self.write_page_unremembered(file, page, &content)?;
+        self.fresh.insert((file.0, page), content);
         Ok(())
     }
 
-    fn write_page_unremembered(&mut self, file: FileId, page: u64, data: &[u8]) -> Result<()> {
+    fn write_page_unremembered(&mut self, file: FileId, page: u64, content: &Arc<[u8]>) -> Result<()> {
+        let data: &[u8] = content;
         self.writable()?;
         let page_size = self.shared().page_size;
         if data.len() as u64 != page_size {
@@ -486,7 +489,7 @@ impl Transaction {
                 }
             }
         }
-        self.buffered.insert((file.0, page), data.to_vec());
+        self.buffered.insert((file.0, page), content.clone());
         self.set_entry(
             file,
             page,
@@ -633,7 +636,7 @@ impl Transaction {
         latest: &State,
         ops: &mut [Op],
         buffered: &[usize],
-        pages: &mut [Vec<u8>],
+        pages: &mut [Arc<[u8]>],
         merged: &mut BTreeSet<(u32, u64)>,
     ) -> Option<String> {
         let base_seq = self.base.state.seq;

@@ -71,7 +71,7 @@ pub(crate) fn rebase_merged(
     latest: &State,
     ops: &mut [Op],
     buffered: &[usize],
-    pages: &mut [Vec<u8>],
+    pages: &mut [Arc<[u8]>],
     merged: &mut BTreeSet<(u32, u64)>,
 ) -> Result<(), String> {
     for (&(file, page), merger) in mergers {
@@ -102,7 +102,7 @@ pub(crate) fn rebase_merged(
         if patched {
             return Err(what()); // embedded before its merger was set: cannot be rebased
         }
-        let mine = written.map_or(before.as_slice(), |pos| pages[pos].as_slice());
+        let mine = written.map_or(before.as_slice(), |pos| &pages[pos][..]);
         let rebased = merger(&before, &now, mine).ok_or_else(what)?;
         if rebased.len() != page_size as usize {
             return Err(what());
@@ -111,7 +111,7 @@ pub(crate) fn rebase_merged(
             if let Op::Page { crc, .. } = &mut ops[buffered[pos]] {
                 *crc = crc32c::crc32c(&rebased);
             }
-            pages[pos] = rebased;
+            pages[pos] = rebased.into();
             merged.insert((file, page));
         }
     }

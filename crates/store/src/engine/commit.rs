@@ -19,7 +19,7 @@ pub(crate) struct CommitRequest<'a> {
     /// when the commit is sequenced).
     pub buffered: Vec<usize>,
     /// The whole pages held in memory, in the order of `buffered`.
-    pub pages: Vec<Vec<u8>>,
+    pub pages: Vec<Arc<[u8]>>,
     /// Ids of the files the transaction creates (handed out by this process alone).
     pub created: &'a BTreeSet<u32>,
     /// Slots the transaction wrote early: those the commit maps become the store's, the
@@ -36,7 +36,7 @@ impl Shared {
     pub(crate) fn commit(
         self: &Arc<Self>,
         request: CommitRequest<'_>,
-        conflict: impl FnOnce(&State, &mut [Op], &[usize], &mut [Vec<u8>]) -> Option<String>,
+        conflict: impl FnOnce(&State, &mut [Op], &[usize], &mut [Arc<[u8]>]) -> Option<String>,
     ) -> Result<PendingCommit, CommitError> {
         let fail = |error: Error| CommitError { seq: None, error };
         let CommitRequest {
@@ -107,7 +107,7 @@ impl Shared {
             };
             match writes.last_mut() {
                 Some((_, bytes)) if joins => bytes.extend_from_slice(page),
-                _ => writes.push((slot_offset(slot, page_size), page.clone())),
+                _ => writes.push((slot_offset(slot, page_size), page.to_vec())),
             }
             run_next_slot = Some(slot + 1);
         }

@@ -567,7 +567,8 @@ fn plan_commit(
     let b = page_count(&base_one, base_size, page_size);
     let l = page_count(&latest_one, latest_size, page_size);
     let m = page_count(&mine_one, cw.size, page_size);
-    let mut pages = cw.writes.clone();
+    // The transaction's pages, copied once: as they are, or moved past the latest end.
+    let mut pages = None;
     let mut size = cw.size;
     if l != b {
         let sqlite_page_size = match u32::from(u16::from_be_bytes([base_one[16], base_one[17]])) {
@@ -584,11 +585,16 @@ fn plan_commit(
             return Err("the file shrank meanwhile".into());
         }
         if m == b {
-            pages.entry(0).or_insert(mine_one.clone())[PAGE_COUNT].copy_from_slice(&(l as u32).to_be_bytes());
+            let mut same = cw.writes.clone();
+            same.entry(0).or_insert(mine_one.clone())[PAGE_COUNT].copy_from_slice(&(l as u32).to_be_bytes());
+            pages = Some(same);
             size = l * page_size;
         } else {
-            let written: BTreeMap<u32, Vec<u8>> =
-                pages.iter().map(|(&p, d)| ((p + 1) as u32, d.clone())).collect();
+            let written: BTreeMap<u32, Vec<u8>> = cw
+                .writes
+                .iter()
+                .map(|(&p, d)| ((p + 1) as u32, d.clone()))
+                .collect();
             let read_base = |pgno: u32| -> Option<Vec<u8>> {
                 let mut page = vec![0u8; page_size as usize];
                 base.read_page(base_id, u64::from(pgno) - 1, &mut page).ok()?;
@@ -597,10 +603,11 @@ fn plan_commit(
             let moved = relocate_appended(&written, &read_base, b as u32, l as u32).map_err(|why| {
                 format!("the file grew meanwhile and this transaction's new pages cannot move: {why}")
             })?;
-            pages = moved.into_iter().map(|(p, d)| (u64::from(p) - 1, d)).collect();
+            pages = Some(moved.into_iter().map(|(p, d)| (u64::from(p) - 1, d)).collect());
             size = (l + m - b) * page_size;
         }
     }
+    let mut pages = pages.unwrap_or_else(|| cw.writes.clone());
     let one = pages.entry(0).or_insert(mine_one);
     let counter = be32(&latest_one, CHANGE_COUNTER.start)
         .wrapping_add(1)
