@@ -171,6 +171,7 @@ pub fn retry_while_busy<T>(
 pub struct StoreCounters {
     pub flushes: u64,
     pub flush_micros: u64,
+    pub group_commit_flushes: u64,
 }
 
 /// Reads `PRAGMA onesync_stats` on a connection opened through the onesync VFS.

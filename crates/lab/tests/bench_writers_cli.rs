@@ -110,6 +110,11 @@ fn every_workload_runs_in_two_processes() {
         // steps' zeros (a new store grows as it fills).
         assert!(f(store, &["flushes"]) > 0.0, "{store}");
         assert!(f(store, &["flush_micros"]) > 0.0, "{store}");
+        assert!(f(store, &["group_commit_flushes"]) > 0.0, "{store}");
+        assert!(
+            f(store, &["group_commit_flushes"]) <= f(store, &["flushes"]),
+            "{store}"
+        );
         assert!(f(store, &["bytes_preallocated"]) > 0.0, "{store}");
     }
 }

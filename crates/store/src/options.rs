@@ -198,6 +198,9 @@ pub struct Stats {
     pub flushes: u64,
     /// Microseconds spent in group-commit flushes, all together.
     pub flush_micros: u64,
+    /// Group-commit flushes this process ran (the ones `flush_micros` times; `flushes`
+    /// also counts growth, checkpoint and follower flushes).
+    pub group_commit_flushes: u64,
     /// Group-commit waits that another process's flush covered (this process flushed
     /// nothing for them).
     pub flushes_by_others: u64,

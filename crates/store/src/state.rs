@@ -229,29 +229,25 @@ impl State {
                     }
                     // One walk down the mapping where the page has an entry (most do), and
                     // the overlay merged from the one it replaces, never copied first.
-                    let pages = &mut self.file_for_page(*file, *page, seq, page_size)?.pages;
-                    let patched = match pages.get_mut(page) {
-                        Some(entry) => {
-                            let merged = match entry.overlay.as_deref() {
-                                Some(overlay) => overlay.merged(*offset, bytes),
-                                None => Overlay::default().merged(*offset, bytes),
-                            };
-                            entry.overlay = Some(Arc::new(merged));
-                            entry.seq = seq;
-                            true
-                        }
-                        None => false,
+                    let merge = |prior: Option<&Overlay>| {
+                        Some(Arc::new(
+                            prior.unwrap_or(&Overlay::default()).merged(*offset, bytes),
+                        ))
                     };
-                    if !patched {
-                        let overlay = Overlay::default().merged(*offset, bytes);
-                        pages.insert(
-                            *page,
-                            PageEntry {
+                    let pages = &mut self.file_for_page(*file, *page, seq, page_size)?.pages;
+                    match pages.get_mut(page) {
+                        Some(entry) => {
+                            entry.overlay = merge(entry.overlay.as_deref());
+                            entry.seq = seq;
+                        }
+                        None => {
+                            let entry = PageEntry {
                                 seq,
-                                overlay: Some(Arc::new(overlay)),
+                                overlay: merge(None),
                                 ..PageEntry::ZERO
-                            },
-                        );
+                            };
+                            pages.insert(*page, entry);
+                        }
                     }
                 }
             }

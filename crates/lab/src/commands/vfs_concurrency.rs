@@ -222,7 +222,8 @@ fn run_phase(monitor: &Connection, db: &Path, threads: u64, args: &ConcurrencyAr
     Ok(Phase {
         tps: txns as f64 / elapsed.as_secs_f64(),
         flushes_per_txn: flushes as f64 / txns as f64,
-        flush_us: (after.flush_micros - before.flush_micros) as f64 / flushes.max(1) as f64,
+        flush_us: (after.flush_micros - before.flush_micros) as f64
+            / (after.group_commit_flushes - before.group_commit_flushes).max(1) as f64,
     })
 }
 

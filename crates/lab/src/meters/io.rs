@@ -62,9 +62,9 @@ impl IoCounters {
 /// onesync_stats`; `None` for a plain file): commit records written, flushes another
 /// process's flush spared it, waits for a flush another process announced, commits refused
 /// at the commit lock (a concurrent writer plans them again), catch-ups that followed other
-/// processes' commits and the records they applied, flushes and the time they took, and
-/// growth (zeros written ahead) and checkpoints. Per process: a run of several processes
-/// adds theirs up.
+/// processes' commits and the records they applied, flushes (all, and those of group
+/// commit with the time they took), and growth (zeros written ahead). Per process: a run of
+/// several processes adds theirs up.
 #[derive(Clone, Copy, Default, Debug, serde::Serialize, serde::Deserialize)]
 pub struct StoreActivity {
     pub commit_records: u64,
@@ -74,9 +74,9 @@ pub struct StoreActivity {
     pub catch_ups: u64,
     pub records_followed: u64,
     pub flushes: u64,
+    pub group_commit_flushes: u64,
     pub flush_micros: u64,
     pub bytes_preallocated: u64,
-    pub checkpoints: u64,
 }
 
 impl StoreActivity {
@@ -101,9 +101,9 @@ impl StoreActivity {
             catch_ups: sign(self.catch_ups, other.catch_ups),
             records_followed: sign(self.records_followed, other.records_followed),
             flushes: sign(self.flushes, other.flushes),
+            group_commit_flushes: sign(self.group_commit_flushes, other.group_commit_flushes),
             flush_micros: sign(self.flush_micros, other.flush_micros),
             bytes_preallocated: sign(self.bytes_preallocated, other.bytes_preallocated),
-            checkpoints: sign(self.checkpoints, other.checkpoints),
         }
     }
 }

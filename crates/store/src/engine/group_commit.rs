@@ -259,6 +259,7 @@ impl Shared {
                 let flush_took = flush_started.elapsed();
                 if matches!(result, Ok(Flushed::Here)) {
                     bump(&self.counters.flush_micros, flush_took.as_micros() as u64);
+                    bump(&self.counters.group_commit_flushes, 1);
                 }
                 // Meta before flush, the order everywhere: readers are shown the commits
                 // before their committers are told they are durable.

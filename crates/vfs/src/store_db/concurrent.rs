@@ -568,9 +568,9 @@ fn plan_commit(
     let l = page_count(&latest_one, latest_size, page_size);
     let m = page_count(&mine_one, cw.size, page_size);
     // The transaction's pages, copied once: as they are, or moved past the latest end.
-    let mut pages = None;
-    let mut size = cw.size;
-    if l != b {
+    let (mut pages, size) = if l == b {
+        (cw.writes.clone(), cw.size)
+    } else {
         let sqlite_page_size = match u32::from(u16::from_be_bytes([base_one[16], base_one[17]])) {
             1 => 65536,
             n => n,
@@ -587,8 +587,7 @@ fn plan_commit(
         if m == b {
             let mut same = cw.writes.clone();
             same.entry(0).or_insert(mine_one.clone())[PAGE_COUNT].copy_from_slice(&(l as u32).to_be_bytes());
-            pages = Some(same);
-            size = l * page_size;
+            (same, l * page_size)
         } else {
             let written: BTreeMap<u32, Vec<u8>> = cw
                 .writes
@@ -603,11 +602,10 @@ fn plan_commit(
             let moved = relocate_appended(&written, &read_base, b as u32, l as u32).map_err(|why| {
                 format!("the file grew meanwhile and this transaction's new pages cannot move: {why}")
             })?;
-            pages = Some(moved.into_iter().map(|(p, d)| (u64::from(p) - 1, d)).collect());
-            size = (l + m - b) * page_size;
+            let moved = moved.into_iter().map(|(p, d)| (u64::from(p) - 1, d)).collect();
+            (moved, (l + m - b) * page_size)
         }
-    }
-    let mut pages = pages.unwrap_or_else(|| cw.writes.clone());
+    };
     let one = pages.entry(0).or_insert(mine_one);
     let counter = be32(&latest_one, CHANGE_COUNTER.start)
         .wrapping_add(1)

@@ -324,6 +324,7 @@ pub(super) fn stats_json(store: &Store) -> String {
         "growths": s.growths,
         "flushes": s.flushes,
         "flush_micros": s.flush_micros,
+        "group_commit_flushes": s.group_commit_flushes,
         "flushes_by_others": s.flushes_by_others,
         "announced_flush_waits": s.announced_flush_waits,
         "catch_ups": s.catch_ups,

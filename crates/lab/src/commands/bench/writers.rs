@@ -539,18 +539,29 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
             .map(|(what, n)| format!("{what} {}", per_commit(*n)))
             .collect();
         list(r.mode, "per commit, all processes together", items);
-        let flush_us = per(s.flush_micros as f64, s.flushes as f64);
-        let commits_per_flush = per(s.commit_records as f64, s.flushes as f64);
-        let zero_kib = per(s.bytes_preallocated as f64 / 1024.0, s.commit_records as f64);
-        let checkpoints = per(s.checkpoints as f64 * 1000.0, s.commit_records as f64);
+        let group = s.group_commit_flushes as f64;
+        let other_flushes = s.flushes.saturating_sub(s.group_commit_flushes) as f64;
+        let commits = s.commit_records as f64;
         list(
             r.mode,
-            "flushes",
+            "group-commit flushes",
             vec![
-                format!("{flush_us:.0} us each in group commit"),
-                format!("{commits_per_flush:.1} commits each"),
-                format!("{zero_kib:.1} KiB of zeros written ahead per commit (growth)"),
-                format!("{checkpoints:.2} checkpoints per 1000 commits"),
+                format!("{:.0} us each", per(s.flush_micros as f64, group)),
+                format!("{:.1} commits each", per(commits, group)),
+            ],
+        );
+        list(
+            r.mode,
+            "growth",
+            vec![
+                format!(
+                    "{:.1} KiB of zeros written ahead per commit",
+                    per(s.bytes_preallocated as f64 / 1024.0, commits)
+                ),
+                format!(
+                    "{:.1} other flushes (growth, checkpoints, a follower's) per 1000 commits",
+                    per(other_flushes * 1000.0, commits)
+                ),
             ],
         );
     }
