@@ -116,6 +116,11 @@ fn every_workload_runs_in_two_processes() {
             "{store}"
         );
         assert!(f(store, &["bytes_preallocated"]) > 0.0, "{store}");
+        // Every commit sequences and writes under the cross-process write lock, one
+        // process at a time: held a while in all, but never longer than the run.
+        let held_seconds = f(store, &["write_lock_held_micros"]) / 1e6;
+        assert!(held_seconds > 0.0, "{store}");
+        assert!(held_seconds <= f(&rows[1], &["seconds"]), "{store}");
     }
 }
 

@@ -207,6 +207,12 @@ pub struct Stats {
     /// Waits for a flush another process announced to cover this process's commits (shared
     /// with every process it covered; see `sharing.rs`), whether or not it then did.
     pub announced_flush_waits: u64,
+    /// Microseconds this process waited for the cross-process write lock (held by
+    /// another process), all threads together.
+    pub write_lock_waited_micros: u64,
+    /// Microseconds this process held the cross-process write lock: every commit sequences
+    /// and writes under it, so over all processes this is its share of the run's time.
+    pub write_lock_held_micros: u64,
     /// Catch-ups that followed other processes' commits (at least one record).
     pub catch_ups: u64,
     /// Other processes' commit records this process applied to its mapping.

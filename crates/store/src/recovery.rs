@@ -195,20 +195,25 @@ pub(crate) fn record_at(
     }
     let offset = slot_offset(slot, page_size);
     let room = (capacity - slot) * page_size;
-    let mut first = vec![0u8; RECORD_ALIGN as usize];
-    io.read_at(&mut first, offset)
+    // The whole first slot at once: a record occupies whole slots, and most fit in one
+    // (a follower reads one per commit of every other process, so a second read each
+    // counted: 3.4 of the 37 `pread`s per transaction with 16 processes).
+    let first_len = page_size.max(RECORD_ALIGN).min(room);
+    let mut bytes = vec![0u8; first_len as usize];
+    io.read_at(&mut bytes, offset)
         .map_err(|e| read_failed("reading a commit record", offset, e))?;
-    let Some(len) = Record::peek_len(&first) else {
+    let Some(len) = Record::peek_len(&bytes) else {
         return Ok(None);
     };
     if len > room {
         return Ok(None);
     }
-    let mut bytes = first;
-    if len > RECORD_ALIGN {
+    if len > first_len {
         bytes.resize(len as usize, 0);
-        io.read_at(&mut bytes[RECORD_ALIGN as usize..], offset + RECORD_ALIGN)
+        io.read_at(&mut bytes[first_len as usize..], offset + first_len)
             .map_err(|e| read_failed("reading a commit record", offset, e))?;
+    } else {
+        bytes.truncate(len as usize);
     }
     Ok(Record::decode(&bytes).map(|(record, crc)| (record, crc, len)))
 }

@@ -77,6 +77,8 @@ pub struct StoreActivity {
     pub group_commit_flushes: u64,
     pub flush_micros: u64,
     pub bytes_preallocated: u64,
+    pub write_lock_waited_micros: u64,
+    pub write_lock_held_micros: u64,
 }
 
 impl StoreActivity {
@@ -104,6 +106,8 @@ impl StoreActivity {
             group_commit_flushes: sign(self.group_commit_flushes, other.group_commit_flushes),
             flush_micros: sign(self.flush_micros, other.flush_micros),
             bytes_preallocated: sign(self.bytes_preallocated, other.bytes_preallocated),
+            write_lock_waited_micros: sign(self.write_lock_waited_micros, other.write_lock_waited_micros),
+            write_lock_held_micros: sign(self.write_lock_held_micros, other.write_lock_held_micros),
         }
     }
 }

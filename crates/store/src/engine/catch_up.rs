@@ -106,8 +106,15 @@ impl Shared {
         let mut w = lock(&self.writer);
         let took_lock = !w.held;
         if took_lock {
+            let asked = std::time::Instant::now();
             s.lock_writer()?;
+            let now = std::time::Instant::now();
+            bump(
+                &self.counters.write_lock_waited_micros,
+                (now - asked).as_micros() as u64,
+            );
             w.held = true;
+            w.held_since = Some(now);
             w.catch_up_due = true;
         }
         w.claims += 1;
@@ -153,6 +160,12 @@ impl Shared {
         w.claims = w.claims.saturating_sub(1);
         if w.claims == 0 && w.held {
             s.unlock_writer();
+            if let Some(since) = w.held_since.take() {
+                bump(
+                    &self.counters.write_lock_held_micros,
+                    since.elapsed().as_micros() as u64,
+                );
+            }
             w.held = false;
             w.catch_up_due = false;
         }

@@ -162,6 +162,8 @@ struct Counters {
     pub group_commit_flushes: AtomicU64,
     pub flushes_by_others: AtomicU64,
     pub announced_flush_waits: AtomicU64,
+    pub write_lock_waited_micros: AtomicU64,
+    pub write_lock_held_micros: AtomicU64,
     pub catch_ups: AtomicU64,
     pub records_followed: AtomicU64,
     pub checkpoints: AtomicU64,
@@ -207,6 +209,8 @@ pub(crate) struct Shared {
 #[derive(Default)]
 struct WriterClaims {
     held: bool,
+    /// When this process took the lock (for `Stats::write_lock_held_micros`).
+    held_since: Option<std::time::Instant>,
     /// Commits being sequenced or written, and checkpoints running.
     claims: usize,
     /// The lock was taken and nobody has caught up with the chain since: whichever claimant
@@ -533,6 +537,8 @@ impl Shared {
             group_commit_flushes: get(&c.group_commit_flushes),
             flushes_by_others: get(&c.flushes_by_others),
             announced_flush_waits: get(&c.announced_flush_waits),
+            write_lock_waited_micros: get(&c.write_lock_waited_micros),
+            write_lock_held_micros: get(&c.write_lock_held_micros),
             catch_ups: get(&c.catch_ups),
             records_followed: get(&c.records_followed),
             checkpoints: get(&c.checkpoints),

@@ -327,6 +327,8 @@ pub(super) fn stats_json(store: &Store) -> String {
         "group_commit_flushes": s.group_commit_flushes,
         "flushes_by_others": s.flushes_by_others,
         "announced_flush_waits": s.announced_flush_waits,
+        "write_lock_waited_micros": s.write_lock_waited_micros,
+        "write_lock_held_micros": s.write_lock_held_micros,
         "catch_ups": s.catch_ups,
         "records_followed": s.records_followed,
         "checkpoints": s.checkpoints,

@@ -550,6 +550,23 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
                 format!("{:.1} commits each", per(commits, group)),
             ],
         );
+        // One process holds the lock at a time: its share of the run says how near the
+        // commits come to taking turns on it.
+        list(
+            r.mode,
+            "cross-process write lock",
+            vec![
+                format!(
+                    "held {:.0} us per commit ({:.0}% of the run)",
+                    per(s.write_lock_held_micros as f64, commits),
+                    per(100.0 * s.write_lock_held_micros as f64, r.seconds * 1e6)
+                ),
+                format!(
+                    "waited for {:.0} us per commit",
+                    per(s.write_lock_waited_micros as f64, commits)
+                ),
+            ],
+        );
         list(
             r.mode,
             "growth",
