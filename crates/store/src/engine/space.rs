@@ -233,11 +233,17 @@ impl Shared {
 
     /// After a commit of `slots` slots (record and pages) is written and its writer claim
     /// let go: if another like it would leave fewer free slots than the reserve, grow the
-    /// file now rather than inside that commit. The zeros are written under the write lock
-    /// (every process grows at the file's end), but the flush runs after it is let go and
-    /// outside `meta`, so that other processes and threads commit meanwhile; the slots are
-    /// handed out once it returned. (A process owning every free slot grows only one commit
-    /// early, so its file and bytes written stay as they were; see `grow_ahead_due`.)
+    /// file now rather than inside that commit. Under the write lock (every process grows
+    /// at the file's end) only the step's last slot is written, which sets the file's new
+    /// length; the rest of the zeros and the flush follow after it is let go and outside
+    /// `meta`, so that other processes and threads commit meanwhile (writing a step's zeros
+    /// under both had every commit wait behind up to a megabyte of them); the slots are
+    /// handed out once the flush returned. Meanwhile the step reads as zeros (a hole until
+    /// its zeros land), is counted used by every process, and is never handed out, so
+    /// nobody writes in it; a process that dies before the end leaves it to recovery, which
+    /// counts unreferenced slots free. (A process owning every free slot grows only one
+    /// commit early, so its file and bytes written stay as they were; see
+    /// `grow_ahead_due`.)
     pub(super) fn grow_ahead(&self, slots: u64) -> Result<()> {
         let (old, new) = {
             let mut meta = self.meta();
@@ -245,14 +251,17 @@ impl Shared {
             if meta.growing_ahead || !self.grow_ahead_due(&meta, slots, reserve) {
                 return Ok(());
             }
-            let claimed = self.with_writer(&mut meta, |meta| self.claim_growth(meta, reserve))?;
+            let claimed = self.with_writer(&mut meta, |meta| {
+                self.claim_growth_writing(meta, reserve, ZerosWritten::LastSlot)
+            })?;
             meta.growing_ahead = true;
             claimed
         };
-        let flushed = self.flush_growth();
+        let filled = self.fill_growth(old, new - 1);
+        let flushed = filled.and_then(|()| self.flush_growth());
         let mut meta = self.meta();
         meta.growing_ahead = false;
-        // A failed flush poisoned the store; the step's slots stay unused.
+        // A failed write or flush (which poisoned the store) leaves the step's slots unused.
         flushed?;
         self.hand_out_growth(&mut meta, old, new);
         Ok(())
@@ -279,6 +288,17 @@ impl Shared {
     /// Write zeros past the file's end for one growth step (at least `at_least` slots) and
     /// count them in the allocator's capacity, not yet free. Returns the slots `old..new`.
     fn claim_growth(&self, meta: &mut Meta, at_least: u64) -> Result<(u64, u64)> {
+        self.claim_growth_writing(meta, at_least, ZerosWritten::Whole)
+    }
+
+    /// [`Shared::claim_growth`], writing the whole step's zeros or only its last slot's
+    /// (the caller fills the rest with [`Shared::fill_growth`] before flushing).
+    fn claim_growth_writing(
+        &self,
+        meta: &mut Meta,
+        at_least: u64,
+        zeros: ZerosWritten,
+    ) -> Result<(u64, u64)> {
         let mut old = meta.alloc.capacity();
         if self.sharing.is_some() {
             // Other processes grow the file too: the new slots start at its end now.
@@ -295,14 +315,30 @@ impl Shared {
         let step = self.opts.growth_slots(self.space_base(meta), at_least);
         let new = old + step;
         if self.opts.sabotage != Some(Sabotage::LazyGrowth) {
+            let from = match zeros {
+                ZerosWritten::Whole => old,
+                ZerosWritten::LastSlot => new - 1,
+            };
             write_zeros(
                 self.io.as_ref(),
-                slot_offset(old, self.page_size),
+                slot_offset(from, self.page_size),
                 slot_offset(new, self.page_size),
             )?;
         }
         meta.alloc.extend_used(new);
         Ok((old, new))
+    }
+
+    /// Write the zeros of slots `old..end` of a step claimed with `ZerosWritten::LastSlot`.
+    fn fill_growth(&self, old: u64, end: u64) -> Result<()> {
+        if self.opts.sabotage == Some(Sabotage::LazyGrowth) {
+            return Ok(());
+        }
+        write_zeros(
+            self.io.as_ref(),
+            slot_offset(old, self.page_size),
+            slot_offset(end, self.page_size),
+        )
     }
 
     /// Flush a growth step's zeros and the file's new length.
@@ -331,6 +367,14 @@ impl Shared {
         meta.grown_here += new - old;
         meta.alloc.release(old, new - old);
     }
+}
+
+/// How much of a growth step's zeros [`Shared::claim_growth_writing`] writes.
+#[derive(Clone, Copy)]
+enum ZerosWritten {
+    Whole,
+    /// The last slot only: it sets the file's length, the rest follows outside the locks.
+    LastSlot,
 }
 
 pub(crate) fn write_zeros(io: &dyn StorageIo, from: u64, to: u64) -> Result<()> {
