@@ -46,6 +46,17 @@ impl Shared {
             created,
             mut early_slots,
         } = request;
+        // Follow other processes' commits before queueing for their write lock, as a reader
+        // may (a record being written ends the chain for now): the lock's holder then follows
+        // only what came while it waited. Its holder works beside every other process for
+        // the CPU, and the next one waits for it (16 processes: the lock held 98 µs per
+        // commit against 114). Only once another process has committed.
+        if self.sharing.is_some() && self.counters.records_followed.load(Ordering::Relaxed) > 0 {
+            if let Err(e) = self.catch_up(&mut self.meta(), false) {
+                self.release_slots(early_slots);
+                return Err(fail(e));
+            }
+        }
         // Other processes: take their write lock (held until this commit is written), and
         // check against every commit they made.
         let claim = match WriterClaim::take(self) {
