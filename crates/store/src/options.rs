@@ -223,6 +223,9 @@ pub struct Stats {
     /// Records replayed at open.
     pub records_replayed: u64,
     pub conflicts: u64,
+    /// Of `conflicts`, those found before the commit queued for the write lock (against
+    /// other processes' commits followed just before).
+    pub early_conflicts: u64,
     pub last_seq: u64,
     pub durable_seq: u64,
     pub slots_total: u64,

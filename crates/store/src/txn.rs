@@ -676,6 +676,29 @@ impl Transaction {
         .err()
     }
 
+    /// What `find_conflict` finds against `latest` and would against any later state: a
+    /// page or file changed since `base` stays changed (its version only rises). Pages with
+    /// a merger are left to `find_conflict`, which may rebase them.
+    fn find_early_conflict(&self, latest: &State, ops: &[Op]) -> Option<String> {
+        if latest.seq == self.base.state.seq || !self.mergers.is_empty() {
+            return None;
+        }
+        self.find_write_conflict(latest, ops).or_else(|| {
+            let validate_reads = self.shared().opts.sabotage != Some(Sabotage::NoReadValidation);
+            validate_reads
+                .then(|| {
+                    crate::validation::changed_reads(
+                        self.shared().page_size,
+                        &self.reads,
+                        &self.mergers,
+                        &self.base.state,
+                        latest,
+                    )
+                })
+                .flatten()
+        })
+    }
+
     /// The write-write part of `find_conflict`.
     fn find_write_conflict(&self, latest: &State, ops: &[Op]) -> Option<String> {
         let base_seq = self.base.state.seq;
@@ -760,9 +783,11 @@ impl Transaction {
             early_slots,
         };
         let mut merged = BTreeSet::new();
-        let pending = shared.commit(request, |latest, ops, buffered, pages| {
-            self.find_conflict(latest, ops, buffered, pages, &mut merged)
-        })?;
+        let pending = shared.commit(
+            request,
+            |latest, ops| self.find_early_conflict(latest, ops),
+            |latest, ops, buffered, pages| self.find_conflict(latest, ops, buffered, pages, &mut merged),
+        )?;
         self.stop_counting_active();
         // Files created here were renumbered at commit, and rebased pages differ from what
         // was written: neither is remembered.

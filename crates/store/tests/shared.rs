@@ -516,3 +516,43 @@ fn patches_compared_by_offset_lose_bytes_rewritten_in_place() {
     assert_ne!(followed, written, "the sabotaged follower read every byte");
     assert_ne!(recovered, written, "the sabotaged recovery read every byte");
 }
+
+/// A commit whose conflict is already among the commits its process follows before it
+/// queues for the write lock is refused there (counted in `early_conflicts`), exactly as
+/// the lock's holder would refuse it; one that does not conflict goes through.
+#[test]
+fn a_commit_that_already_conflicts_is_refused_before_queueing_for_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("early.onesync");
+    let a = create_with_data_file(&path);
+    let b = Store::open(&path, &opts()).unwrap();
+    let write = |store: &Store, page: u64, byte: u8| {
+        let mut t = store.begin();
+        let f = t.file("data").unwrap();
+        t.write_page(f, page, &[byte; PS]).unwrap();
+        t
+    };
+    // A follows one commit of B: from then on it follows before queueing.
+    write(&b, 5, 9).commit().unwrap();
+    drop(a.try_snapshot().unwrap());
+    let before = a.stats();
+    assert!(before.records_followed > 0, "{before:?}");
+    let loser = write(&a, 0, 1);
+    write(&b, 0, 2).commit().unwrap();
+    match loser.commit() {
+        Err(e) if matches!(e.error, Error::Conflict(_)) => {}
+        other => panic!("expected a conflict, got {:?}", other.map(|_| ())),
+    }
+    let after = a.stats();
+    assert_eq!(after.early_conflicts, before.early_conflicts + 1, "{after:?}");
+    assert_eq!(after.conflicts, before.conflicts + 1, "{after:?}");
+    // Another page than B's: no conflict, early or late.
+    let other = write(&a, 1, 3);
+    write(&b, 2, 4).commit().unwrap();
+    other.commit().unwrap();
+    assert_eq!(a.stats().conflicts, after.conflicts, "{:?}", a.stats());
+    let seen = read_all(&b.try_snapshot().unwrap());
+    assert_eq!(seen.get(&0), Some(&2));
+    assert_eq!(seen.get(&1), Some(&3));
+    assert_eq!(seen.get(&2), Some(&4));
+}

@@ -79,6 +79,7 @@ pub struct StoreActivity {
     pub bytes_preallocated: u64,
     pub write_lock_waited_micros: u64,
     pub write_lock_held_micros: u64,
+    pub early_conflicts: u64,
 }
 
 impl StoreActivity {
@@ -108,6 +109,7 @@ impl StoreActivity {
             bytes_preallocated: sign(self.bytes_preallocated, other.bytes_preallocated),
             write_lock_waited_micros: sign(self.write_lock_waited_micros, other.write_lock_waited_micros),
             write_lock_held_micros: sign(self.write_lock_held_micros, other.write_lock_held_micros),
+            early_conflicts: sign(self.early_conflicts, other.early_conflicts),
         }
     }
 }

@@ -170,6 +170,7 @@ struct Counters {
     pub recoveries: AtomicU64,
     pub records_replayed: AtomicU64,
     pub conflicts: AtomicU64,
+    pub early_conflicts: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64, by: u64) {
@@ -545,6 +546,7 @@ impl Shared {
             recoveries: get(&c.recoveries),
             records_replayed: get(&c.records_replayed),
             conflicts: get(&c.conflicts),
+            early_conflicts: get(&c.early_conflicts),
             last_seq,
             durable_seq: self.durable_seq(),
             slots_total,

@@ -329,6 +329,7 @@ pub(super) fn stats_json(store: &Store) -> String {
         "announced_flush_waits": s.announced_flush_waits,
         "write_lock_waited_micros": s.write_lock_waited_micros,
         "write_lock_held_micros": s.write_lock_held_micros,
+        "early_conflicts": s.early_conflicts,
         "catch_ups": s.catch_ups,
         "records_followed": s.records_followed,
         "checkpoints": s.checkpoints,

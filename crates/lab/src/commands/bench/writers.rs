@@ -530,7 +530,8 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
         let items = [
             ("catch-ups", s.catch_ups),
             ("records followed", s.records_followed),
-            ("refused at the commit lock", s.conflicts),
+            ("refused at commit", s.conflicts),
+            ("of them before queueing for the write lock", s.early_conflicts),
             ("shared waits for an announced flush", s.announced_flush_waits),
             ("flushes by another process", s.flushes_by_others),
         ];
