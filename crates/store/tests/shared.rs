@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use onesync_store::{Error, Options, Sabotage, Snapshot, Store};
+use onesync_store::{Error, Options, Sabotage, Snapshot, Store, Transaction};
 use proptest::prelude::*;
 
 const PS: usize = 512;
@@ -95,6 +95,24 @@ fn create_with_data_file(path: &std::path::Path) -> Store {
     t.set_file_size(f, PAGES * PS as u64).unwrap();
     t.commit().unwrap();
     store
+}
+
+/// Two handles on a new store with the data file, as two processes have it (the directory
+/// goes with the first).
+fn two_handles() -> (tempfile::TempDir, Store, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("two.onesync");
+    let a = create_with_data_file(&path);
+    let b = Store::open(&path, &opts()).unwrap();
+    (dir, a, b)
+}
+
+/// A transaction of `store` that writes `page` of the data file full of `byte`.
+fn write_page_of(store: &Store, page: u64, byte: u8) -> Transaction {
+    let mut t = store.begin();
+    let f = t.file("data").unwrap();
+    t.write_page(f, page, &[byte; PS]).unwrap();
+    t
 }
 
 fn run(steps: &[Step]) {
@@ -235,20 +253,11 @@ fn an_idle_handle_catches_up_after_many_checkpoints() {
 /// process wrote before that flush began, and only those.
 #[test]
 fn one_process_flush_covers_what_another_wrote_before_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("flush.onesync");
-    let a = create_with_data_file(&path);
-    let b = Store::open(&path, &opts()).unwrap();
-    let write = |store: &Store, page: u64, byte: u8| {
-        let mut t = store.begin();
-        let f = t.file("data").unwrap();
-        t.write_page(f, page, &[byte; PS]).unwrap();
-        t
-    };
+    let (_dir, a, b) = two_handles();
     // B's commit is written, not yet durable; A's commit comes after it and flushes.
-    let b_pending = write(&b, 0, 1).commit_without_waiting().unwrap();
+    let b_pending = write_page_of(&b, 0, 1).commit_without_waiting().unwrap();
     let (a_before, b_before) = (a.stats(), b.stats());
-    write(&a, 1, 2).commit().unwrap();
+    write_page_of(&a, 1, 2).commit().unwrap();
     assert_eq!(a.stats().flushes, a_before.flushes + 1, "{:?}", a.stats());
     b_pending.wait().unwrap();
     let b_after = b.stats();
@@ -262,7 +271,7 @@ fn one_process_flush_covers_what_another_wrote_before_it() {
         "{b_after:?}"
     );
     // Written after A's last flush: B flushes itself.
-    let b_pending = write(&b, 2, 3).commit_without_waiting().unwrap();
+    let b_pending = write_page_of(&b, 2, 3).commit_without_waiting().unwrap();
     b_pending.wait().unwrap();
     assert_eq!(b.stats().flushes, b_after.flushes + 1, "{:?}", b.stats());
     assert_eq!(
@@ -522,23 +531,14 @@ fn patches_compared_by_offset_lose_bytes_rewritten_in_place() {
 /// the lock's holder would refuse it; one that does not conflict goes through.
 #[test]
 fn a_commit_that_already_conflicts_is_refused_before_queueing_for_the_lock() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("early.onesync");
-    let a = create_with_data_file(&path);
-    let b = Store::open(&path, &opts()).unwrap();
-    let write = |store: &Store, page: u64, byte: u8| {
-        let mut t = store.begin();
-        let f = t.file("data").unwrap();
-        t.write_page(f, page, &[byte; PS]).unwrap();
-        t
-    };
+    let (_dir, a, b) = two_handles();
     // A follows one commit of B: from then on it follows before queueing.
-    write(&b, 5, 9).commit().unwrap();
+    write_page_of(&b, 5, 9).commit().unwrap();
     drop(a.try_snapshot().unwrap());
     let before = a.stats();
     assert!(before.records_followed > 0, "{before:?}");
-    let loser = write(&a, 0, 1);
-    write(&b, 0, 2).commit().unwrap();
+    let loser = write_page_of(&a, 0, 1);
+    write_page_of(&b, 0, 2).commit().unwrap();
     match loser.commit() {
         Err(e) if matches!(e.error, Error::Conflict(_)) => {}
         other => panic!("expected a conflict, got {:?}", other.map(|_| ())),
@@ -547,8 +547,8 @@ fn a_commit_that_already_conflicts_is_refused_before_queueing_for_the_lock() {
     assert_eq!(after.early_conflicts, before.early_conflicts + 1, "{after:?}");
     assert_eq!(after.conflicts, before.conflicts + 1, "{after:?}");
     // Another page than B's: no conflict, early or late.
-    let other = write(&a, 1, 3);
-    write(&b, 2, 4).commit().unwrap();
+    let other = write_page_of(&a, 1, 3);
+    write_page_of(&b, 2, 4).commit().unwrap();
     other.commit().unwrap();
     assert_eq!(a.stats().conflicts, after.conflicts, "{:?}", a.stats());
     let seen = read_all(&b.try_snapshot().unwrap());
