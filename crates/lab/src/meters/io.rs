@@ -61,10 +61,11 @@ impl IoCounters {
 /// How a store shared its work with other processes and threads over a run (`PRAGMA
 /// onesync_stats`; `None` for a plain file): commit records written, flushes another
 /// process's flush spared it, waits for a flush another process announced, commits refused
-/// at the commit lock (a concurrent writer plans them again), catch-ups that followed other
-/// processes' commits and the records they applied, flushes (all, and those of group
-/// commit with the time they took), and growth (zeros written ahead). Per process: a run of
-/// several processes adds theirs up.
+/// at commit (a concurrent writer plans them again; `early_conflicts` before it queued for
+/// the write lock), catch-ups that followed other processes' commits and the records they
+/// applied, flushes (all, and those of group commit with the time they took), growth (zeros
+/// written ahead), and the time the cross-process write lock was waited for and held. Per
+/// process: a run of several processes adds theirs up.
 #[derive(Clone, Copy, Default, Debug, serde::Serialize, serde::Deserialize)]
 pub struct StoreActivity {
     pub commit_records: u64,
