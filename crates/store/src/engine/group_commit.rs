@@ -323,7 +323,7 @@ impl Shared {
                 return Ok(Flushed::ByAnother);
             }
         }
-        let _flushing = s.lock_flush().map_err(|e| e.to_string())?;
+        let flushing = s.lock_flush().map_err(|e| e.to_string())?;
         if covered() {
             return Ok(Flushed::ByAnother);
         }
@@ -337,6 +337,13 @@ impl Shared {
         }
         // Told before `FLUSH` goes: the process next in line reads it first.
         let _ = s.publish_durable(covers);
+        drop(flushing);
+        // The processes waiting for this flush were just woken: let them have the core, as
+        // after letting the write lock go (16 processes on 2 cores, five alternating runs
+        // of 6,000 transactions: median 4,346 against 4,208 tx/s).
+        if self.counters.records_followed.load(Ordering::Relaxed) > 0 {
+            std::thread::yield_now();
+        }
         Ok(Flushed::Here)
     }
 
