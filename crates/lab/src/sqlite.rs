@@ -166,22 +166,6 @@ pub fn retry_while_busy<T>(
     }
 }
 
-/// The store counters that `PRAGMA onesync_stats` reports (a subset).
-#[derive(Debug, Clone, Copy, serde::Deserialize)]
-pub struct StoreCounters {
-    pub flushes: u64,
-    pub flush_micros: u64,
-    pub group_commit_flushes: u64,
-}
-
-/// Reads `PRAGMA onesync_stats` on a connection opened through the onesync VFS.
-pub fn store_counters(conn: &Connection) -> Result<StoreCounters> {
-    let json: String = conn
-        .query_row("PRAGMA onesync_stats", [], |row| row.get(0))
-        .context("PRAGMA onesync_stats (is this connection on the onesync VFS?)")?;
-    serde_json::from_str(&json).with_context(|| format!("parsing PRAGMA onesync_stats: {json}"))
-}
-
 /// `PRAGMA onesync_commit`: this connection's last commit and how far the store is durable.
 #[derive(Deserialize, Debug, Clone, Copy)]
 pub struct CommitPoint {

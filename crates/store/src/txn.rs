@@ -639,24 +639,11 @@ impl Transaction {
         pages: &mut [Arc<[u8]>],
         merged: &mut BTreeSet<(u32, u64)>,
     ) -> Option<String> {
-        let base_seq = self.base.state.seq;
-        if latest.seq == base_seq {
+        if latest.seq == self.base.state.seq {
             return None;
         }
-        if let Some(what) = self.find_write_conflict(latest, ops) {
+        if let Some(what) = self.find_unmergeable_conflict(latest, ops) {
             return Some(what);
-        }
-        let validate_reads = self.shared().opts.sabotage != Some(Sabotage::NoReadValidation);
-        if validate_reads {
-            if let Some(what) = crate::validation::changed_reads(
-                self.shared().page_size,
-                &self.reads,
-                &self.mergers,
-                &self.base.state,
-                latest,
-            ) {
-                return Some(what);
-            }
         }
         let shared = self.shared();
         let read = |state: &State, file: u32, page: u64, buf: &mut [u8]| {
@@ -683,6 +670,12 @@ impl Transaction {
         if latest.seq == self.base.state.seq || !self.mergers.is_empty() {
             return None;
         }
+        self.find_unmergeable_conflict(latest, ops)
+    }
+
+    /// The part of `find_conflict` no merger can rebase: a page or file written, or a page
+    /// read, that another commit changed since `base`.
+    fn find_unmergeable_conflict(&self, latest: &State, ops: &[Op]) -> Option<String> {
         self.find_write_conflict(latest, ops).or_else(|| {
             let validate_reads = self.shared().opts.sabotage != Some(Sabotage::NoReadValidation);
             validate_reads

@@ -21,9 +21,10 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
 use crate::loopfs::FsKind;
+use crate::meters::io::StoreActivity;
 use crate::output::{self, Human};
 use crate::progress::phase_spinner;
-use crate::sqlite::{check_integrity, in_transaction, open_onesync, retry_while_busy, store_counters};
+use crate::sqlite::{check_integrity, in_transaction, open_onesync, retry_while_busy};
 
 const PAYLOAD_BYTES: i64 = 100;
 
@@ -171,7 +172,7 @@ fn run_phase(monitor: &Connection, db: &Path, threads: u64, args: &ConcurrencyAr
     let txns = args.txns;
     let sqlite_busy_handler = args.sqlite_busy_handler;
     let pause = Duration::from_micros(args.retry_pause_us);
-    let before = store_counters(monitor)?;
+    let before = StoreActivity::read(monitor)?;
     // Connections are opened before the clock starts; the barrier releases them together.
     let start = Barrier::new(threads as usize + 1);
     let (elapsed, ids) = thread::scope(|scope| -> Result<_> {
@@ -207,7 +208,7 @@ fn run_phase(monitor: &Connection, db: &Path, threads: u64, args: &ConcurrencyAr
         }
         Ok((started.elapsed(), ids))
     })?;
-    let after = store_counters(monitor)?;
+    let after = StoreActivity::read(monitor)?;
     let mut lookup = monitor.prepare("SELECT 1 FROM item WHERE id = ?1")?;
     for id in &ids {
         if lookup

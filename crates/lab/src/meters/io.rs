@@ -89,10 +89,15 @@ impl StoreActivity {
         if !matches!(scheme.storage(), Storage::Store) {
             return Ok(None);
         }
-        let json: String = conn.query_row("PRAGMA onesync_stats", [], |r| r.get(0))?;
-        Ok(Some(
-            serde_json::from_str(&json).context("parsing PRAGMA onesync_stats")?,
-        ))
+        StoreActivity::read(conn).map(Some)
+    }
+
+    /// `PRAGMA onesync_stats` on a connection opened through the onesync VFS.
+    pub fn read(conn: &Connection) -> Result<StoreActivity> {
+        let json: String = conn
+            .query_row("PRAGMA onesync_stats", [], |row| row.get(0))
+            .context("PRAGMA onesync_stats (is this connection on the onesync VFS?)")?;
+        serde_json::from_str(&json).with_context(|| format!("parsing PRAGMA onesync_stats: {json}"))
     }
 
     /// Each counter less `before`'s (`self` is later), or plus `other`'s.

@@ -226,6 +226,7 @@ impl Shared {
 
     fn grow_holding_writer(&self, meta: &mut Meta, at_least: u64) -> Result<()> {
         let (old, new) = self.claim_growth(meta, at_least)?;
+        self.fill_growth(old, new)?;
         self.flush_growth()?;
         self.hand_out_growth(meta, old, new);
         Ok(())
@@ -251,14 +252,11 @@ impl Shared {
             if meta.growing_ahead || !self.grow_ahead_due(&meta, slots, reserve) {
                 return Ok(());
             }
-            let claimed = self.with_writer(&mut meta, |meta| {
-                self.claim_growth_writing(meta, reserve, ZerosWritten::LastSlot)
-            })?;
+            let claimed = self.with_writer(&mut meta, |meta| self.claim_growth(meta, reserve))?;
             meta.growing_ahead = true;
             claimed
         };
-        let filled = self.fill_growth(old, new - 1);
-        let flushed = filled.and_then(|()| self.flush_growth());
+        let flushed = self.fill_growth(old, new).and_then(|()| self.flush_growth());
         let mut meta = self.meta();
         meta.growing_ahead = false;
         // A failed write or flush (which poisoned the store) leaves the step's slots unused.
@@ -285,20 +283,12 @@ impl Shared {
         meta.alloc.free_count() < reserve + slots + window || meta.alloc.largest_run() < slots
     }
 
-    /// Write zeros past the file's end for one growth step (at least `at_least` slots) and
-    /// count them in the allocator's capacity, not yet free. Returns the slots `old..new`.
+    /// Claim one growth step past the file's end (at least `at_least` slots): write its
+    /// last slot of zeros, which sets the file's new length (under the write lock: every
+    /// process grows at the file's end), and count the step in the allocator's capacity,
+    /// not yet free. Returns the slots `old..new`; [`Shared::fill_growth`] writes the
+    /// rest, [`Shared::flush_growth`] makes them durable, then they are handed out.
     fn claim_growth(&self, meta: &mut Meta, at_least: u64) -> Result<(u64, u64)> {
-        self.claim_growth_writing(meta, at_least, ZerosWritten::Whole)
-    }
-
-    /// [`Shared::claim_growth`], writing the whole step's zeros or only its last slot's
-    /// (the caller fills the rest with [`Shared::fill_growth`] before flushing).
-    fn claim_growth_writing(
-        &self,
-        meta: &mut Meta,
-        at_least: u64,
-        zeros: ZerosWritten,
-    ) -> Result<(u64, u64)> {
         let mut old = meta.alloc.capacity();
         if self.sharing.is_some() {
             // Other processes grow the file too: the new slots start at its end now.
@@ -315,13 +305,9 @@ impl Shared {
         let step = self.opts.growth_slots(self.space_base(meta), at_least);
         let new = old + step;
         if self.opts.sabotage != Some(Sabotage::LazyGrowth) {
-            let from = match zeros {
-                ZerosWritten::Whole => old,
-                ZerosWritten::LastSlot => new - 1,
-            };
             write_zeros(
                 self.io.as_ref(),
-                slot_offset(from, self.page_size),
+                slot_offset(new - 1, self.page_size),
                 slot_offset(new, self.page_size),
             )?;
         }
@@ -329,15 +315,15 @@ impl Shared {
         Ok((old, new))
     }
 
-    /// Write the zeros of slots `old..end` of a step claimed with `ZerosWritten::LastSlot`.
-    fn fill_growth(&self, old: u64, end: u64) -> Result<()> {
+    /// Write the zeros of a claimed step `old..new` but its last slot (`claim_growth`'s).
+    fn fill_growth(&self, old: u64, new: u64) -> Result<()> {
         if self.opts.sabotage == Some(Sabotage::LazyGrowth) {
             return Ok(());
         }
         write_zeros(
             self.io.as_ref(),
             slot_offset(old, self.page_size),
-            slot_offset(end, self.page_size),
+            slot_offset(new - 1, self.page_size),
         )
     }
 
@@ -367,14 +353,6 @@ impl Shared {
         meta.grown_here += new - old;
         meta.alloc.release(old, new - old);
     }
-}
-
-/// How much of a growth step's zeros [`Shared::claim_growth_writing`] writes.
-#[derive(Clone, Copy)]
-enum ZerosWritten {
-    Whole,
-    /// The last slot only: it sets the file's length, the rest follows outside the locks.
-    LastSlot,
 }
 
 pub(crate) fn write_zeros(io: &dyn StorageIo, from: u64, to: u64) -> Result<()> {
