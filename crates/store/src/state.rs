@@ -28,33 +28,43 @@ impl Overlay {
         }
     }
 
-    /// This overlay with `bytes` at `offset` laid on top. Ranges stay sorted, disjoint and
-    /// not adjacent (touching ones are joined).
+    /// This overlay with `bytes` at `offset` laid on top (see [`Overlay::lay`]).
     pub fn merged(&self, offset: u32, bytes: &[u8]) -> Overlay {
-        let (mut start, mut end) = (offset as usize, offset as usize + bytes.len());
-        // The new bytes join every range they overlap or touch into one region (ranges are
-        // never adjacent, so one pass finds them all).
-        for (o, b) in &self.ranges {
-            if (*o as usize) <= end && *o as usize + b.len() >= start {
-                start = start.min(*o as usize);
-                end = end.max(*o as usize + b.len());
-            }
-        }
-        let mut region = vec![0u8; end - start];
-        let mut ranges = Vec::with_capacity(self.ranges.len() + 1);
-        for (o, b) in &self.ranges {
-            let o = *o as usize;
-            if o + b.len() >= start && o <= end {
-                region[o - start..o - start + b.len()].copy_from_slice(b);
-            } else {
-                ranges.push((o as u32, b.clone()));
-            }
-        }
-        let at = offset as usize - start;
-        region[at..at + bytes.len()].copy_from_slice(bytes);
-        let position = ranges.partition_point(|(o, _)| (*o as usize) < start);
-        ranges.insert(position, (start as u32, Arc::from(region)));
-        Overlay { ranges }
+        let mut overlay = self.clone();
+        overlay.lay(offset, &Arc::from(bytes));
+        overlay
+    }
+
+    /// Lay `bytes` at `offset` on top. Ranges stay sorted, disjoint and not adjacent: the
+    /// new bytes join every range they overlap or touch into one region, whose bytes are
+    /// collected once, or are that region themselves where they cover every range they
+    /// touch (every process following a commit lays each range it patches, most of them
+    /// over the same range as the commit before).
+    pub fn lay(&mut self, offset: u32, bytes: &Arc<[u8]>) {
+        let (start, end) = (offset as usize, offset as usize + bytes.len());
+        let reaches = |(o, b): &(u32, Arc<[u8]>)| *o as usize + b.len();
+        // Ranges are sorted and disjoint, so those touching `start..end` are one run.
+        let first = self.ranges.partition_point(|r| reaches(r) < start);
+        let last = first + self.ranges[first..].partition_point(|(o, _)| *o as usize <= end);
+        let touching = &self.ranges[first..last];
+        // Only the first of them can begin before the new bytes, and only the last end
+        // after them (the same range, if the bytes land inside one).
+        let before: &[u8] = match touching.first() {
+            Some((o, b)) if (*o as usize) < start => &b[..start - *o as usize],
+            _ => &[],
+        };
+        let after: &[u8] = match touching.last() {
+            Some(r @ (o, b)) if reaches(r) > end => &b[end - *o as usize..],
+            _ => &[],
+        };
+        let region_start = (start - before.len()) as u32;
+        let region: Arc<[u8]> = if before.is_empty() && after.is_empty() {
+            bytes.clone()
+        } else {
+            before.iter().chain(bytes.iter()).chain(after).copied().collect()
+        };
+        self.ranges
+            .splice(first..last, std::iter::once((region_start, region)));
     }
 }
 
@@ -169,7 +179,8 @@ impl State {
     /// an overlay outside the page) is an error and leaves `self` partly changed: callers
     /// apply to a copy.
     pub fn apply(&mut self, ops: &[Op], seq: u64, page_size: u64, superseded: &mut Vec<u64>) -> Result<()> {
-        for op in ops {
+        let mut i = 0;
+        while let Some(op) = ops.get(i) {
             match op {
                 Op::Create { file, name } => {
                     if self.files.contains_key(file) || self.file_by_name(name).is_some() {
@@ -216,41 +227,45 @@ impl State {
                         superseded.push(old.slot);
                     }
                 }
-                Op::Patch {
-                    file,
-                    page,
-                    offset,
-                    bytes,
-                } => {
-                    if *offset as u64 + bytes.len() as u64 > page_size {
-                        return Err(invalid(format!(
-                            "record {seq} patches past the end of page {page}"
-                        )));
+                Op::Patch { file, page, .. } => {
+                    // The record's run of patches to this page (a commit sends a page's
+                    // ranges together): one walk down the mapping and one overlay for all
+                    // of them, laid in place where this state alone holds it.
+                    let run = ops[i..]
+                        .iter()
+                        .take_while(
+                            |op| matches!(op, Op::Patch { file: f, page: p, .. } if f == file && p == page),
+                        )
+                        .count();
+                    let patches = ops[i..i + run].iter().filter_map(|op| match op {
+                        Op::Patch { offset, bytes, .. } => Some((*offset, bytes)),
+                        _ => None,
+                    });
+                    for (offset, bytes) in patches.clone() {
+                        if offset as u64 + bytes.len() as u64 > page_size {
+                            return Err(invalid(format!(
+                                "record {seq} patches past the end of page {page}"
+                            )));
+                        }
                     }
-                    // One walk down the mapping where the page has an entry (most do), and
-                    // the overlay merged from the one it replaces, never copied first.
-                    let merge = |prior: Option<&Overlay>| {
-                        Some(Arc::new(
-                            prior.unwrap_or(&Overlay::default()).merged(*offset, bytes),
-                        ))
-                    };
                     let pages = &mut self.file_for_page(*file, *page, seq, page_size)?.pages;
-                    match pages.get_mut(page) {
-                        Some(entry) => {
-                            entry.overlay = merge(entry.overlay.as_deref());
-                            entry.seq = seq;
-                        }
+                    let entry = match pages.get_mut(page) {
+                        Some(entry) => entry,
                         None => {
-                            let entry = PageEntry {
-                                seq,
-                                overlay: merge(None),
-                                ..PageEntry::ZERO
-                            };
-                            pages.insert(*page, entry);
+                            pages.insert(*page, PageEntry::ZERO);
+                            pages.get_mut(page).expect("the entry just inserted")
                         }
+                    };
+                    let overlay = Arc::make_mut(entry.overlay.get_or_insert_with(Default::default));
+                    for (offset, bytes) in patches {
+                        overlay.lay(offset, bytes);
                     }
+                    entry.seq = seq;
+                    i += run;
+                    continue;
                 }
             }
+            i += 1;
         }
         self.seq = seq;
         Ok(())
@@ -390,6 +405,50 @@ mod tests {
             for pair in overlay.ranges.windows(2) {
                 proptest::prop_assert!(pair[0].0 as usize + pair[0].1.len() < pair[1].0 as usize);
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// A record's patches applied together (a page's run laid at once, in place where
+        /// the state alone holds its overlay) leave the same overlays as each patch
+        /// applied as a commit of its own, on a state shared with an older copy, which
+        /// keeps the overlays it had.
+        #[test]
+        fn a_run_of_patches_applies_as_each_patch_alone(
+            patches in proptest::collection::vec((0u64..3, 0u32..100, proptest::collection::vec(proptest::num::u8::ANY, 1..20)), 1..25)
+        ) {
+            let mut base = State::default();
+            let setup = [
+                Op::Create { file: 1, name: "a".into() },
+                Op::Size { file: 1, bytes: 3 * 512 },
+            ];
+            base.apply(&setup, 1, 512, &mut Vec::new()).unwrap();
+            let ops: Vec<Op> = patches
+                .iter()
+                .map(|(page, offset, bytes)| Op::Patch {
+                    file: 1,
+                    page: *page,
+                    offset: *offset,
+                    bytes: bytes.as_slice().into(),
+                })
+                .collect();
+            let mut together = base.clone();
+            together.apply(&ops, 2, 512, &mut Vec::new()).unwrap();
+            let older = together.clone();
+            together.apply(&ops, 3, 512, &mut Vec::new()).unwrap();
+            let mut alone = base.clone();
+            for (i, op) in ops.iter().chain(&ops).enumerate() {
+                alone.apply(std::slice::from_ref(op), 2 + i as u64, 512, &mut Vec::new()).unwrap();
+            }
+            let overlays = |s: &State| -> Vec<(u64, Option<Overlay>)> {
+                s.files[&1].pages.iter().map(|(p, e)| (*p, e.overlay.as_deref().cloned())).collect()
+            };
+            let mut once = base.clone();
+            for op in &ops {
+                once.apply(std::slice::from_ref(op), 2, 512, &mut Vec::new()).unwrap();
+            }
+            proptest::prop_assert_eq!(overlays(&together), overlays(&alone));
+            proptest::prop_assert_eq!(overlays(&older), overlays(&once));
         }
     }
 

@@ -271,6 +271,16 @@ impl Store {
             .unwrap_or_else(|_| Snapshot::new(self.shared.clone(), View::Durable))
     }
 
+    /// [`Store::snapshot`] without looking for other processes' commits: the latest
+    /// durable state this process knows of, which includes every commit of its own that
+    /// has returned. For a reader that must see its own commits and nothing newer
+    /// needs to be looked for, such as SQLite's SHARED lock between a COMMIT and the
+    /// unlock that follows it at once (catching up there cost each process a read of
+    /// the chain per transaction, only to drop the snapshot).
+    pub fn snapshot_known(&self) -> Snapshot {
+        Snapshot::new(self.shared.clone(), View::Durable)
+    }
+
     /// A view of the latest durable state, of this process or any other.
     pub fn try_snapshot(&self) -> Result<Snapshot> {
         Snapshot::latest(self.shared.clone(), View::Durable)

@@ -619,7 +619,7 @@ impl Transaction {
                             file: id,
                             page,
                             offset: *offset,
-                            bytes: bytes.to_vec(),
+                            bytes: bytes.clone(),
                         });
                     }
                 }

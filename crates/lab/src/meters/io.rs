@@ -64,7 +64,8 @@ impl IoCounters {
 /// at commit (a concurrent writer plans them again; `early_conflicts` before it queued for
 /// the write lock), catch-ups that followed other processes' commits and the records they
 /// applied, flushes (all, and those of group commit with the time they took), growth (zeros
-/// written ahead), and the time the cross-process write lock was waited for and held. Per
+/// written ahead, and the growth steps and checkpoints behind the flushes that are not group
+/// commit's), and the time the cross-process write lock was waited for and held. Per
 /// process: a run of several processes adds theirs up.
 #[derive(Clone, Copy, Default, Debug, serde::Serialize, serde::Deserialize)]
 pub struct StoreActivity {
@@ -81,6 +82,8 @@ pub struct StoreActivity {
     pub write_lock_waited_micros: u64,
     pub write_lock_held_micros: u64,
     pub early_conflicts: u64,
+    pub growths: u64,
+    pub checkpoints: u64,
 }
 
 impl StoreActivity {
@@ -116,6 +119,8 @@ impl StoreActivity {
             write_lock_waited_micros: sign(self.write_lock_waited_micros, other.write_lock_waited_micros),
             write_lock_held_micros: sign(self.write_lock_held_micros, other.write_lock_held_micros),
             early_conflicts: sign(self.early_conflicts, other.early_conflicts),
+            growths: sign(self.growths, other.growths),
+            checkpoints: sign(self.checkpoints, other.checkpoints),
         }
     }
 }

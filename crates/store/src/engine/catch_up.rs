@@ -284,7 +284,17 @@ impl Shared {
         } else {
             meta.alloc.capacity()
         };
-        let (header, copies_agree) = header_copies(io)?;
+        // A reader trusting the side file that shows this process's generation knows no
+        // checkpoint has begun since it read the header (a checkpoint publishes its
+        // generation before it writes its header): the header it holds is current, and
+        // reading it again cost each process a read of the header per catch-up.
+        let header_current =
+            trust_side_file && progress.is_some_and(|(generation, _)| generation == meta.header.generation);
+        let (header, copies_agree) = if header_current {
+            (meta.header, true)
+        } else {
+            header_copies(io)?
+        };
         if header.generation != meta.header.generation {
             capacity = self.file_capacity()?;
             if holding_writer && !copies_agree {
@@ -360,8 +370,22 @@ impl Shared {
         let mut chain = ChainPosition::of(meta);
         let mut commits = 0;
         let mut superseded_elsewhere = Vec::new();
-        while let Some((record, crc, len)) = record_at(io, chain.head, page_size, capacity)? {
+        let mut record_buf = Vec::new();
+        // The last commit the side file announced, to a reader that trusts it: nothing
+        // follows it yet (a writer publishes before it writes), so the read past it is
+        // saved.
+        let announced_last = progress
+            .filter(|(generation, _)| header_current && *generation == meta.header.generation)
+            .map(|(_, seq)| seq);
+        loop {
             let seq_before = next.as_ref().map_or(meta.state.seq, |state| state.seq);
+            if announced_last.is_some_and(|last| seq_before >= last) {
+                break;
+            }
+            let Some((record, crc, len)) = record_at(io, chain.head, page_size, capacity, &mut record_buf)?
+            else {
+                break;
+            };
             let in_sequence = record.epoch == meta.header.generation
                 && record.prev_crc == chain.prev_crc
                 && record.seq == seq_before + 1;

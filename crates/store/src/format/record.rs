@@ -84,6 +84,7 @@
 
 use super::RECORD_ALIGN;
 use onesync_codec::{DecodeError, OnDisk, Reader, Writer};
+use std::sync::Arc;
 
 const RECORD_MAGIC: u32 = 0x5243_534f; // "OSCR"
 /// magic, kind, reserved, total and payload lengths, seq, session, epoch, prev_crc, next_slot,
@@ -115,12 +116,14 @@ pub enum Op {
         slot: u64,
         crc: u32,
     },
-    /// Overlay bytes on a page without writing it (small, header-only changes).
+    /// Overlay bytes on a page without writing it (small, header-only changes). Shared
+    /// bytes: laid over a page's overlay, a patch that replaces a range whole becomes that
+    /// range without a copy.
     Patch {
         file: u32,
         page: u64,
         offset: u32,
-        bytes: Vec<u8>,
+        bytes: Arc<[u8]>,
     },
 }
 
@@ -214,7 +217,7 @@ impl OnDisk for Op {
                     file,
                     page,
                     offset,
-                    bytes: r.take(len)?.to_vec(),
+                    bytes: Arc::from(r.take(len)?),
                 }
             }
             other => return Err(r.invalid(format!("unknown operation tag {other}"))),
@@ -433,7 +436,7 @@ mod tests {
                     file: 1,
                     page: 0,
                     offset: 24,
-                    bytes: vec![1, 2, 3, 4],
+                    bytes: Arc::from([1, 2, 3, 4]),
                 },
                 Op::Delete { file: 3 },
             ],
@@ -516,7 +519,7 @@ mod tests {
                 file: 1,
                 page: 0,
                 offset: 0,
-                bytes: vec![7; 444 - 19 + 1],
+                bytes: vec![7; 444 - 19 + 1].into(),
             }],
             ..record
         };
@@ -549,7 +552,7 @@ mod tests {
                 file: 0x6162_6364,
                 page: 0x6566_6768_696a_6b6c,
                 offset: 0x7172_7374,
-                bytes: vec![0xee, 0xff],
+                bytes: Arc::from([0xee, 0xff]),
             },
         ];
         let record = Record {

@@ -331,9 +331,13 @@ impl StoreDb {
             }
         }
         // Still reading (SHARED): read what was just committed from now on (readers see
-        // durable commits only, so after the wait).
+        // durable commits only, so after the wait). SQLite's cache holds this connection's
+        // own commit and it looks for others' only when it takes SHARED again, which it
+        // usually does at once (autocommit unlocks to NONE next): the state this process
+        // knows will do, and looking for other processes' commits here was a catch-up per
+        // transaction thrown away.
         if left_writer && level == LockLevel::Shared {
-            self.snapshot = Some(self.store.store.snapshot());
+            self.snapshot = Some(self.store.store.snapshot_known());
         }
         result
     }

@@ -580,6 +580,11 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
                     "{:.1} other flushes (growth, checkpoints, a follower's) per 1000 commits",
                     per(other_flushes * 1000.0, commits)
                 ),
+                format!(
+                    "{:.1} growth steps and {:.1} checkpoints per 1000 commits",
+                    per(s.growths as f64 * 1000.0, commits),
+                    per(s.checkpoints as f64 * 1000.0, commits)
+                ),
             ],
         );
     }
