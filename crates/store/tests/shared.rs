@@ -249,6 +249,33 @@ fn an_idle_handle_catches_up_after_many_checkpoints() {
     assert_eq!(read_all(&busy.try_snapshot().unwrap()), model);
 }
 
+/// A process a few commits behind another's checkpoint follows those commits' records up
+/// to it rather than loading the whole checkpoint (each process behind one loaded it),
+/// and sees what it would have loaded.
+#[test]
+fn a_follower_behind_a_checkpoint_reads_the_records_up_to_it() {
+    let (_dir, a, b) = two_handles();
+    let mut model = read_all(&b.try_snapshot().unwrap());
+    let before = b.stats();
+    for (page, byte) in [(0, 7u8), (3, 8), (0, 9)] {
+        write_page_of(&a, page, byte).commit().unwrap();
+        model.insert(page, byte);
+    }
+    a.checkpoint().unwrap();
+    assert!(a.stats().checkpoints > before.checkpoints, "{:?}", a.stats());
+    assert_eq!(read_all(&b.try_snapshot().unwrap()), model);
+    assert_eq!(
+        b.stats().records_followed - before.records_followed,
+        3,
+        "{:?}",
+        b.stats()
+    );
+    // And on top of the state it followed to, it commits in the checkpoint's generation.
+    write_page_of(&b, 1, 10).commit().unwrap();
+    model.insert(1, 10);
+    assert_eq!(read_all(&a.try_snapshot().unwrap()), model);
+}
+
 /// Group commit across processes: a flush of one process covers the commits another
 /// process wrote before that flush began, and only those.
 #[test]
