@@ -117,6 +117,10 @@ pub enum Sabotage {
     /// the state kept before them, the operations left out: a commit another process showed
     /// or made durable is missing from this process's snapshots.
     KeptOperationsUnapplied,
+    /// A follower behind another process's checkpoint whose records up to it ran out
+    /// (slots reused since) adopts the state it followed instead of loading the checkpoint:
+    /// the commits whose records were gone are missing from this process.
+    CheckpointFollowedPartly,
 }
 
 impl Sabotage {
@@ -143,6 +147,7 @@ impl Sabotage {
             Ok("announced-flush-trusted") => Some(Sabotage::AnnouncedFlushTrusted),
             Ok("patch-ranges-by-offset") => Some(Sabotage::PatchRangesByOffset),
             Ok("kept-operations-unapplied") => Some(Sabotage::KeptOperationsUnapplied),
+            Ok("checkpoint-followed-partly") => Some(Sabotage::CheckpointFollowedPartly),
             _ => None,
         }
     }

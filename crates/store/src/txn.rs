@@ -677,18 +677,16 @@ impl Transaction {
     /// read, that another commit changed since `base`.
     fn find_unmergeable_conflict(&self, latest: &State, ops: &[Op]) -> Option<String> {
         self.find_write_conflict(latest, ops).or_else(|| {
-            let validate_reads = self.shared().opts.sabotage != Some(Sabotage::NoReadValidation);
-            validate_reads
-                .then(|| {
-                    crate::validation::changed_reads(
-                        self.shared().page_size,
-                        &self.reads,
-                        &self.mergers,
-                        &self.base.state,
-                        latest,
-                    )
-                })
-                .flatten()
+            if self.shared().opts.sabotage == Some(Sabotage::NoReadValidation) {
+                return None;
+            }
+            crate::validation::changed_reads(
+                self.shared().page_size,
+                &self.reads,
+                &self.mergers,
+                &self.base.state,
+                latest,
+            )
         })
     }
 

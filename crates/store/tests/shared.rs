@@ -219,34 +219,57 @@ proptest! {
     }
 }
 
-/// One handle idles while the others commit and checkpoint many times (reusing the slots
-/// of the commits it last saw): it must reload, not read reused slots.
-#[test]
-fn an_idle_handle_catches_up_after_many_checkpoints() {
+/// One handle (`sabotage` is its) idles while another commits 500 times and checkpoints
+/// every few, reusing the slots of the commits it last saw. Returns both, what the
+/// commits wrote, and what the idle one then reads.
+fn idle_through_many_checkpoints(
+    sabotage: Option<Sabotage>,
+) -> (tempfile::TempDir, Store, Store, Model, Result<Model, Error>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idle.onesync");
     let busy = create_with_data_file(&path);
-    let idle = Store::open(&path, &opts()).unwrap();
+    let idle = Store::open(&path, &Options { sabotage, ..opts() }).unwrap();
     assert!(idle.try_snapshot().unwrap().file("data").is_some());
     let mut model = Model::new();
     for round in 0..500u64 {
         let byte = (round % 250 + 1) as u8;
         let page = round % PAGES;
-        let mut t = busy.begin();
-        let f = t.file("data").unwrap();
-        t.write_page(f, page, &[byte; PS]).unwrap();
-        t.commit().unwrap();
+        write_page_of(&busy, page, byte).commit().unwrap();
         model.insert(page, byte);
     }
     assert!(busy.stats().checkpoints >= 50, "{:?}", busy.stats());
-    assert_eq!(read_all(&idle.try_snapshot().unwrap()), model);
-    // And it can write on top.
-    let mut t = idle.begin();
-    let f = t.file("data").unwrap();
-    t.write_page(f, 0, &[251u8; PS]).unwrap();
-    t.commit().unwrap();
+    let seen = idle.try_snapshot().map(|snap| read_all(&snap));
+    (dir, busy, idle, model, seen)
+}
+
+/// The idle handle must load the newest checkpoint, not read reused slots (nor follow
+/// records that are gone), and can write on top.
+#[test]
+fn an_idle_handle_catches_up_after_many_checkpoints() {
+    let (_dir, busy, idle, mut model, seen) = idle_through_many_checkpoints(None);
+    assert_eq!(seen.unwrap(), model);
+    write_page_of(&idle, 0, 251).commit().unwrap();
     model.insert(0, 251);
     assert_eq!(read_all(&busy.try_snapshot().unwrap()), model);
+}
+
+/// Negative control: a follower that adopts what it followed when the records up to a
+/// checkpoint ran out misses commits (a release build reads a state without them; a
+/// debug build stops first at engine invariant 7, the header's checkpoint past the state).
+#[test]
+fn a_follower_adopting_a_partly_followed_chain_misses_commits() {
+    let saw_every_commit = std::panic::catch_unwind(|| {
+        let (_dir, _busy, _idle, model, seen) =
+            idle_through_many_checkpoints(Some(Sabotage::CheckpointFollowedPartly));
+        seen.ok() == Some(model)
+    });
+    match saw_every_commit {
+        Ok(saw) => assert!(!saw, "the sabotaged follower saw every commit"),
+        Err(panic) => {
+            let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(message.contains("invariant 7"), "{message}");
+        }
+    }
 }
 
 /// A process a few commits behind another's checkpoint follows those commits' records up
@@ -582,4 +605,21 @@ fn a_commit_that_already_conflicts_is_refused_before_queueing_for_the_lock() {
     assert_eq!(seen.get(&0), Some(&2));
     assert_eq!(seen.get(&1), Some(&3));
     assert_eq!(seen.get(&2), Some(&4));
+}
+
+/// `Store::snapshot_known` (what the VFS reads under the SHARED lock SQLite keeps right
+/// after its COMMIT) shows this process's own commit and does not look for other
+/// processes' later ones; `Store::snapshot` does.
+#[test]
+fn a_known_snapshot_has_its_own_commit_and_looks_for_no_other() {
+    let (_dir, a, b) = two_handles();
+    write_page_of(&a, 0, 1).commit().unwrap();
+    write_page_of(&b, 1, 2).commit().unwrap();
+    let followed = a.stats().records_followed;
+    let known = read_all(&a.snapshot_known());
+    assert_eq!(known.get(&0), Some(&1), "{known:?}");
+    assert_eq!(known.get(&1), None, "{known:?}");
+    assert_eq!(a.stats().records_followed, followed, "{:?}", a.stats());
+    let latest = read_all(&a.snapshot());
+    assert_eq!(latest.get(&1), Some(&2), "{latest:?}");
 }

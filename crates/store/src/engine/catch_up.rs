@@ -4,6 +4,7 @@
 use super::{bump, lock, Kept, Meta, Shared};
 use crate::error::{Error, Result};
 use crate::format::{Header, Op, Record, RecordKind, NO_SLOT};
+use crate::io::StorageIo;
 use crate::options::Sabotage;
 use crate::recovery::{header_copies, load_checkpoint, pages_intact, record_at};
 use crate::sharing::{Sharing, NO_PIN};
@@ -327,6 +328,7 @@ impl Shared {
                 // as every process but the checkpoint's writer did: 2% of what 16
                 // processes spent); once they may be gone, load it. A checkpoint is
                 // written only once everything it covers is durable.
+                // A read that fails on the old chain only sends it to the checkpoint.
                 let followed = self.follow_to(meta, covered, capacity).unwrap_or(None);
                 meta.state = Arc::new(match followed {
                     Some(state) => state,
@@ -377,25 +379,21 @@ impl Shared {
         let mut chain = ChainPosition::of(meta);
         let mut commits = 0;
         let mut superseded_elsewhere = Vec::new();
-        let mut record_buf = Vec::new();
-        // The last commit the side file announced, to a reader that trusts it: nothing
-        // follows it yet (a writer publishes before it writes), so the read past it is
-        // saved.
-        let announced_last = progress
-            .filter(|(generation, _)| header_current && *generation == meta.header.generation)
-            .map(|(_, seq)| seq);
+        // The last commit the side file announced, to a reader that trusts it (so at this
+        // process's generation): nothing follows it yet (a writer publishes before it
+        // writes), so the read past it is saved.
+        let announced_last = progress.filter(|_| header_current).map(|(_, seq)| seq);
         loop {
             let seq_before = next.as_ref().map_or(meta.state.seq, |state| state.seq);
             if announced_last.is_some_and(|last| seq_before >= last) {
                 break;
             }
-            let Some((record, crc, len)) = record_at(io, chain.head, page_size, capacity, &mut record_buf)?
+            let generation = meta.header.generation;
+            let Some((record, crc, len)) =
+                chain.next_record(io, page_size, generation, seq_before, capacity)?
             else {
                 break;
             };
-            if !chain.continues_with(&record, meta.header.generation, seq_before, capacity) {
-                break;
-            }
             if record.kind == RecordKind::Commit
                 && record.seq > written
                 && !pages_intact(io, &record, page_size, capacity)?
@@ -462,17 +460,23 @@ impl Shared {
         let page_size = self.page_size;
         let mut chain = ChainPosition::of(meta);
         let mut state: Option<State> = None;
-        let (mut buf, mut superseded_elsewhere) = (Vec::new(), Vec::new());
-        let mut seq = meta.state.seq;
-        while seq < covered {
+        let mut superseded_elsewhere = Vec::new();
+        loop {
+            let seq = state.as_ref().map_or(meta.state.seq, |state| state.seq);
+            if seq >= covered {
+                break;
+            }
+            let generation = meta.header.generation;
             let Some((record, crc, len)) =
-                record_at(self.io.as_ref(), chain.head, page_size, capacity, &mut buf)?
+                chain.next_record(self.io.as_ref(), page_size, generation, seq, capacity)?
             else {
+                // The negative control adopts what it followed: the commits whose records
+                // are gone go missing from this process.
+                if self.opts.sabotage == Some(Sabotage::CheckpointFollowedPartly) {
+                    return Ok(Some(state.unwrap_or_else(|| (*meta.state).clone())));
+                }
                 return Ok(None);
             };
-            if !chain.continues_with(&record, meta.header.generation, seq, capacity) {
-                return Ok(None);
-            }
             if record.kind == RecordKind::Commit {
                 let state = state.get_or_insert_with(|| (*meta.state).clone());
                 if state
@@ -482,7 +486,6 @@ impl Shared {
                     return Ok(None);
                 }
                 superseded_elsewhere.clear();
-                seq = record.seq;
             }
             chain.pass(&record, crc, len, page_size);
         }
@@ -491,13 +494,15 @@ impl Shared {
     }
 }
 
-/// Where the chain stands while `follow_chain` reads it, written to `Meta` only once the
-/// records read so far are applied (an error leaves `Meta` as it was).
+/// Where the chain stands while `follow_chain` (or `follow_to`) reads it, written to
+/// `Meta` only once the records read so far are applied (an error leaves `Meta` as it
+/// was), with the buffer its records are read into.
 struct ChainPosition {
     head: u64,
     prev_crc: u32,
     window_end: u64,
     log_bytes: u64,
+    buf: Vec<u8>,
 }
 
 impl ChainPosition {
@@ -507,12 +512,24 @@ impl ChainPosition {
             prev_crc: meta.prev_crc,
             window_end: meta.window_end,
             log_bytes: 0,
+            buf: Vec::new(),
         }
     }
 
-    /// Whether `record`, read at the head, is the next of the chain of checkpoint
-    /// `generation` after commit `seq_before`, naming only slots of a file of `capacity`.
-    fn continues_with(&self, record: &Record, generation: u64, seq_before: u64, capacity: u64) -> bool {
+    /// The record at the head (with its CRC and length) if it is the chain's next after
+    /// commit `seq_before` of checkpoint `generation`, naming only slots of a file of
+    /// `capacity`; `None` where the chain ends for now.
+    fn next_record(
+        &mut self,
+        io: &dyn StorageIo,
+        page_size: u64,
+        generation: u64,
+        seq_before: u64,
+        capacity: u64,
+    ) -> Result<Option<(Record, u32, u64)>> {
+        let Some((record, crc, len)) = record_at(io, self.head, page_size, capacity, &mut self.buf)? else {
+            return Ok(None);
+        };
         let in_sequence =
             record.epoch == generation && record.prev_crc == self.prev_crc && record.seq == seq_before + 1;
         let in_file = record.next_slot < record.window_end
@@ -521,7 +538,7 @@ impl ChainPosition {
                 Op::Page { slot, .. } => *slot == NO_SLOT || *slot < capacity,
                 _ => true,
             });
-        in_sequence && in_file
+        Ok((in_sequence && in_file).then_some((record, crc, len)))
     }
 
     /// Move past `record` (`crc`, `len` bytes), which continues the chain.
