@@ -199,6 +199,9 @@ pub struct Stats {
     pub bytes_preallocated: u64,
     /// Times the file grew (each wrote zeros and flushed once).
     pub growths: u64,
+    /// Of `growths`, those made inside a commit's or checkpoint's locks, every other
+    /// commit waiting for their zeros and flush (the rest grew ahead, outside them).
+    pub growths_holding_locks: u64,
     /// Calls to fdatasync (or the I/O layer's equivalent).
     pub flushes: u64,
     /// Microseconds spent in group-commit flushes, all together.

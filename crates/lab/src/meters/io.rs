@@ -83,6 +83,7 @@ pub struct StoreActivity {
     pub write_lock_held_micros: u64,
     pub early_conflicts: u64,
     pub growths: u64,
+    pub growths_holding_locks: u64,
     pub checkpoints: u64,
 }
 
@@ -120,6 +121,7 @@ impl StoreActivity {
             write_lock_held_micros: sign(self.write_lock_held_micros, other.write_lock_held_micros),
             early_conflicts: sign(self.early_conflicts, other.early_conflicts),
             growths: sign(self.growths, other.growths),
+            growths_holding_locks: sign(self.growths_holding_locks, other.growths_holding_locks),
             checkpoints: sign(self.checkpoints, other.checkpoints),
         }
     }

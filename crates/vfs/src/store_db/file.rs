@@ -322,6 +322,7 @@ pub(super) fn stats_json(store: &Store) -> String {
         "write_calls": s.write_calls,
         "bytes_preallocated": s.bytes_preallocated,
         "growths": s.growths,
+        "growths_holding_locks": s.growths_holding_locks,
         "flushes": s.flushes,
         "flush_micros": s.flush_micros,
         "group_commit_flushes": s.group_commit_flushes,

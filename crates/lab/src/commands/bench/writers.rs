@@ -581,8 +581,9 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
                     per(other_flushes * 1000.0, commits)
                 ),
                 format!(
-                    "{:.1} growth steps and {:.1} checkpoints per 1000 commits",
+                    "{:.1} growth steps ({:.1} inside a commit's locks) and {:.1} checkpoints per 1000 commits",
                     per(s.growths as f64 * 1000.0, commits),
+                    per(s.growths_holding_locks as f64 * 1000.0, commits),
                     per(s.checkpoints as f64 * 1000.0, commits)
                 ),
             ],
