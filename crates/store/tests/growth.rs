@@ -70,6 +70,8 @@ struct Run {
     sequenced: u64,
     /// Per commit: the disk's I/O calls before and after it, and whether it grew the file.
     commits: Vec<(u64, u64, bool)>,
+    /// Growth steps taken inside a commit's locks (the rest grew ahead, outside them).
+    inside_locks: u64,
 }
 
 /// Create a store on `disk` and commit the workload until the disk fails.
@@ -79,7 +81,8 @@ fn run_workload(disk: &SimDisk, opts: &Options) -> Run {
         return run;
     };
     for seq in 1..=COMMITS {
-        let (calls, growths) = (disk.calls(), store.stats().growths);
+        let before = store.stats();
+        let calls = disk.calls();
         let mut t = store.begin();
         let written = (|| {
             let id = match t.file("data") {
@@ -107,7 +110,9 @@ fn run_workload(disk: &SimDisk, opts: &Options) -> Run {
                 break;
             }
         }
-        let grew = store.stats().growths > growths;
+        let after = store.stats();
+        let grew = after.growths > before.growths;
+        run.inside_locks += after.growths_holding_locks - before.growths_holding_locks;
         run.commits.push((calls, disk.calls(), grew));
     }
     run
@@ -154,7 +159,9 @@ fn check_recovered(store: &Store, run: &Run) -> Result<(), String> {
 /// flush of the new length, the commit's own writes and flush, the next call after), each
 /// with several outcomes for the unflushed writes, and recover. Returns the failures and
 /// the number of growth steps.
-fn power_cuts_in_growth(sabotage: Option<Sabotage>) -> (Vec<String>, usize) {
+/// Power cuts at every I/O call of every commit that grew the store. Returns the failures,
+/// the growth steps and how many of them were taken inside a commit's locks.
+fn power_cuts_in_growth(sabotage: Option<Sabotage>) -> (Vec<String>, usize, u64) {
     let opts = small_steps(sabotage);
     let dry = run_workload(&SimDisk::new(), &opts);
     assert_eq!(dry.acknowledged, COMMITS, "the run without a cut completes");
@@ -184,21 +191,28 @@ fn power_cuts_in_growth(sabotage: Option<Sabotage>) -> (Vec<String>, usize) {
         }
     }
     eprintln!(
-        "{} growth steps, {cuts} power cuts in them, {} failed{}",
+        "{} growth steps ({} inside a commit's locks), {cuts} power cuts in them, {} failed{}",
         growths.len(),
+        dry.inside_locks,
         failures.len(),
         failures
             .first()
             .map(|f| format!("; first: {f}"))
             .unwrap_or_default()
     );
-    (failures, growths.len())
+    (failures, growths.len(), dry.inside_locks)
 }
 
 #[test]
 fn a_power_cut_at_any_point_of_a_growth_step_loses_no_acknowledged_commit() {
-    let (failures, growths) = power_cuts_in_growth(None);
+    let (failures, growths, inside) = power_cuts_in_growth(None);
     assert!(growths >= 12, "the workload grew the store only {growths} times");
+    // Both kinds of step are cut: grown ahead, and inside a commit's locks (the first
+    // commits, larger than the one before them, find no room yet).
+    assert!(
+        inside > 0 && inside < growths as u64,
+        "{inside} of {growths} steps inside a commit's locks: one kind is not cut"
+    );
     assert!(
         failures.is_empty(),
         "{} of the cuts in {growths} growth steps failed; first: {}",
@@ -211,7 +225,7 @@ fn a_power_cut_at_any_point_of_a_growth_step_loses_no_acknowledged_commit() {
 /// records name windows past the file's end and recovery drops acknowledged commits.
 #[test]
 fn negative_control_lazy_growth_loses_commits_at_power_cuts() {
-    let (failures, _) = power_cuts_in_growth(Some(Sabotage::LazyGrowth));
+    let (failures, _, _) = power_cuts_in_growth(Some(Sabotage::LazyGrowth));
     assert!(
         !failures.is_empty(),
         "growth that hands out unwritten slots passed every power cut"

@@ -243,8 +243,8 @@ impl Shared {
     /// handed out once the flush returned. Meanwhile the step reads as zeros (a hole until
     /// its zeros land), is counted used by every process, and is never handed out, so
     /// nobody writes in it; a process that dies before the end leaves it to recovery, which
-    /// counts unreferenced slots free. (A process owning every free slot grows only one
-    /// commit early, so its file and bytes written stay as they were; see
+    /// counts unreferenced slots free. (A process owning every free slot grows only a
+    /// commit or two early, so its file and bytes written stay as they were; see
     /// `grow_ahead_due`.)
     pub(super) fn grow_ahead(&self, slots: u64) -> Result<()> {
         let (old, new) = {
