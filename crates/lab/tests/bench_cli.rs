@@ -56,7 +56,11 @@ fn every_mode_reports_its_costs() {
     assert!(f(by("wal"), &["per_txn", "fsyncs"]) < 1.1);
     assert!(f(by("wal-normal"), &["per_txn", "fsyncs"]) < 0.1);
     let o = by("onesync");
-    assert!(f(o, &["per_txn", "fsyncs"]) <= 1.02, "{o}");
+    // One flush per commit, and one per growth step: a fresh store grows four times in its
+    // first 150 commits (steps of 256 KiB, grown a commit or two before they are needed,
+    // after a commit and outside its locks; three when it grew only once a commit no
+    // longer fit).
+    assert!(f(o, &["per_txn", "fsyncs"]) <= 1.0 + 4.0 / 150.0 + 1e-9, "{o}");
     assert!(f(o, &["per_txn", "bytes_written"]) <= 8.5 * 1024.0, "{o}");
 }
 
