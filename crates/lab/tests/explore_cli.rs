@@ -166,6 +166,22 @@ fn negative_control_unvalidated_concurrent_commit_fails() {
     );
 }
 
+/// Growth steps whose slots are handed out before their zeros are written and flushed: a
+/// commit's reserved window reaches past the file's durable end, and after a power cut
+/// recovery drops acknowledged transfers.
+#[test]
+fn negative_control_lazy_growth_fails() {
+    if strace_missing() {
+        return;
+    }
+    let summary = control("lazy-growth");
+    assert!(
+        clauses(&summary).contains(&"acknowledged"),
+        "{}",
+        failures(&summary)
+    );
+}
+
 /// By default a NORMAL or OFF process's acknowledged transfers are required after a power
 /// cut only once a flush covered them; `--strict-sync` requires them all, so a cut before
 /// the flush must fail it (and the default must not).
@@ -229,6 +245,7 @@ fn list_a_short_run_and_an_unknown_scenario() {
         "hard-link",
         "three",
         "spill",
+        "growth",
         "concurrent-writers",
         "concurrent-normal",
     ] {

@@ -471,12 +471,12 @@ fn commits_in_a_small_fragmented_store_stay_one_write() {
 
 /// A store grows ahead of need, after a commit and outside its locks, so that no commit
 /// waits inside them for a step's zeros and flush while every other one waits for it.
-/// Ahead means in time for the next commit's window: a run one slot longer than the
-/// commit, as sequencing asks. (Growing ahead only once the longest free run was shorter
-/// than the commit itself grew 17 of 25 steps inside the locks at 16 threads: the
-/// longest run was often exactly the commit's length.) One writer, commits of three new
-/// pages and one rewritten (the record and three slots), checkpoints leaving short free
-/// runs behind.
+/// Ahead means in time for the next commit's window, which sequencing asks to be one slot
+/// longer than a commit (the next commit may be larger: `grow_ahead_due` asks twice that).
+/// Growing ahead only once the longest free run was shorter than the commit itself, this
+/// test grows 20 of 26 steps inside the locks: the longest run was often exactly the
+/// commit's length. One writer, commits of three new pages and one rewritten (the record
+/// and four slots), checkpoints leaving short free runs behind.
 #[test]
 fn a_store_grows_ahead_of_its_commits_not_inside_them() {
     let opts = Options {

@@ -508,6 +508,7 @@ pub fn all() -> Vec<Scenario> {
             sabotage: None,
             checkpoint_interval: 1000,
         },
+        growth(None),
         concurrent(
             "concurrent-writers",
             "two concurrent writers (onesync_concurrent), synchronous=FULL: overlapping \
@@ -554,6 +555,40 @@ fn checkpoint_handoff(sabotage: Option<&'static str>) -> Scenario {
     }
 }
 
+/// Growth steps in two processes: A creates the store and owns its free slots, B joins
+/// owning none, so B's first commit grows the file inside its commit's locks, and later
+/// commits of both grow it ahead of need, after their commit and outside its locks (each
+/// step: its last slot written under the write lock, the rest of its zeros, a flush, then
+/// its slots handed out). Transactions larger than the page cache use up steps quickly.
+fn growth(sabotage: Option<&'static str>) -> Scenario {
+    let (a, b) = (0, 1);
+    Scenario {
+        name: if sabotage.is_some() {
+            "lazy-growth"
+        } else {
+            "growth"
+        },
+        about: "two processes growing the file: a joining process's first commit grows it \
+                inside the commit's locks, later ones ahead of need",
+        procs: vec![writer('A'), writer('B')],
+        script: vec![
+            (a, Cmd::Open),
+            (b, Cmd::Open),
+            (b, Cmd::Xfer(1)),
+            (a, Cmd::Spill { commit: true }),
+            (b, Cmd::Spill { commit: true }),
+            (a, Cmd::Xfer(1)),
+            (b, Cmd::Spill { commit: true }),
+            (a, Cmd::Spill { commit: true }),
+            (b, Cmd::Xfer(1)),
+        ],
+        victims: vec![a, b],
+        end: End::Kill,
+        sabotage,
+        checkpoint_interval: super::CHECKPOINT_INTERVAL,
+    }
+}
+
 /// The negative controls: scenarios that must fail.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -566,6 +601,9 @@ pub enum NegativeControl {
     /// concurrent-writers with ONESYNC_SABOTAGE=unvalidated-snapshot (a concurrent COMMIT is
     /// not checked against the commits made since its snapshot)
     UnvalidatedSnapshot,
+    /// growth with ONESYNC_SABOTAGE=lazy-growth (a step's slots handed out before its zeros
+    /// are written and flushed: a record's window reaches past the file's durable end)
+    LazyGrowth,
 }
 
 pub fn negative_control(control: NegativeControl) -> Scenario {
@@ -582,6 +620,7 @@ pub fn negative_control(control: NegativeControl) -> Scenario {
             }
         }
         NegativeControl::CheckpointPublication => checkpoint_handoff(Some("checkpoint-publication")),
+        NegativeControl::LazyGrowth => growth(Some("lazy-growth")),
         NegativeControl::UnvalidatedSnapshot => Scenario {
             sabotage: Some("unvalidated-snapshot"),
             ..concurrent(
