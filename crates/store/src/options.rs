@@ -24,8 +24,8 @@ pub struct Options {
     pub growth_step: u64,
     /// The largest growth step in bytes. Below this size a process grows the file rather
     /// than checkpoint early to reuse slots (small steps are cheap, and checkpoints stay as
-    /// rare as `checkpoint_interval` makes them); from it on, a checkpoint that frees slots
-    /// comes before a step this large.
+    /// rare as `checkpoint_interval` makes them); from it on, a checkpoint comes before a
+    /// step this large where it frees slots worth a quarter of the step.
     pub max_growth_step: u64,
     /// A page write that changes at most this many bytes of the page (accumulated since the
     /// page was last written whole) is carried in the commit record instead of a new slot.

@@ -107,7 +107,7 @@
 //! |---|---|---|
 //! | `checkpoint_locked` | `meta` throughout (+ a writer claim); `flush` briefly | waits for every sequenced commit to be written, flushes them, writes the mapping and one header copy, flushes, the other copy, flushes; `awaiting_checkpoint` → `awaiting_readers`; frees what no reader needs |
 //! | `register_snapshot` / `forget_snapshot` | `meta` | `snapshots` count, the published pin; dropping the last snapshot of a seq frees slots only it held |
-//! | `alloc_slot` / `new_window` / `make_room` | `meta` | the allocator; out of room, `make_room` checkpoints first on a file of `max_growth_step` or more (`reclaim`), else grows, and checkpoints after all if the medium is full |
+//! | `alloc_slot` / `new_window` / `make_room` | `meta` | the allocator; out of room, `make_room` checkpoints first on a file of `max_growth_step` or more where that frees a quarter of a step (`reclaim_pays`), else grows, and checkpoints after all if the medium is full |
 //! | `grow` | `meta` + a writer claim; none released during the zeros and the flush | zeros written past the file's end (where nothing lives), flushed, and only then `alloc.grow`, `grown_here`: a cut before the flush ends leaves slots nobody was given |
 //! | `grow_ahead` (after a commit is written, when free slots run low) | `meta` + a writer claim for the zeros; none during the flush; then `meta` | the same, but other processes and threads commit during the flush: the step is in the allocator's capacity, not free (`growing_ahead`), until the flush returns |
 //! | `close` | `INIT` (shared), then `meta` + a writer claim | a final checkpoint by the last read-write process |
