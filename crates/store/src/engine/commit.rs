@@ -71,6 +71,8 @@ impl Shared {
                 return Err(fail(e));
             }
         }
+        // Room for it (a record and its pages), grown outside the locks if need be.
+        self.room_before_commit(buffered.len() as u64 + 1);
         // Other processes: take their write lock (held until this commit is written), and
         // check against every commit they made.
         let claim = match WriterClaim::take(self) {

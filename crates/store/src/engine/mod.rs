@@ -110,6 +110,7 @@
 //! | `alloc_slot` / `new_window` / `make_room` | `meta` | the allocator; out of room, `make_room` checkpoints first on a file of `max_growth_step` or more where that frees a quarter of a step (`reclaim_pays`), else grows, and checkpoints after all if the medium is full |
 //! | `grow` | `meta` + a writer claim; none released during the zeros and the flush | zeros written past the file's end (where nothing lives), flushed, and only then `alloc.grow`, `grown_here`: a cut before the flush ends leaves slots nobody was given |
 //! | `grow_ahead` (after a commit is written, when free slots run low) | `meta` + a writer claim for the zeros; none during the flush; then `meta` | the same, but other processes and threads commit during the flush: the step is in the allocator's capacity, not free (`growing_ahead`), until the flush returns |
+//! | `room_before_commit` (before a commit queues for the locks) | `meta`, released while it waits on `growth_landed` for a step under way (at most `GROWTH_WAIT`) | nothing; then `grow_ahead` if a step is due, so that a commit short of room, a joining process's first among them, grows outside the locks |
 //! | `close` | `INIT` (shared), then `meta` + a writer claim | a final checkpoint by the last read-write process |
 //!
 //! Module map: `sequence.rs` gives a commit its place; `space.rs` slots, windows, growth
@@ -192,6 +193,8 @@ pub(crate) struct Shared {
     /// checkpoints wait on it). Two condvars keep waiters for durability asleep while
     /// other commits are merely written.
     written_changed: Condvar,
+    /// Signalled (with `meta`) when a step grown ahead is handed out or given up.
+    growth_landed: Condvar,
     counters: Counters,
     next_file_id: AtomicU32,
     /// Other processes may have the store open (a file opened with `Store::open`).
@@ -464,6 +467,7 @@ impl Shared {
             flush: Mutex::new(flush),
             durable_changed: Condvar::new(),
             written_changed: Condvar::new(),
+            growth_landed: Condvar::new(),
             counters,
             next_file_id: AtomicU32::new(next_file_id),
             writer: Mutex::new(WriterClaims::default()),
