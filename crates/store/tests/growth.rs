@@ -311,17 +311,23 @@ fn commit_rows(store: &Store, rows: u8) {
     }
 }
 
-/// With the default options, a store holding two rows takes at most 1 MiB on disk, and
-/// still does after closing and reopening (a checkpoint).
-#[test]
-fn a_store_of_two_rows_takes_at_most_a_mebibyte() {
+/// A new store of 4 KiB pages and otherwise default options, in a directory of its own.
+fn default_store(name: &str) -> (tempfile::TempDir, std::path::PathBuf, Options, Store) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("two-rows.onesync");
+    let path = dir.path().join(name);
     let opts = Options {
         page_size: 4096,
         ..Options::default()
     };
     let store = Store::create(&path, &opts).unwrap();
+    (dir, path, opts, store)
+}
+
+/// With the default options, a store holding two rows takes at most 1 MiB on disk, and
+/// still does after closing and reopening (a checkpoint).
+#[test]
+fn a_store_of_two_rows_takes_at_most_a_mebibyte() {
+    let (_dir, path, opts, store) = default_store("two-rows.onesync");
     commit_rows(&store, 2);
     assert!(on_disk(&path) <= MIB, "{} bytes on disk", on_disk(&path));
     store.close().unwrap();
@@ -340,13 +346,7 @@ fn a_store_of_two_rows_takes_at_most_a_mebibyte() {
 /// whole file.
 #[test]
 fn a_joining_process_grows_the_store_by_one_small_step() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("joined.onesync");
-    let opts = Options {
-        page_size: 4096,
-        ..Options::default()
-    };
-    let first = Store::create(&path, &opts).unwrap();
+    let (_dir, path, opts, first) = default_store("joined.onesync");
     // Make the file larger than a few steps, so that a quarter of it is more than a step.
     for round in 0..8u8 {
         let mut t = first.begin();
@@ -382,13 +382,7 @@ fn a_joining_process_grows_the_store_by_one_small_step() {
 /// inside the locks per 1,000 commits against 1.3, p99.9 49 ms against 21).
 #[test]
 fn a_joining_process_grows_before_its_first_commit_takes_the_locks() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("joined.onesync");
-    let opts = Options {
-        page_size: 4096,
-        ..Options::default()
-    };
-    let first = Store::create(&path, &opts).unwrap();
+    let (_dir, path, opts, first) = default_store("joined.onesync");
     commit_rows(&first, 2);
     let second = Store::open(&path, &opts).unwrap();
     let mut t = second.begin();
@@ -530,6 +524,19 @@ fn growth_of_a_growing_store(opts: &Options) -> (u64, u64, u64) {
     )
 }
 
+/// Runs `growth_of_a_growing_store` and checks that it grew the store often, and never
+/// inside a commit's locks. Returns its checkpoints.
+fn grows_ahead_only(opts: &Options) -> u64 {
+    let (steps, inside, checkpoints) = growth_of_a_growing_store(opts);
+    println!("{steps} growth steps, {inside} of them inside a commit's locks; {checkpoints} checkpoints");
+    assert!(steps >= 10, "the workload grew the store only {steps} times");
+    assert_eq!(
+        inside, 0,
+        "{inside} of {steps} growth steps inside a commit's locks"
+    );
+    checkpoints
+}
+
 /// A store grows ahead of need, after a commit and outside its locks, so that no commit
 /// waits inside them for a step's zeros and flush while every other one waits for it.
 /// Ahead means in time for the next commit's window, which sequencing asks to be one slot
@@ -546,13 +553,7 @@ fn a_store_grows_ahead_of_its_commits_not_inside_them() {
         max_growth_step: 64 << 20,
         ..small_steps(None)
     };
-    let (steps, inside, _) = growth_of_a_growing_store(&opts);
-    println!("{steps} growth steps, {inside} of them inside a commit's locks");
-    assert!(steps >= 10, "the workload grew the store only {steps} times");
-    assert_eq!(
-        inside, 0,
-        "{inside} of {steps} growth steps inside a commit's locks"
-    );
+    grows_ahead_only(&opts);
 }
 
 /// A file of `max_growth_step` or more checkpoints before it grows only where that frees a
@@ -569,13 +570,7 @@ fn a_large_store_that_mostly_adds_pages_grows_ahead_without_checkpointing_first(
         max_growth_step: 64 << 10,
         ..small_steps(None)
     };
-    let (steps, inside, checkpoints) = growth_of_a_growing_store(&opts);
-    println!("{steps} growth steps, {inside} of them inside a commit's locks; {checkpoints} checkpoints");
-    assert!(steps >= 10, "the workload grew the store only {steps} times");
-    assert_eq!(
-        inside, 0,
-        "{inside} of {steps} growth steps inside a commit's locks"
-    );
+    let checkpoints = grows_ahead_only(&opts);
     let due = 2_000 / opts.checkpoint_interval;
     assert!(
         checkpoints <= due + due / 10,

@@ -294,22 +294,12 @@ impl Shared {
     /// then grow a step that is due and not under way, also outside the locks. A failure to
     /// grow here is met again, and reported, inside the commit.
     pub(super) fn room_before_commit(&self, slots: u64) {
-        {
-            // Only read while waiting: the plain guard, which the condvar takes.
-            let mut meta = lock(&self.meta);
-            let deadline = std::time::Instant::now() + GROWTH_WAIT;
-            while meta.growing_ahead && self.short_of_room(&meta, slots) {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                meta = self
-                    .growth_landed
-                    .wait_timeout(meta, left)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-            }
-        }
+        // Only read while waiting: the plain guard, which the condvar takes.
+        let meta = lock(&self.meta);
+        let waited = self.growth_landed.wait_timeout_while(meta, GROWTH_WAIT, |meta| {
+            meta.growing_ahead && self.short_of_room(meta, slots)
+        });
+        drop(waited);
         let _ = self.grow_ahead(slots);
     }
 
