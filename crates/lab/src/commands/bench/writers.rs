@@ -211,9 +211,9 @@ pub fn run(args: &WritersArgs) -> Result<ExitCode> {
 
 /// The order the modes run in round `round` (from 1): as listed in the first, then each
 /// round starting one mode later, so that running first (or after a given mode) falls on
-/// every mode alike. A fixed order put the same mode second in every round: one writer,
-/// `--mode onesync,onesync-concurrent` gave concurrent 0.91x and 0.95x serial, and
-/// `--mode onesync-concurrent,onesync` 1.01x and 0.95x (five rounds each).
+/// every mode alike: where a mode runs in a round moves its rate (one writer, `--mode
+/// onesync,onesync-concurrent --rounds 11`: concurrent 0.83-0.95x serial in the rounds it
+/// ran first, 0.91-1.19x in those it ran second), and a fixed order put that on one mode.
 fn round_order(modes: usize, round: u64) -> Vec<usize> {
     let start = ((round.max(1) - 1) % modes.max(1) as u64) as usize;
     (0..modes).map(|i| (start + i) % modes).collect()
