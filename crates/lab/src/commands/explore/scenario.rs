@@ -556,10 +556,12 @@ fn checkpoint_handoff(sabotage: Option<&'static str>) -> Scenario {
 }
 
 /// Growth steps in two processes: A creates the store and owns its free slots, B joins
-/// owning none, so B's first commit grows the file inside its commit's locks, and later
-/// commits of both grow it ahead of need, after their commit and outside its locks (each
-/// step: its last slot written under the write lock, the rest of its zeros, a flush, then
-/// its slots handed out). Transactions larger than the page cache use up steps quickly.
+/// owning none, so B's first commit needs a step (grown before it queues for the commit's
+/// locks), transactions larger than the page cache take slots for their spilled pages as
+/// they go (growing the file under the write lock when none is left), and later commits of
+/// both grow it ahead of need, after their commit and outside its locks (each step: its
+/// last slot written under the write lock, the rest of its zeros, a flush, then its slots
+/// handed out).
 fn growth(sabotage: Option<&'static str>) -> Scenario {
     let (a, b) = (0, 1);
     Scenario {
@@ -568,8 +570,8 @@ fn growth(sabotage: Option<&'static str>) -> Scenario {
         } else {
             "growth"
         },
-        about: "two processes growing the file: a joining process's first commit grows it \
-                inside the commit's locks, later ones ahead of need",
+        about: "two processes growing the file: a joining process's first commit, spills \
+                under the write lock, later commits ahead of need",
         procs: vec![writer('A'), writer('B')],
         script: vec![
             (a, Cmd::Open),
