@@ -182,6 +182,21 @@ fn negative_control_lazy_growth_fails() {
     );
 }
 
+/// The same on a file past `max_growth_step`, where steps are large and grown ahead by
+/// the large file's rule.
+#[test]
+fn negative_control_lazy_growth_on_a_large_file_fails() {
+    if strace_missing() {
+        return;
+    }
+    let summary = control("lazy-growth-large");
+    assert!(
+        clauses(&summary).contains(&"acknowledged"),
+        "{}",
+        failures(&summary)
+    );
+}
+
 /// By default a NORMAL or OFF process's acknowledged transfers are required after a power
 /// cut only once a flush covered them; `--strict-sync` requires them all, so a cut before
 /// the flush must fail it (and the default must not).
@@ -246,6 +261,7 @@ fn list_a_short_run_and_an_unknown_scenario() {
         "three",
         "spill",
         "growth",
+        "growth-large",
         "concurrent-writers",
         "concurrent-normal",
     ] {

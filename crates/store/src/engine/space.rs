@@ -215,7 +215,8 @@ impl Shared {
     /// takes a run of slots for it, often by growing the file after all. When commits
     /// mostly add pages (`bench writers --workload own-rows --threads 16 --txns 40000`), it
     /// freed a few scattered slots each time, and these checkpoints, with the steps they
-    /// grew inside the locks, took 12.6% of the CPU samples; deciding so, that run commits
+    /// grew inside the locks, took 12.6% of the CPU samples (`perf record -a -g`); deciding
+    /// so, that run commits
     /// 3.7% more (3 of 3 alternating pairs; 12,000 transactions +2.6%, 4 of 4).
     fn reclaim_pays(&self, meta: &Meta, at_least: u64) -> bool {
         let base = self.space_base(meta);
@@ -290,17 +291,25 @@ impl Shared {
     /// not hold it and a step is being grown ahead, wait for that step (at most
     /// `GROWTH_WAIT`) rather than grow another inside the locks, where every other commit
     /// and every new transaction of this process waits for its zeros and flush (16 threads:
-    /// such steps, while one was grown ahead, kept both cores idle 40 ms of a 0.5 s run);
+    /// such steps, while one was grown ahead, kept both cores idle 40 ms of a 0.5 s run,
+    /// `perf record -e sched:sched_switch -a -g` of `bench writers --threads 16 --txns 3000`);
     /// then grow a step that is due and not under way, also outside the locks. A failure to
     /// grow here is met again, and reported, inside the commit.
     pub(super) fn room_before_commit(&self, slots: u64) {
-        // Only read while waiting: the plain guard, which the condvar takes.
+        // Only read here: the plain guard, which the condvar takes. One look at `meta` when
+        // nothing is to be done, as for most commits.
         let meta = lock(&self.meta);
-        let waited = self.growth_landed.wait_timeout_while(meta, GROWTH_WAIT, |meta| {
-            meta.growing_ahead && self.short_of_room(meta, slots)
-        });
-        drop(waited);
-        let _ = self.grow_ahead(slots);
+        let (meta, _) = self
+            .growth_landed
+            .wait_timeout_while(meta, GROWTH_WAIT, |meta| {
+                meta.growing_ahead && self.short_of_room(meta, slots)
+            })
+            .unwrap_or_else(|e| e.into_inner());
+        let due = !meta.growing_ahead && self.grow_ahead_due(&meta, slots, self.reserve(&meta));
+        drop(meta);
+        if due {
+            let _ = self.grow_ahead(slots);
+        }
     }
 
     /// Whether sequencing a commit of `slots` slots (record and pages) might find no room
@@ -315,9 +324,9 @@ impl Shared {
 
     /// Whether a commit of `slots` slots would find too few free slots to leave `reserve`,
     /// or no free run for its next window, unless a checkpoint would free room first
-    /// (`reclaim_pays`: `make_room` checkpoints then). A process that joined others also counts the
-    /// next window it may take: it grows its own small steps often, and each one inside a
-    /// commit holds up every process.
+    /// (`reclaim_pays`: `make_room` checkpoints then). A process that joined others also
+    /// counts the next window it may take: it grows its own small steps often, and each one
+    /// inside a commit holds up every process.
     ///
     /// A window must hold a record and its pages and one slot more (`sequence`), and the
     /// next commit may be larger than this one (an embedded page makes its record two

@@ -174,14 +174,16 @@ pub fn run(args: &WritersArgs) -> Result<ExitCode> {
     output::check_json_path(args.json.as_deref())?;
     let mut rounds = Vec::new();
     for round in 1..=args.rounds {
-        let mut ran: Vec<Option<WritersResult>> = args.mode.iter().map(|_| None).collect();
+        let mut ran = Vec::with_capacity(args.mode.len());
         for i in round_order(args.mode.len(), round) {
             let mode = args.mode[i];
             let result =
                 run_mode(args, mode).with_context(|| format!("mode {} (round {round})", mode.name()))?;
-            ran[i] = Some(result);
+            ran.push((i, result));
         }
-        let mut results: Vec<WritersResult> = ran.into_iter().flatten().collect();
+        // Back in the order listed: the first is the ratios' base.
+        ran.sort_by_key(|(i, _)| *i);
+        let mut results: Vec<WritersResult> = ran.into_iter().map(|(_, r)| r).collect();
         let first_tps = results.first().map_or(0.0, |r| r.tps);
         for r in &mut results {
             r.ratio = per(r.tps, first_tps);

@@ -136,10 +136,15 @@ pub fn explore_options(base: &Options) -> Options {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(CHECKPOINT_INTERVAL);
+    let max_growth_step = std::env::var(MAX_GROWTH_STEP_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(base.max_growth_step);
     Options {
         checkpoint_interval: interval,
         initial_capacity: 256 << 10,
         growth_step: 256 << 10,
+        max_growth_step,
         window_bytes: 64 << 10,
         ..base.clone()
     }
@@ -147,6 +152,10 @@ pub fn explore_options(base: &Options) -> Options {
 
 /// Set by the explorer in its workers: the scenario's checkpoint interval.
 pub const INTERVAL_ENV: &str = "ONESYNC_EXPLORE_CHECKPOINT_INTERVAL";
+
+/// Set by the explorer in its workers where the scenario has one: the store's
+/// `max_growth_step`.
+pub const MAX_GROWTH_STEP_ENV: &str = "ONESYNC_EXPLORE_MAX_GROWTH_STEP";
 
 /// Registers the explorer's VFS with the bundled SQLite (idempotent).
 pub fn register_explore_vfs() -> Result<()> {

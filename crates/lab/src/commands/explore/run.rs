@@ -206,6 +206,10 @@ fn spawn(
         Backend::StockJournalOff => command.env_remove(onesync_store::io::IO_LOG_ENV),
     };
     command.env(super::INTERVAL_ENV, scenario.checkpoint_interval.to_string());
+    match scenario.max_growth_step {
+        Some(bytes) => command.env(super::MAX_GROWTH_STEP_ENV, bytes.to_string()),
+        None => command.env_remove(super::MAX_GROWTH_STEP_ENV),
+    };
     match scenario.sabotage {
         Some(s) => command.env(onesync_store::Sabotage::ENV, s),
         None => command.env_remove(onesync_store::Sabotage::ENV),
