@@ -168,33 +168,22 @@ fn negative_control_unvalidated_concurrent_commit_fails() {
 
 /// Growth steps whose slots are handed out before their zeros are written and flushed: a
 /// commit's reserved window reaches past the file's durable end, and after a power cut
-/// recovery drops acknowledged transfers.
+/// recovery drops acknowledged transfers. On a small file (`lazy-growth`) and on one past
+/// `max_growth_step` (`lazy-growth-large`), where steps are large and grown ahead by the
+/// large file's rule.
 #[test]
 fn negative_control_lazy_growth_fails() {
     if strace_missing() {
         return;
     }
-    let summary = control("lazy-growth");
-    assert!(
-        clauses(&summary).contains(&"acknowledged"),
-        "{}",
-        failures(&summary)
-    );
-}
-
-/// The same on a file past `max_growth_step`, where steps are large and grown ahead by
-/// the large file's rule.
-#[test]
-fn negative_control_lazy_growth_on_a_large_file_fails() {
-    if strace_missing() {
-        return;
+    for name in ["lazy-growth", "lazy-growth-large"] {
+        let summary = control(name);
+        assert!(
+            clauses(&summary).contains(&"acknowledged"),
+            "{name}: {}",
+            failures(&summary)
+        );
     }
-    let summary = control("lazy-growth-large");
-    assert!(
-        clauses(&summary).contains(&"acknowledged"),
-        "{}",
-        failures(&summary)
-    );
 }
 
 /// By default a NORMAL or OFF process's acknowledged transfers are required after a power
