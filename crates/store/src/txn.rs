@@ -236,6 +236,9 @@ pub struct Transaction {
     reads: BTreeSet<(u32, u64)>,
     /// Pages whose changes by other commits are rebased at commit instead of refused.
     mergers: BTreeMap<(u32, u64), PageMerger>,
+    /// Refuse the commit if anything at all was committed since `base`
+    /// ([`Transaction::refuse_any_later_commit`]).
+    only_on_base: bool,
 }
 
 impl Transaction {
@@ -261,6 +264,7 @@ impl Transaction {
             fresh: BTreeMap::new(),
             reads: BTreeSet::new(),
             mergers: BTreeMap::new(),
+            only_on_base: false,
         }
     }
 
@@ -320,6 +324,14 @@ impl Transaction {
         if !self.dirty.contains(&(file.0, page)) && !self.created.contains(&file.0) {
             self.reads.insert((file.0, page));
         }
+    }
+
+    /// Refuse the commit (`Error::Conflict`) if any commit at all came after the state this
+    /// transaction began on: what it read need not be noted then, page by page. For a caller
+    /// whose read set is large and whose base is the latest state (it can plan again,
+    /// noting its reads, in the rare case it loses that race).
+    pub fn refuse_any_later_commit(&mut self) {
+        self.only_on_base = true;
     }
 
     /// At commit, if another commit changed `page` of `file` since this transaction began,
@@ -642,6 +654,9 @@ impl Transaction {
         if latest.seq == self.base.state.seq {
             return None;
         }
+        if let Some(what) = self.later_commit(latest) {
+            return Some(what);
+        }
         if let Some(what) = self.find_unmergeable_conflict(latest, ops) {
             return Some(what);
         }
@@ -667,10 +682,26 @@ impl Transaction {
     /// page or file changed since `base` stays changed (its version only rises). Pages with
     /// a merger are left to `find_conflict`, which may rebase them.
     fn find_early_conflict(&self, latest: &State, ops: &[Op]) -> Option<String> {
-        if latest.seq == self.base.state.seq || !self.mergers.is_empty() {
+        if latest.seq == self.base.state.seq {
+            return None;
+        }
+        if let Some(what) = self.later_commit(latest) {
+            return Some(what);
+        }
+        if !self.mergers.is_empty() {
             return None;
         }
         self.find_unmergeable_conflict(latest, ops)
+    }
+
+    /// [`Transaction::refuse_any_later_commit`]'s refusal (`latest` is past the base).
+    fn later_commit(&self, latest: &State) -> Option<String> {
+        self.only_on_base.then(|| {
+            format!(
+                "commit {} came after the state this transaction was planned on ({})",
+                latest.seq, self.base.state.seq
+            )
+        })
     }
 
     /// The part of `find_conflict` no merger can rebase: a page or file written, or a page

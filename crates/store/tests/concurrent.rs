@@ -315,6 +315,51 @@ fn write_skew_is_refused() {
     assert!(write_skew(Some(Sabotage::NoReadValidation)).is_ok());
 }
 
+/// Write skew where the second transaction notes none of its reads and relies on
+/// `refuse_any_later_commit` instead (as the VFS does for a kept SQLite cache), or on
+/// nothing (`fenced` false: the control, which must commit the skew).
+fn write_skew_fenced(fenced: bool) -> Result<u64, Error> {
+    let store = Store::create_with_io(SimDisk::new().io(), &options(None)).unwrap();
+    let mut t = store.begin();
+    let file = t.create_file("main").unwrap();
+    t.write_page(file, 1, &value_page(1)).unwrap();
+    t.write_page(file, 2, &value_page(1)).unwrap();
+    t.commit().unwrap();
+    let mut buf = vec![0u8; PAGE];
+    let mut a = store.begin();
+    let mut b = store.begin();
+    a.read_page_noted(file, 1, &mut buf).unwrap();
+    a.read_page_noted(file, 2, &mut buf).unwrap();
+    b.read_page(file, 1, &mut buf).unwrap();
+    b.read_page(file, 2, &mut buf).unwrap();
+    if fenced {
+        b.refuse_any_later_commit();
+    }
+    a.write_page(file, 1, &value_page(0)).unwrap();
+    b.write_page(file, 2, &value_page(0)).unwrap();
+    a.commit().unwrap();
+    b.commit().map_err(|e| e.error)
+}
+
+#[test]
+fn a_transaction_fenced_on_its_base_is_refused_after_any_later_commit() {
+    match write_skew_fenced(true) {
+        Err(Error::Conflict(why)) => assert!(why.contains("came after"), "{why}"),
+        other => panic!("the fenced transaction was not refused: {other:?}"),
+    }
+    assert!(
+        write_skew_fenced(false).is_ok(),
+        "control: unfenced and unnoted, the skew commits"
+    );
+    // Alone, a fenced transaction commits.
+    let store = Store::create_with_io(SimDisk::new().io(), &options(None)).unwrap();
+    let mut t = store.begin();
+    let file = t.create_file("main").unwrap();
+    t.refuse_any_later_commit();
+    t.write_page(file, 0, &value_page(3)).unwrap();
+    t.commit().unwrap();
+}
+
 #[test]
 fn a_merger_rebases_the_header_and_refuses_what_it_cannot() {
     let store = Store::create_with_io(SimDisk::new().io(), &options(None)).unwrap();

@@ -8,16 +8,19 @@
 //! 1. A concurrent writer's transaction is held here (`ConcurrentWrite`), not in a store
 //!    transaction: whole pages written, pages read, the file's size. Nothing of it reaches
 //!    the store before its commit.
-//! 2. Every page SQLite used in the transaction is in `reads` or `writes`, and agrees with
-//!    the snapshot. SQLite reads the 16 bytes at offset 24 (change counter, page count,
+//! 2. Every page SQLite used in the transaction is in `reads` or `writes` (or in
+//!    `cache_pages`, with `cache_pages_read`), and agrees with the snapshot. SQLite reads the 16 bytes at offset 24 (change counter, page count,
 //!    freelist) at a read transaction's start whenever its cache holds pages, and empties
 //!    its cache unless they match what it last saw. They come back changed (an empty
 //!    cache: every page is then read through xRead, and noted) unless the handle's
 //!    `cache_state` is the snapshot's state: the cache was filled from that very state, or
 //!    by this handle's own commit of exactly SQLite's pages with nothing committed since.
 //!    Then the cache is kept and every page it may hold (`cache_pages`: all read or
-//!    written since SQLite last emptied it) is noted as read up front. A lone writer so
-//!    keeps its cache from one transaction to the next, as a serial one does.
+//!    written since SQLite last emptied it) counts as read (`cache_pages_read`). A lone
+//!    writer so keeps its cache from one transaction to the next, as a serial one does.
+//!    Those pages are checked one by one only if another commit came after the snapshot;
+//!    a plan on the snapshot itself instead has the store refuse any commit after it
+//!    (`Plan::only_on_base`), and plans again if one came.
 //! 3. A commit writes exactly: the base's pages it did not write, unchanged; its writes,
 //!    moved past the latest end if another commit grew the file meanwhile; page 1 merged.
 //!    It is built on the latest state and is refused by the store if anything it read or
@@ -65,10 +68,16 @@ pub(crate) const SQLITE_BUSY_SNAPSHOT: c_int = SQLITE_BUSY | (2 << 8);
 /// through, so the store as a whole makes progress meanwhile).
 const COMMIT_RACE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The most pages SQLite's cache is kept with from one transaction to the next: each is
-/// validated as read at commit, which past this costs more than reading the few pages a
-/// transaction needs again.
-const CACHE_PAGES_KEPT_MAX: usize = 128;
+/// The most pages SQLite's cache is kept with from one transaction to the next. They are
+/// checked one by one only when another commit came meanwhile (then up to 2048 page
+/// versions, about once each time a lone writer stops being alone); past this SQLite
+/// empties its cache and reads what it needs again. At 128, a lone writer inserting 100
+/// rows per transaction had its cache emptied every ~40 transactions, and glibc gave the
+/// freed pages back and faulted them in again: 17,000 page faults against serial's 5,600
+/// over 6,000 transactions (`perf stat`), and 0.947x serial's tx/s (`onesync bench writers
+/// --workload own-rows --threads 1 --fs ext4 --txns 3000 --rounds 20 --mode
+/// onesync,onesync-concurrent`, geometric mean of the rounds); 0.990x at 2048.
+const CACHE_PAGES_KEPT_MAX: usize = 2048;
 
 /// Page 1 fields every commit may change: the change counter (24..28), the page count
 /// (28..32), version-valid-for (92..96) and the writer's SQLite version (96..100).
@@ -105,6 +114,10 @@ struct Plan {
     /// Pages read (not written), checked unchanged up to the latest state: the store
     /// checks them from there to the commit.
     reads: Vec<u64>,
+    /// Planned on the base itself with SQLite's cache kept (its pages count as read): the
+    /// store refuses the commit if anything came after the base, instead of checking each
+    /// of those pages (a lone writer's usual case; the loop then plans again).
+    only_on_base: bool,
     /// Nothing was committed since the base, and `pages` and `size` are exactly the
     /// transaction's: SQLite's cache agrees with the commit (invariant 2).
     verbatim: bool,
@@ -155,9 +168,7 @@ impl StoreDb {
                 && self.cache_state == snapshot_seq
                 && self.cache_pages.len() <= CACHE_PAGES_KEPT_MAX;
             if keep {
-                if self.store.store.sabotage() != Some(Sabotage::CachedPagesUnnoted) {
-                    self.shared_reads.extend(self.cache_pages.iter().copied());
-                }
+                self.cache_pages_read = self.store.store.sabotage() != Some(Sabotage::CachedPagesUnnoted);
             } else {
                 buf[15] ^= 0xff;
                 self.cache_pages.clear();
@@ -407,7 +418,8 @@ impl StoreDb {
                 .try_latest_settled_snapshot()
                 .map_err(|_| SQLITE_IOERR_LOCK)?;
             let sabotage = self.store.store.sabotage();
-            let plan = match plan_commit(base, &latest, &self.logical, cw, page_size, sabotage) {
+            let cached = self.cache_pages_read.then_some(&self.cache_pages);
+            let plan = match plan_commit(base, &latest, &self.logical, cw, cached, page_size, sabotage) {
                 Ok(plan) => plan,
                 Err(why) => return Err(self.refuse_conflict(&why)),
             };
@@ -420,6 +432,9 @@ impl StoreDb {
             };
             for &p in &plan.reads {
                 txn.note_read(id, p);
+            }
+            if plan.only_on_base {
+                txn.refuse_any_later_commit();
             }
             for (&p, data) in &plan.pages {
                 txn.write_page(id, p, data).map_err(&err)?;
@@ -490,6 +505,7 @@ fn plan_commit(
     latest: &Snapshot,
     logical: &str,
     cw: &ConcurrentWrite,
+    cached: Option<&BTreeSet<u64>>,
     page_size: u64,
     sabotage: Option<Sabotage>,
 ) -> Result<Plan, String> {
@@ -505,6 +521,7 @@ fn plan_commit(
             pages: cw.writes.clone(),
             size: cw.size,
             reads: Vec::new(),
+            only_on_base: false,
             verbatim: !moved,
         });
     };
@@ -519,8 +536,9 @@ fn plan_commit(
     // Negative controls only: without these checks lost updates and write skew commit.
     let validate_writes = sabotage != Some(Sabotage::UnvalidatedSnapshot);
     let validate_reads = validate_writes && sabotage != Some(Sabotage::NoReadValidation);
-    let reads = cw.reads.iter().filter(|_| validate_reads && moved);
-    let writes = cw.writes.keys().filter(|_| validate_writes && moved);
+    let all_reads = || cw.reads.iter().chain(cached.into_iter().flatten());
+    let reads = all_reads().take_while(|_| validate_reads && moved);
+    let writes = cw.writes.keys().take_while(|_| validate_writes && moved);
     for &p in reads.chain(writes) {
         if p != 0 && p < base_pages && !unchanged(p) {
             let how = if cw.writes.contains_key(&p) {
@@ -534,12 +552,16 @@ fn plan_commit(
             ));
         }
     }
-    let reads: Vec<u64> = cw
-        .reads
-        .iter()
-        .copied()
-        .filter(|p| *p != 0 && *p < base_pages && !cw.writes.contains_key(p))
-        .collect();
+    let only_on_base = cached.is_some() && !moved;
+    let reads: Vec<u64> = if only_on_base {
+        Vec::new()
+    } else {
+        let reads: BTreeSet<u64> = all_reads()
+            .copied()
+            .filter(|p| *p != 0 && *p < base_pages && !cw.writes.contains_key(p))
+            .collect();
+        reads.into_iter().collect()
+    };
     if base_pages == 0 || unchanged(0) {
         if latest_size != base_size {
             return Err("the file's size changed but page 1 did not".into());
@@ -548,6 +570,7 @@ fn plan_commit(
             pages: cw.writes.clone(),
             size: cw.size,
             reads,
+            only_on_base,
             verbatim: !moved,
         });
     }
@@ -620,6 +643,7 @@ fn plan_commit(
         pages,
         size,
         reads,
+        only_on_base,
         verbatim: false,
     })
 }

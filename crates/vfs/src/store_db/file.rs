@@ -75,6 +75,9 @@ pub(crate) struct StoreDb {
     /// In concurrent mode, the store pages SQLite may hold in its cache: every page read or
     /// written through this handle since SQLite last emptied its cache.
     pub(super) cache_pages: BTreeSet<u64>,
+    /// SQLite kept its cache for this read transaction: every page of `cache_pages` counts
+    /// as read by it (invariant 2), without being copied into `shared_reads`.
+    pub(super) cache_pages_read: bool,
 }
 
 impl StoreDb {
@@ -107,6 +110,7 @@ impl StoreDb {
                 concurrent_write: None,
                 cache_state: None,
                 cache_pages: BTreeSet::new(),
+                cache_pages_read: false,
             },
             read_only,
         ))
@@ -516,6 +520,7 @@ impl DbBackend for StoreDb {
             drop(coord);
             self.snapshot = Some(snapshot);
             self.shared_reads.clear();
+            self.cache_pages_read = false;
             self.level = LockLevel::Shared;
         }
         if level >= LockLevel::Reserved && self.level < LockLevel::Reserved {

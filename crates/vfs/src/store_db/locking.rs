@@ -313,6 +313,7 @@ impl StoreDb {
         }
         if level == LockLevel::None {
             self.shared_reads.clear();
+            self.cache_pages_read = false;
         }
         if level == LockLevel::None && self.level >= LockLevel::Shared {
             let mut coord = lock(&self.store.coord);
