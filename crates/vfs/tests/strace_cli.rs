@@ -157,8 +157,13 @@ fn measure(label: &str, onesync: bool, n: u64, synchronous: &str) -> Run {
         .filter(|l| !l.is_empty() && *l != "delete")
         .collect();
     assert_eq!(check, ["ok", &format!("{n}|100|100")], "{label}: after the run");
-    // A growth step writes its zeros in calls of up to 1 MiB.
-    let zero_writes = zeros.div_ceil(1 << 20);
+    let zero_writes = traced.window.zero_writes;
+    if onesync {
+        assert!(
+            growths == 0 || zero_writes > 0,
+            "{label}: {growths} growth steps, but no write of zeros in the trace"
+        );
+    }
     let fsyncs = traced.window.fsyncs().saturating_sub(growths);
     let run = Run {
         per_txn_fsyncs: fsyncs as f64 / n as f64,

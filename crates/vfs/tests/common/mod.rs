@@ -105,6 +105,9 @@ pub struct Syscalls {
     pub calls: BTreeMap<String, u64>,
     /// Sum of the return values of the write family (bytes written).
     pub bytes_written: u64,
+    /// Write calls whose data, as far as the trace shows it (40 bytes), is all zeros: a
+    /// growth step's preallocation (a commit's write begins with its record's header).
+    pub zero_writes: u64,
 }
 
 impl Syscalls {
@@ -131,10 +134,14 @@ impl Syscalls {
             .sum()
     }
 
-    fn add(&mut self, name: &str, ret: Option<i64>) {
+    fn add(&mut self, name: &str, ret: Option<i64>, line: &str) {
         *self.calls.entry(name.to_owned()).or_default() += 1;
         if WRITE_FAMILY.contains(&name) {
             self.bytes_written += ret.filter(|&r| r > 0).unwrap_or(0) as u64;
+            let data = line.split_once(", \"").map_or("", |(_, d)| d);
+            if data.starts_with(&"\\0".repeat(40)) {
+                self.zero_writes += 1;
+            }
         }
     }
 }
@@ -225,9 +232,9 @@ fn parse_trace(text: &str) -> (Syscalls, Syscalls) {
             .rsplit_once(") = ")
             .and_then(|(_, r)| r.split_whitespace().next())
             .and_then(|r| r.parse::<i64>().ok());
-        total.add(name, ret);
+        total.add(name, ret, &full);
         if state == 1 {
-            window.add(name, ret);
+            window.add(name, ret, &full);
         }
     }
     assert!(state == 2, "the trace lacks the {BEGIN_MARK}/{END_MARK} writes");
