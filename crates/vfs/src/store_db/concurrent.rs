@@ -41,6 +41,7 @@
 //! | RESERVED+, done | writes, else snapshot | dropped | nothing |
 //! | RESERVED+, done and failed | writes, else snapshot | dropped | nothing; ROLLBACK_ATOMIC_WRITE → open |
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::c_int;
 use std::time::Instant;
@@ -108,8 +109,10 @@ pub(super) struct ConcurrentWrite {
 }
 
 /// What a commit writes on top of the latest state.
-struct Plan {
-    pages: BTreeMap<u64, Vec<u8>>,
+struct Plan<'a> {
+    /// The transaction's pages as they are (borrowed: a commit copies each page once, into
+    /// the store), or as changed here (page 1's header, pages moved past the latest end).
+    pages: BTreeMap<u64, Cow<'a, [u8]>>,
     size: u64,
     /// Pages read (not written), checked unchanged up to the latest state: the store
     /// checks them from there to the commit.
@@ -440,11 +443,12 @@ impl StoreDb {
                 txn.write_page(id, p, data).map_err(&err)?;
             }
             txn.set_file_size(id, plan.size).map_err(&err)?;
+            let verbatim = plan.verbatim;
             match txn.commit_without_waiting() {
                 Ok(pending) => {
                     let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
                     cw.writes.clear();
-                    cw.committed_verbatim = plan.verbatim.then_some(pending.seq());
+                    cw.committed_verbatim = verbatim.then_some(pending.seq());
                     return self.sequenced(pending);
                 }
                 // Another commit came between the plan and the commit lock: plan again.
@@ -500,15 +504,21 @@ impl StoreDb {
 
 /// Validates the transaction against the commits between its base and `latest` and plans
 /// what it commits on `latest` (invariant 3); `Err` says what conflicts.
-fn plan_commit(
+fn plan_commit<'a>(
     base: &Snapshot,
     latest: &Snapshot,
     logical: &str,
-    cw: &ConcurrentWrite,
+    cw: &'a ConcurrentWrite,
     cached: Option<&BTreeSet<u64>>,
     page_size: u64,
     sabotage: Option<Sabotage>,
-) -> Result<Plan, String> {
+) -> Result<Plan<'a>, String> {
+    let as_written = || -> BTreeMap<u64, Cow<'a, [u8]>> {
+        cw.writes
+            .iter()
+            .map(|(&p, d)| (p, Cow::Borrowed(d.as_slice())))
+            .collect()
+    };
     // Nothing committed since the base: nothing to validate here (the store validates the
     // reads from `latest` to the commit).
     let moved = latest.seq() != base.seq();
@@ -518,7 +528,7 @@ fn plan_commit(
             return Err("another connection created the database meanwhile".into());
         }
         return Ok(Plan {
-            pages: cw.writes.clone(),
+            pages: as_written(),
             size: cw.size,
             reads: Vec::new(),
             only_on_base: false,
@@ -567,7 +577,7 @@ fn plan_commit(
             return Err("the file's size changed but page 1 did not".into());
         }
         return Ok(Plan {
-            pages: cw.writes.clone(),
+            pages: as_written(),
             size: cw.size,
             reads,
             only_on_base,
@@ -592,7 +602,7 @@ fn plan_commit(
     let m = page_count(&mine_one, cw.size, page_size);
     // The transaction's pages, copied once: as they are, or moved past the latest end.
     let (mut pages, size) = if l == b {
-        (cw.writes.clone(), cw.size)
+        (as_written(), cw.size)
     } else {
         let sqlite_page_size = match u32::from(u16::from_be_bytes([base_one[16], base_one[17]])) {
             1 => 65536,
@@ -608,8 +618,11 @@ fn plan_commit(
             return Err("the file shrank meanwhile".into());
         }
         if m == b {
-            let mut same = cw.writes.clone();
-            same.entry(0).or_insert(mine_one.clone())[PAGE_COUNT].copy_from_slice(&(l as u32).to_be_bytes());
+            let mut same = as_written();
+            same.entry(0)
+                .or_insert_with(|| Cow::Owned(mine_one.clone()))
+                .to_mut()[PAGE_COUNT]
+                .copy_from_slice(&(l as u32).to_be_bytes());
             (same, l * page_size)
         } else {
             let written: BTreeMap<u32, Vec<u8>> = cw
@@ -625,11 +638,14 @@ fn plan_commit(
             let moved = relocate_appended(&written, &read_base, b as u32, l as u32).map_err(|why| {
                 format!("the file grew meanwhile and this transaction's new pages cannot move: {why}")
             })?;
-            let moved = moved.into_iter().map(|(p, d)| (u64::from(p) - 1, d)).collect();
+            let moved = moved
+                .into_iter()
+                .map(|(p, d)| (u64::from(p) - 1, Cow::Owned(d)))
+                .collect();
             (moved, (l + m - b) * page_size)
         }
     };
-    let one = pages.entry(0).or_insert(mine_one);
+    let one = pages.entry(0).or_insert(Cow::Owned(mine_one)).to_mut();
     let counter = be32(&latest_one, CHANGE_COUNTER.start)
         .wrapping_add(1)
         .to_be_bytes();
