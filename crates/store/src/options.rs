@@ -121,6 +121,10 @@ pub enum Sabotage {
     /// (slots reused since) adopts the state it followed instead of loading the checkpoint:
     /// the commits whose records were gone are missing from this process.
     CheckpointFollowedPartly,
+    /// A transaction fenced on its base (`Transaction::refuse_any_later_commit`), whose
+    /// reads are not noted, commits after later commits all the same: nothing checks what
+    /// it read (the fenced model test's negative control finds lost updates or write skew).
+    FenceIgnored,
 }
 
 impl Sabotage {
@@ -131,7 +135,8 @@ impl Sabotage {
     /// `lazy-growth`, `growth-flush-failure-ignored`, `no-read-validation`,
     /// `catch-up-by-locker`, `unvalidated-snapshot`, `flush-coverage-read-late`,
     /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`, `announced-flush-trusted`,
-    /// `patch-ranges-by-offset`, `kept-operations-unapplied`), if any.
+    /// `patch-ranges-by-offset`, `kept-operations-unapplied`, `checkpoint-followed-partly`,
+    /// `fence-ignored`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
@@ -148,6 +153,7 @@ impl Sabotage {
             Ok("patch-ranges-by-offset") => Some(Sabotage::PatchRangesByOffset),
             Ok("kept-operations-unapplied") => Some(Sabotage::KeptOperationsUnapplied),
             Ok("checkpoint-followed-partly") => Some(Sabotage::CheckpointFollowedPartly),
+            Ok("fence-ignored") => Some(Sabotage::FenceIgnored),
             _ => None,
         }
     }

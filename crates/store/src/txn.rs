@@ -696,7 +696,8 @@ impl Transaction {
 
     /// [`Transaction::refuse_any_later_commit`]'s refusal (`latest` is past the base).
     fn later_commit(&self, latest: &State) -> Option<String> {
-        self.only_on_base.then(|| {
+        let fenced = self.only_on_base && self.shared().opts.sabotage != Some(Sabotage::FenceIgnored);
+        fenced.then(|| {
             format!(
                 "commit {} came after the state this transaction was planned on ({})",
                 latest.seq, self.base.state.seq

@@ -9,9 +9,10 @@
 //!    transaction: whole pages written, pages read, the file's size. Nothing of it reaches
 //!    the store before its commit.
 //! 2. Every page SQLite used in the transaction is in `reads` or `writes` (or in
-//!    `cache_pages`, with `cache_pages_read`), and agrees with the snapshot. SQLite reads the 16 bytes at offset 24 (change counter, page count,
-//!    freelist) at a read transaction's start whenever its cache holds pages, and empties
-//!    its cache unless they match what it last saw. They come back changed (an empty
+//!    `cache_pages`, with `cache_pages_read`), and agrees with the snapshot. SQLite reads
+//!    the 16 bytes at offset 24 (change counter, page count, freelist) at a read
+//!    transaction's start whenever its cache holds pages, and empties its cache unless
+//!    they match what it last saw. They come back changed (an empty
 //!    cache: every page is then read through xRead, and noted) unless the handle's
 //!    `cache_state` is the snapshot's state: the cache was filled from that very state, or
 //!    by this handle's own commit of exactly SQLite's pages with nothing committed since.
@@ -547,19 +548,21 @@ fn plan_commit<'a>(
     let validate_writes = sabotage != Some(Sabotage::UnvalidatedSnapshot);
     let validate_reads = validate_writes && sabotage != Some(Sabotage::NoReadValidation);
     let all_reads = || cw.reads.iter().chain(cached.into_iter().flatten());
-    let reads = all_reads().take_while(|_| validate_reads && moved);
-    let writes = cw.writes.keys().take_while(|_| validate_writes && moved);
-    for &p in reads.chain(writes) {
-        if p != 0 && p < base_pages && !unchanged(p) {
-            let how = if cw.writes.contains_key(&p) {
-                "written"
-            } else {
-                "read"
-            };
-            return Err(format!(
-                "page {} ({how} by this transaction) was changed by another commit",
-                p + 1
-            ));
+    if moved {
+        let reads = all_reads().filter(|_| validate_reads);
+        let writes = cw.writes.keys().filter(|_| validate_writes);
+        for &p in reads.chain(writes) {
+            if p != 0 && p < base_pages && !unchanged(p) {
+                let how = if cw.writes.contains_key(&p) {
+                    "written"
+                } else {
+                    "read"
+                };
+                return Err(format!(
+                    "page {} ({how} by this transaction) was changed by another commit",
+                    p + 1
+                ));
+            }
         }
     }
     let only_on_base = cached.is_some() && !moved;

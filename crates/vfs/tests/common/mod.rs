@@ -106,7 +106,9 @@ pub struct Syscalls {
     /// Sum of the return values of the write family (bytes written).
     pub bytes_written: u64,
     /// Write calls whose data, as far as the trace shows it (40 bytes), is all zeros: a
-    /// growth step's preallocation (a commit's write begins with its record's header).
+    /// growth step's preallocation. A commit's write begins with its record's header, or
+    /// with a page of SQLite's, which begins with its type byte (these tests write b-tree
+    /// pages and page 1 only).
     pub zero_writes: u64,
 }
 

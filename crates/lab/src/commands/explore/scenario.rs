@@ -545,11 +545,7 @@ pub fn all() -> Vec<Scenario> {
 /// itself (its new header would hide a stale chain).
 fn checkpoint_handoff(sabotage: Option<&'static str>) -> Scenario {
     Scenario {
-        name: if sabotage.is_some() {
-            "checkpoint-publication"
-        } else {
-            "checkpoint-handoff"
-        },
+        name: named(sabotage, "checkpoint-handoff", "checkpoint-publication"),
         about: "A checkpoints after B's commit and is stopped in it; B commits again, both die",
         procs: vec![writer('A'), writer('B')],
         script: vec![
@@ -580,11 +576,7 @@ fn checkpoint_handoff(sabotage: Option<&'static str>) -> Scenario {
 fn growth(sabotage: Option<&'static str>) -> Scenario {
     let (a, b) = (0, 1);
     Scenario {
-        name: if sabotage.is_some() {
-            "lazy-growth"
-        } else {
-            "growth"
-        },
+        name: named(sabotage, "growth", "lazy-growth"),
         about: "two processes growing the file: a joining process's first commit, spills \
                 under the write lock, later commits ahead of need",
         procs: vec![writer('A'), writer('B')],
@@ -616,14 +608,20 @@ fn growth(sabotage: Option<&'static str>) -> Scenario {
 /// checkpoint every scenario here stops in (`checkpoint_interval` 3).
 fn growth_large(sabotage: Option<&'static str>) -> Scenario {
     Scenario {
-        name: if sabotage.is_some() {
-            "lazy-growth-large"
-        } else {
-            "growth-large"
-        },
+        name: named(sabotage, "growth-large", "lazy-growth-large"),
         about: "growth on a file past max_growth_step: large steps ahead of need",
         max_growth_step: Some(64 << 10),
         ..growth(sabotage)
+    }
+}
+
+/// A scenario's name: `plain`, or `control` where it runs as a negative control (with a
+/// sabotage).
+fn named(sabotage: Option<&str>, plain: &'static str, control: &'static str) -> &'static str {
+    if sabotage.is_some() {
+        control
+    } else {
+        plain
     }
 }
 
