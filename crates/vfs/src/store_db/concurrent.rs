@@ -58,7 +58,7 @@ use super::connections::{commit_synchronous, Synchronous};
 use super::file::{commit_err, read_bytes, store_err, StoreDb};
 use super::locking::{note_lock_released, process_lock_key, PROCESS_LOCK_POLL, RETRYING_WRITER, WRITER_WAIT};
 use super::registry::lock;
-use super::relocate::{get32, relocate_appended};
+use super::relocate::{analyze_appended, get32, Relocation};
 use super::CHANGE_COUNTER;
 
 /// SQLite's extended code for "another connection's commit conflicts with this
@@ -97,6 +97,8 @@ pub(super) struct ConcurrentWrite {
     pub(super) base_size: u64,
     /// The file's size in bytes as this transaction has it.
     pub(super) size: u64,
+    /// The store's page size in bytes (every page in `writes` has it).
+    pub(super) page_size: u64,
     pub(super) wrote: bool,
     /// Committed or refused (invariant 4).
     pub(super) done: bool,
@@ -251,6 +253,7 @@ impl StoreDb {
             writes: BTreeMap::new(),
             base_size: size,
             size,
+            page_size: self.store.page_size,
             wrote: false,
             done: false,
             failed: false,
@@ -332,25 +335,35 @@ impl StoreDb {
             let within = (at % page_size as u64) as usize;
             let n = (page_size - within).min(buf.len() - done);
             let whole = n == page_size;
-            let mut page = vec![0u8; page_size];
-            if !whole {
-                // Read-modify-write: SQLite's page is smaller than the store's.
-                let known = self
-                    .concurrent_write
-                    .as_ref()
-                    .and_then(|cw| cw.writes.get(&index).cloned());
-                match known {
-                    Some(data) => page = data,
+            let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
+            if whole {
+                // SQLite writes whole pages (the usual case): one copy, into the page kept.
+                let data = &buf[done..done + n];
+                match cw.writes.get_mut(&index) {
+                    Some(page) => page.copy_from_slice(data),
                     None => {
-                        let start = index * page_size as u64;
-                        // Past the end reads as zeros (a short read is expected there).
-                        match self.concurrent_read(&mut page, start) {
-                            Ok(()) | Err(SQLITE_IOERR_SHORT_READ) => {}
-                            Err(e) => return Err(e),
-                        }
+                        cw.writes.insert(index, data.to_vec());
                     }
                 }
+                self.cache_pages.insert(index);
+                done += n;
+                continue;
             }
+            // Read-modify-write: SQLite's page is smaller than the store's.
+            let known = cw.writes.get(&index).cloned();
+            let mut page = match known {
+                Some(data) => data,
+                None => {
+                    let mut page = vec![0u8; page_size];
+                    let start = index * page_size as u64;
+                    // Past the end reads as zeros (a short read is expected there).
+                    match self.concurrent_read(&mut page, start) {
+                        Ok(()) | Err(SQLITE_IOERR_SHORT_READ) => {}
+                        Err(e) => return Err(e),
+                    }
+                    page
+                }
+            };
             page[within..within + n].copy_from_slice(&buf[done..done + n]);
             let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
             cw.writes.insert(index, page);
@@ -412,8 +425,9 @@ impl StoreDb {
         let Some(base) = self.snapshot.as_ref() else {
             return Err(SQLITE_IOERR);
         };
-        let page_size = self.store.page_size;
         let mut lost_to = String::new();
+        // Found on the first plan that moves pages, applied again by the plans after it.
+        let mut relocation = None;
         let give_up = Instant::now() + COMMIT_RACE_LIMIT;
         while Instant::now() < give_up {
             let latest = self
@@ -423,7 +437,15 @@ impl StoreDb {
                 .map_err(|_| SQLITE_IOERR_LOCK)?;
             let sabotage = self.store.store.sabotage();
             let cached = self.cache_pages_read.then_some(&self.cache_pages);
-            let plan = match plan_commit(base, &latest, &self.logical, cw, cached, page_size, sabotage) {
+            let plan = match plan_commit(
+                base,
+                &latest,
+                &self.logical,
+                cw,
+                cached,
+                &mut relocation,
+                sabotage,
+            ) {
                 Ok(plan) => plan,
                 Err(why) => return Err(self.refuse_conflict(&why)),
             };
@@ -511,9 +533,10 @@ fn plan_commit<'a>(
     logical: &str,
     cw: &'a ConcurrentWrite,
     cached: Option<&BTreeSet<u64>>,
-    page_size: u64,
+    relocation: &mut Option<Relocation>,
     sabotage: Option<Sabotage>,
 ) -> Result<Plan<'a>, String> {
+    let page_size = cw.page_size;
     let as_written = || -> BTreeMap<u64, Cow<'a, [u8]>> {
         cw.writes
             .iter()
@@ -628,22 +651,30 @@ fn plan_commit<'a>(
                 .copy_from_slice(&(l as u32).to_be_bytes());
             (same, l * page_size)
         } else {
-            let written: BTreeMap<u32, Vec<u8>> = cw
+            let written: BTreeMap<u32, &[u8]> = cw
                 .writes
                 .iter()
-                .map(|(&p, d)| ((p + 1) as u32, d.clone()))
+                .map(|(&p, d)| ((p + 1) as u32, d.as_slice()))
                 .collect();
-            let read_base = |pgno: u32| -> Option<Vec<u8>> {
-                let mut page = vec![0u8; page_size as usize];
-                base.read_page(base_id, u64::from(pgno) - 1, &mut page).ok()?;
-                Some(page)
-            };
-            let moved = relocate_appended(&written, &read_base, b as u32, l as u32).map_err(|why| {
+            let cant_move = |why: String| {
                 format!("the file grew meanwhile and this transaction's new pages cannot move: {why}")
-            })?;
-            let moved = moved
+            };
+            let relocation = match relocation {
+                Some(found) => found,
+                None => {
+                    let read_base = |pgno: u32| -> Option<Vec<u8>> {
+                        let mut page = vec![0u8; page_size as usize];
+                        base.read_page(base_id, u64::from(pgno) - 1, &mut page).ok()?;
+                        Some(page)
+                    };
+                    relocation.insert(analyze_appended(&written, &read_base, b as u32).map_err(cant_move)?)
+                }
+            };
+            let moved = relocation
+                .apply(&written, l as u32)
+                .map_err(cant_move)?
                 .into_iter()
-                .map(|(p, d)| (u64::from(p) - 1, Cow::Owned(d)))
+                .map(|(p, d)| (u64::from(p) - 1, d))
                 .collect();
             (moved, (l + m - b) * page_size)
         }

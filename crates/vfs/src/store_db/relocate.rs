@@ -63,7 +63,7 @@ fn varint(p: &[u8], at: usize, end: usize) -> Option<(u64, usize)> {
 
 /// What the move needs to know about the transaction's database.
 struct Ctx<'a> {
-    written: &'a BTreeMap<u32, Vec<u8>>,
+    written: &'a BTreeMap<u32, &'a [u8]>,
     page_size: usize,
     usable: usize,
     base: u32,
@@ -193,7 +193,7 @@ fn walk_freelist(
         // An unwritten trunk is as in the base, which had no page past base_pages.
         let unwritten = !ctx.written.contains_key(&trunk);
         let data: Cow<[u8]> = match ctx.written.get(&trunk) {
-            Some(d) => Cow::Borrowed(d),
+            Some(d) => Cow::Borrowed(*d),
             None => Cow::Owned(read_base(trunk).ok_or_else(|| format!("cannot read base page {trunk}"))?),
         };
         let n = get32(&data, 4).map_or(usize::MAX, |n| n as usize);
@@ -250,22 +250,31 @@ fn walk_overflows(
     Ok(overflow)
 }
 
-/// Moves the pages a transaction appended (base_pages+1 ..= mine_pages, 1-based SQLite page
-/// numbers, where mine_pages is the page count in the transaction's page 1, bytes 28..32)
-/// to just past another commit's end (latest_pages+1 ..), rewriting every pointer to them.
+/// What moving a transaction's appended pages takes, found once per commit: which bytes of
+/// which written pages name an appended page. It does not depend on where the pages move,
+/// so a commit that loses the race to the store's lock and plans again on a later end
+/// applies it again without parsing the pages again (`apply`).
+pub(crate) struct Relocation {
+    base: u32,
+    mine: u32,
+    page_size: usize,
+    /// Per written page (1-based), the offsets of its fields naming an appended page.
+    fields: BTreeMap<u32, Vec<usize>>,
+}
+
+/// Finds what moving the pages a transaction appended (base_pages+1 ..= mine_pages, 1-based
+/// SQLite page numbers, where mine_pages is the page count in the transaction's page 1, bytes
+/// 28..32) needs to rewrite: every pointer to them.
 /// `written`: the transaction's full pages by 1-based page number (page 1 always present).
 /// `read_base`: an unwritten page as the transaction's base had it (for freelist trunk walks).
-/// Ok: the pages to commit instead (same set, the appended ones renumbered; page 1's page
-/// count set to latest_pages + (mine_pages - base_pages)). Err: a reason it cannot be done
-/// safely; the caller then treats the commit as a conflict (the application retries), so
-/// when in doubt return Err — never guess.
-pub(crate) fn relocate_appended(
-    written: &BTreeMap<u32, Vec<u8>>,
+/// Err: a reason it cannot be done safely; the caller then treats the commit as a conflict
+/// (the application retries), so when in doubt return Err — never guess.
+pub(crate) fn analyze_appended(
+    written: &BTreeMap<u32, &[u8]>,
     read_base: &dyn Fn(u32) -> Option<Vec<u8>>,
     base_pages: u32,
-    latest_pages: u32,
-) -> Result<BTreeMap<u32, Vec<u8>>, String> {
-    let page1 = written.get(&1).ok_or("page 1 was not written")?;
+) -> Result<Relocation, String> {
+    let page1 = *written.get(&1).ok_or("page 1 was not written")?;
     if page1.get(..16) != Some(b"SQLite format 3\0") || page1.get(21..24) != Some(&[64, 32, 32]) {
         return Err("page 1 is not a SQLite database header".into());
     }
@@ -280,22 +289,19 @@ pub(crate) fn relocate_appended(
     if usable < 480 || page1.get(24..28) != page1.get(92..96) {
         return Err("usable size too small or page count not valid in page 1".into());
     }
-    if base_pages == 0 || latest_pages <= base_pages || mine <= base_pages {
-        let why = format!("base {base_pages}, latest {latest_pages}, mine {mine}");
-        return Err(format!("nothing to move: {why}"));
+    if base_pages == 0 || mine <= base_pages {
+        return Err(format!("nothing to move: base {base_pages}, mine {mine}"));
     }
-    let (shift, count) = (latest_pages - base_pages, mine - base_pages);
-    let new_count = latest_pages.checked_add(count).filter(|&n| n <= MAX_PAGE_COUNT);
-    let new_count = new_count.ok_or("too many pages")?;
-    let pending = u32::try_from(PENDING_BYTE / page_size as u64 + 1).unwrap_or(u32::MAX);
-    if (base_pages < pending && pending <= mine) || (latest_pages < pending && pending <= new_count) {
-        return Err(format!("pending-byte page {pending} would move or be moved onto"));
+    let count = mine - base_pages;
+    let pending = pending_byte_page(page_size);
+    if base_pages < pending && pending <= mine {
+        return Err(format!("pending-byte page {pending} would move"));
     }
     // Auto-vacuum databases keep pointer maps, which this does not rewrite.
     if get32(page1, 52) != Some(0) {
         return Err("auto-vacuum database".into());
     }
-    let bad = |(&p, d): (&u32, &Vec<u8>)| (p == 0 || p > mine || d.len() != page_size).then_some(p);
+    let bad = |(&p, d): (&u32, &&[u8])| (p == 0 || p > mine || d.len() != page_size).then_some(p);
     if let Some(p) = written.iter().find_map(bad) {
         return Err(format!(
             "written page {p} is past the end or not {page_size} bytes"
@@ -337,7 +343,7 @@ pub(crate) fn relocate_appended(
     }
 
     let mut named: BTreeMap<u32, u32> = BTreeMap::new();
-    let mut out = BTreeMap::new();
+    let mut shifted = BTreeMap::new();
     for (&pgno, data) in written {
         let mut fields: Vec<usize> = btrees.get(&pgno).into_iter().flatten().map(|f| f.0).collect();
         if pgno == 1 {
@@ -350,18 +356,17 @@ pub(crate) fn relocate_appended(
             let n = get32(data, 4).unwrap_or(0) as usize; // bounded by the walk
             fields.extend((0..=n).map(|i| if i == 0 { 0 } else { 4 + 4 * i }));
         }
-        let mut page = data.clone();
+        let mut naming = Vec::new();
         for at in fields {
-            let v = get32(&page, at).ok_or("pointer field outside the page")?;
+            let v = get32(data, at).ok_or("pointer field outside the page")?;
             if v > base_pages && v <= mine {
                 *named.entry(v).or_insert(0) += 1;
-                put32(&mut page, at, v + shift);
+                naming.push(at);
             }
         }
-        if pgno == 1 {
-            put32(&mut page, 28, new_count);
+        if !naming.is_empty() {
+            shifted.insert(pgno, naming);
         }
-        out.insert(if pgno > base_pages { pgno + shift } else { pgno }, page);
     }
     // The check that makes misclassification detectable (see the module doc).
     for p in written.range(base_pages + 1..).map(|w| *w.0) {
@@ -370,7 +375,77 @@ pub(crate) fn relocate_appended(
             n => return Err(format!("appended page {p} is referenced {n} times, not once")),
         }
     }
-    Ok(out)
+    Ok(Relocation {
+        base: base_pages,
+        mine,
+        page_size,
+        fields: shifted,
+    })
+}
+
+/// The page holding SQLite's lock bytes, never used.
+fn pending_byte_page(page_size: usize) -> u32 {
+    u32::try_from(PENDING_BYTE / page_size as u64 + 1).unwrap_or(u32::MAX)
+}
+
+impl Relocation {
+    /// The pages to commit instead of `written` (the ones `analyze_appended` was given) when
+    /// another commit ended the file at `latest_pages`: the same set, the appended ones
+    /// renumbered past that end, every pointer to them and page 1's page count (now
+    /// latest_pages + (mine_pages - base_pages)) rewritten. Only pages with a pointer to
+    /// rewrite, and page 1, are copied; the others are lent as they are.
+    pub(crate) fn apply<'a>(
+        &self,
+        written: &BTreeMap<u32, &'a [u8]>,
+        latest_pages: u32,
+    ) -> Result<BTreeMap<u32, Cow<'a, [u8]>>, String> {
+        let (base, mine) = (self.base, self.mine);
+        if latest_pages <= base {
+            return Err(format!(
+                "nothing to move: base {base}, latest {latest_pages}, mine {mine}"
+            ));
+        }
+        let shift = latest_pages - base;
+        let new_count = latest_pages
+            .checked_add(mine - base)
+            .filter(|&n| n <= MAX_PAGE_COUNT)
+            .ok_or("too many pages")?;
+        let pending = pending_byte_page(self.page_size);
+        if latest_pages < pending && pending <= new_count {
+            return Err(format!("pending-byte page {pending} would be moved onto"));
+        }
+        let mut out = BTreeMap::new();
+        for (&pgno, &data) in written {
+            let fields = self.fields.get(&pgno);
+            let mut page = Cow::Borrowed(data);
+            if fields.is_some() || pgno == 1 {
+                let page = page.to_mut();
+                for &at in fields.into_iter().flatten() {
+                    let v = get32(page, at).ok_or("pointer field outside the page")?;
+                    put32(page, at, v + shift);
+                }
+                if pgno == 1 {
+                    put32(page, 28, new_count);
+                }
+            }
+            out.insert(if pgno > base { pgno + shift } else { pgno }, page);
+        }
+        Ok(out)
+    }
+}
+
+/// `analyze_appended` and `apply` at once, with pages owned (the tests' form).
+#[cfg(test)]
+fn relocate_appended(
+    written: &BTreeMap<u32, Vec<u8>>,
+    read_base: &dyn Fn(u32) -> Option<Vec<u8>>,
+    base_pages: u32,
+    latest_pages: u32,
+) -> Result<BTreeMap<u32, Vec<u8>>, String> {
+    let lent: BTreeMap<u32, &[u8]> = written.iter().map(|(&p, d)| (p, d.as_slice())).collect();
+    let relocation = analyze_appended(&lent, read_base, base_pages)?;
+    let moved = relocation.apply(&lent, latest_pages)?;
+    Ok(moved.into_iter().map(|(p, d)| (p, d.into_owned())).collect())
 }
 #[cfg(test)]
 mod tests {
@@ -558,14 +633,15 @@ mod tests {
 
     fn freelist(t: &Built, written: &BTreeMap<u32, Vec<u8>>) -> BTreeMap<u32, bool> {
         let (base, mine) = (t.pages(BASE), t.pages(B));
+        let written: BTreeMap<u32, &[u8]> = written.iter().map(|(&p, d)| (p, d.as_slice())).collect();
         let ctx = Ctx {
-            written,
+            written: &written,
             page_size: t.ps,
             usable: t.ps,
             base,
             mine,
         };
-        walk_freelist(&written[&1], &ctx, &t.read_base()).unwrap()
+        walk_freelist(written[&1], &ctx, &t.read_base()).unwrap()
     }
 
     #[test]
@@ -687,10 +763,29 @@ mod tests {
             let appended = (base + 1..=mine).map(|p| (p, vec![0; 512]));
             std::iter::once((1, one)).chain(appended).collect()
         };
-        for (base, mine, latest) in [(pending - 2, pending, pending + 5), (10, 12, pending - 1)] {
-            let err = relocate_appended(&written(base, mine), &|_| None, base, latest).unwrap_err();
-            assert!(err.contains("pending"), "{err}");
-        }
+        let err = relocate_appended(
+            &written(pending - 2, pending),
+            &|_| None,
+            pending - 2,
+            pending + 5,
+        );
+        assert!(err.unwrap_err().contains("pending-byte page 2097153 would move"));
+        // Moving onto it depends on where the pages go: found when the move is applied.
+        let (base, mine) = (10, 12);
+        let relocation = Relocation {
+            base,
+            mine,
+            page_size: 512,
+            fields: BTreeMap::new(),
+        };
+        let pages = written(base, mine);
+        let lent = pages.iter().map(|(&p, d)| (p, d.as_slice())).collect();
+        let err = relocation.apply(&lent, pending - 1).unwrap_err();
+        assert!(
+            err.contains("pending-byte page 2097153 would be moved onto"),
+            "{err}"
+        );
+        assert!(relocation.apply(&lent, pending - 3).is_ok());
     }
 
     /// A freelist whose second trunk is unwritten: the walk reads it from the base.
