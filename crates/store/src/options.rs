@@ -125,6 +125,10 @@ pub enum Sabotage {
     /// reads are not noted, commits after later commits all the same: nothing checks what
     /// it read (the fenced model test's negative control finds lost updates or write skew).
     FenceIgnored,
+    /// A concurrent commit whose new pages move past another commit's end (the VFS's
+    /// relocation) leaves one pointer to them unrewritten: it names the old page number,
+    /// now another commit's page (the growing model test's negative control).
+    RelocatedPointerMissed,
 }
 
 impl Sabotage {
@@ -136,7 +140,7 @@ impl Sabotage {
     /// `catch-up-by-locker`, `unvalidated-snapshot`, `flush-coverage-read-late`,
     /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`, `announced-flush-trusted`,
     /// `patch-ranges-by-offset`, `kept-operations-unapplied`, `checkpoint-followed-partly`,
-    /// `fence-ignored`), if any.
+    /// `fence-ignored`, `relocated-pointer-missed`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
@@ -154,6 +158,7 @@ impl Sabotage {
             Ok("kept-operations-unapplied") => Some(Sabotage::KeptOperationsUnapplied),
             Ok("checkpoint-followed-partly") => Some(Sabotage::CheckpointFollowedPartly),
             Ok("fence-ignored") => Some(Sabotage::FenceIgnored),
+            Ok("relocated-pointer-missed") => Some(Sabotage::RelocatedPointerMissed),
             _ => None,
         }
     }

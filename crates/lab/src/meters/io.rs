@@ -65,7 +65,8 @@ impl IoCounters {
 /// the write lock), catch-ups that followed other processes' commits and the records they
 /// applied, flushes (all, and those of group commit with the time they took), growth (zeros
 /// written ahead, and the growth steps and checkpoints behind the flushes that are not group
-/// commit's), and the time the cross-process write lock was waited for and held. Per
+/// commit's), the time the cross-process write lock was waited for and held, and concurrent
+/// commits rebased onto later commits (with their new pages moved or not). Per
 /// process: a run of several processes adds theirs up.
 #[derive(Clone, Copy, Default, Debug, serde::Serialize, serde::Deserialize)]
 pub struct StoreActivity {
@@ -85,6 +86,12 @@ pub struct StoreActivity {
     pub growths: u64,
     pub growths_holding_locks: u64,
     pub checkpoints: u64,
+    /// Concurrent commits rebased onto later commits, and of them those whose new pages
+    /// moved (absent from an older `libonesync.so`).
+    #[serde(default)]
+    pub concurrent_rebased: u64,
+    #[serde(default)]
+    pub concurrent_relocated: u64,
 }
 
 impl StoreActivity {
@@ -123,6 +130,8 @@ impl StoreActivity {
             growths: sign(self.growths, other.growths),
             growths_holding_locks: sign(self.growths_holding_locks, other.growths_holding_locks),
             checkpoints: sign(self.checkpoints, other.checkpoints),
+            concurrent_rebased: sign(self.concurrent_rebased, other.concurrent_rebased),
+            concurrent_relocated: sign(self.concurrent_relocated, other.concurrent_relocated),
         }
     }
 }

@@ -127,6 +127,8 @@ struct Plan<'a> {
     /// Nothing was committed since the base, and `pages` and `size` are exactly the
     /// transaction's: SQLite's cache agrees with the commit (invariant 2).
     verbatim: bool,
+    /// The pages the transaction appended move past another commit's end.
+    relocated: bool,
 }
 
 /// A 4-byte field of page 1 (always there: a page is at least 512 bytes).
@@ -466,9 +468,10 @@ impl StoreDb {
                 txn.write_page(id, p, data).map_err(&err)?;
             }
             txn.set_file_size(id, plan.size).map_err(&err)?;
-            let verbatim = plan.verbatim;
+            let (verbatim, relocated) = (plan.verbatim, plan.relocated);
             match txn.commit_without_waiting() {
                 Ok(pending) => {
+                    self.store.concurrent_commits.count(verbatim, relocated);
                     let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
                     cw.writes.clear();
                     cw.committed_verbatim = verbatim.then_some(pending.seq());
@@ -557,6 +560,7 @@ fn plan_commit<'a>(
             reads: Vec::new(),
             only_on_base: false,
             verbatim: !moved,
+            relocated: false,
         });
     };
     let Some(latest_id) = latest_id else {
@@ -608,6 +612,7 @@ fn plan_commit<'a>(
             reads,
             only_on_base,
             verbatim: !moved,
+            relocated: false,
         });
     }
     let read = |snap: &Snapshot, id: FileId| -> Result<Vec<u8>, String> {
@@ -627,6 +632,7 @@ fn plan_commit<'a>(
     let l = page_count(&latest_one, latest_size, page_size);
     let m = page_count(&mine_one, cw.size, page_size);
     // The transaction's pages, copied once: as they are, or moved past the latest end.
+    let relocated = l != b && m != b;
     let (mut pages, size) = if l == b {
         (as_written(), cw.size)
     } else {
@@ -667,7 +673,12 @@ fn plan_commit<'a>(
                         base.read_page(base_id, u64::from(pgno) - 1, &mut page).ok()?;
                         Some(page)
                     };
-                    relocation.insert(analyze_appended(&written, &read_base, b as u32).map_err(cant_move)?)
+                    let found = relocation
+                        .insert(analyze_appended(&written, &read_base, b as u32).map_err(cant_move)?);
+                    if sabotage == Some(Sabotage::RelocatedPointerMissed) {
+                        found.forget_one_field();
+                    }
+                    found
                 }
             };
             let moved = relocation
@@ -695,5 +706,6 @@ fn plan_commit<'a>(
         reads,
         only_on_base,
         verbatim: false,
+        relocated,
     })
 }

@@ -4,9 +4,10 @@
 use std::collections::BTreeSet;
 use std::ffi::c_int;
 use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use onesync_store::{CommitError, Error as StoreError, FileId, Snapshot, Store, Transaction};
+use onesync_store::{CommitError, Error as StoreError, FileId, Snapshot, Transaction};
 
 use crate::backend::{DbBackend, FileControl, FileControlCall, IoResult, LockLevel, Pragma, SqliteName};
 use crate::ffi::{
@@ -279,7 +280,7 @@ impl StoreDb {
                 SQLITE_OK
             }
             (Some("onesync_stats"), _) => {
-                reply(stats_json(&self.store.store));
+                reply(stats_json(&self.store));
                 SQLITE_OK
             }
             (Some("onesync_flush"), _) => {
@@ -314,8 +315,9 @@ impl StoreDb {
     }
 }
 
-pub(super) fn stats_json(store: &Store) -> String {
-    let s = store.stats();
+pub(super) fn stats_json(open: &OpenStore) -> String {
+    let s = open.store.stats();
+    let concurrent = &open.concurrent_commits;
     serde_json::json!({
         "page_size": s.page_size,
         "commit_records": s.commit_records,
@@ -345,6 +347,8 @@ pub(super) fn stats_json(store: &Store) -> String {
         "durable_seq": s.durable_seq,
         "slots_total": s.slots_total,
         "slots_free": s.slots_free,
+        "concurrent_rebased": concurrent.rebased.load(Relaxed),
+        "concurrent_relocated": concurrent.relocated.load(Relaxed),
     })
     .to_string()
 }

@@ -40,6 +40,28 @@ pub(super) struct OpenStore {
     pub(super) waiting_writers: AtomicUsize,
     /// When a write lock of this store was last found held by another process.
     pub(super) contended_at: Mutex<Option<Instant>>,
+    /// How this process's concurrent commits went (`PRAGMA onesync_stats`).
+    pub(super) concurrent_commits: ConcurrentCommits,
+}
+
+/// Concurrent commits of this process that were not on their own snapshot: rebased onto
+/// later commits (page 1 merged), and of them, those whose appended pages moved past
+/// another commit's end. A test can so tell that these paths ran.
+#[derive(Default)]
+pub(super) struct ConcurrentCommits {
+    pub(super) rebased: AtomicU64,
+    pub(super) relocated: AtomicU64,
+}
+
+impl ConcurrentCommits {
+    pub(super) fn count(&self, verbatim: bool, relocated: bool) {
+        if !verbatim {
+            self.rebased.fetch_add(1, Relaxed);
+        }
+        if relocated {
+            self.relocated.fetch_add(1, Relaxed);
+        }
+    }
 }
 
 /// Lock levels and write transactions of one store, under one mutex.
@@ -289,6 +311,7 @@ pub(super) fn register(
         writer_left: Condvar::new(),
         waiting_writers: AtomicUsize::new(0),
         contended_at: Mutex::new(None),
+        concurrent_commits: ConcurrentCommits::default(),
     });
     registry.insert(key, (open.clone(), 1));
     open
@@ -322,5 +345,5 @@ pub fn store_stats_json(path: &Path) -> Option<String> {
     [false, true]
         .iter()
         .find_map(|&ro| registry.get(&(key.clone(), ro)))
-        .map(|(s, _)| stats_json(&s.store))
+        .map(|(s, _)| stats_json(s))
 }

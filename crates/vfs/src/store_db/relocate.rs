@@ -389,6 +389,17 @@ fn pending_byte_page(page_size: usize) -> u32 {
 }
 
 impl Relocation {
+    /// Negative controls only (`Sabotage::RelocatedPointerMissed`): forget the first field
+    /// found, so that `apply` leaves it naming the page's old number.
+    pub(crate) fn forget_one_field(&mut self) {
+        if let Some(mut first) = self.fields.first_entry() {
+            first.get_mut().remove(0);
+            if first.get().is_empty() {
+                first.remove();
+            }
+        }
+    }
+
     /// The pages to commit instead of `written` (the ones `analyze_appended` was given) when
     /// another commit ended the file at `latest_pages`: the same set, the appended ones
     /// renumbered past that end, every pointer to them and page 1's page count (now

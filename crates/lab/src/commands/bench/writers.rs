@@ -548,6 +548,8 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
             ("of them before queueing for the write lock", s.early_conflicts),
             ("shared waits for an announced flush", s.announced_flush_waits),
             ("flushes by another process", s.flushes_by_others),
+            ("concurrent commits rebased onto later ones", s.concurrent_rebased),
+            ("of them with their new pages moved", s.concurrent_relocated),
         ];
         let items = items
             .iter()
