@@ -25,7 +25,8 @@
 //! 3. A commit writes exactly: the base's pages it did not write, unchanged; its writes,
 //!    moved past the latest end if another commit grew the file meanwhile; page 1 merged.
 //!    It is built on the latest state and is refused by the store if anything it read or
-//!    wrote changed between that state and its commit (the loop below then plans again).
+//!    wrote changed between that state and its commit (the loop below then plans again;
+//!    which fields name the moved pages is found once, and rewritten for each plan's end).
 //! 4. After a commit or a refusal, the transaction is `done`: SQLite's rollback writes
 //!    (after a refusal) are dropped, and nothing commits twice.
 //! 5. A commit that failed (an I/O error, not a conflict) is `done` and `failed`; its error
