@@ -420,7 +420,11 @@ impl Transaction {
     pub fn write_page(&mut self, file: FileId, page: u64, data: &[u8]) -> Result<()> {
         // One copy, shared by the buffered page and the recent pages once committed (see
         // `commit_without_waiting`).
-        let content: Arc<[u8]> = Arc::from(data);
+        self.write_shared_page(file, page, Arc::from(data))
+    }
+
+    /// [`Transaction::write_page`] of a content the caller already holds shared: no copy.
+    pub fn write_shared_page(&mut self, file: FileId, page: u64, content: Arc<[u8]>) -> Result<()> {
         self.write_page_unremembered(file, page, &content)?;
         self.fresh.insert((file.0, page), content);
         Ok(())

@@ -46,6 +46,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::c_int;
+use std::sync::Arc;
 use std::time::Instant;
 
 use onesync_store::{Error as StoreError, FileId, PendingCommit, Sabotage, Snapshot};
@@ -93,7 +94,7 @@ pub(super) struct ConcurrentWrite {
     /// Store pages (0-based) read from the base, validated at commit.
     pub(super) reads: BTreeSet<u64>,
     /// Whole store pages written.
-    pub(super) writes: BTreeMap<u64, Vec<u8>>,
+    pub(super) writes: BTreeMap<u64, Arc<[u8]>>,
     /// The file's size in bytes in the snapshot the transaction is based on.
     pub(super) base_size: u64,
     /// The file's size in bytes as this transaction has it.
@@ -342,10 +343,10 @@ impl StoreDb {
             if whole {
                 // SQLite writes whole pages (the usual case): one copy, into the page kept.
                 let data = &buf[done..done + n];
-                match cw.writes.get_mut(&index) {
-                    Some(page) => page.copy_from_slice(data),
+                match cw.writes.get_mut(&index).and_then(Arc::get_mut) {
+                    Some(unshared) => unshared.copy_from_slice(data),
                     None => {
-                        cw.writes.insert(index, data.to_vec());
+                        cw.writes.insert(index, Arc::from(data));
                     }
                 }
                 self.cache_pages.insert(index);
@@ -353,7 +354,7 @@ impl StoreDb {
                 continue;
             }
             // Read-modify-write: SQLite's page is smaller than the store's.
-            let known = cw.writes.get(&index).cloned();
+            let known = cw.writes.get(&index).map(|data| data.to_vec());
             let mut page = match known {
                 Some(data) => data,
                 None => {
@@ -369,7 +370,7 @@ impl StoreDb {
             };
             page[within..within + n].copy_from_slice(&buf[done..done + n]);
             let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
-            cw.writes.insert(index, page);
+            cw.writes.insert(index, Arc::from(page));
             self.cache_pages.insert(index);
             done += n;
         }
@@ -466,7 +467,17 @@ impl StoreDb {
                 txn.refuse_any_later_commit();
             }
             for (&p, data) in &plan.pages {
-                txn.write_page(id, p, data).map_err(&err)?;
+                // A page committed as SQLite wrote it, at its own number, goes to the store
+                // as the content held here (no copy; a lone writer's every page).
+                let as_held = match data {
+                    Cow::Borrowed(lent) => cw.writes.get(&p).filter(|held| std::ptr::eq(&held[..], *lent)),
+                    Cow::Owned(_) => None,
+                };
+                match as_held {
+                    Some(held) => txn.write_shared_page(id, p, held.clone()),
+                    None => txn.write_page(id, p, data),
+                }
+                .map_err(&err)?;
             }
             txn.set_file_size(id, plan.size).map_err(&err)?;
             let (verbatim, relocated) = (plan.verbatim, plan.relocated);
@@ -544,7 +555,7 @@ fn plan_commit<'a>(
     let as_written = || -> BTreeMap<u64, Cow<'a, [u8]>> {
         cw.writes
             .iter()
-            .map(|(&p, d)| (p, Cow::Borrowed(d.as_slice())))
+            .map(|(&p, d)| (p, Cow::Borrowed(&d[..])))
             .collect()
     };
     // Nothing committed since the base: nothing to validate here (the store validates the
@@ -628,7 +639,7 @@ fn plan_commit<'a>(
             "page 1 (the schema, the freelist or header fields) was changed by another commit".into(),
         );
     }
-    let mine_one = cw.writes.get(&0).cloned().unwrap_or_else(|| base_one.clone());
+    let mine_one = cw.writes.get(&0).map_or_else(|| base_one.clone(), |d| d.to_vec());
     let b = page_count(&base_one, base_size, page_size);
     let l = page_count(&latest_one, latest_size, page_size);
     let m = page_count(&mine_one, cw.size, page_size);
@@ -658,11 +669,8 @@ fn plan_commit<'a>(
                 .copy_from_slice(&(l as u32).to_be_bytes());
             (same, l * page_size)
         } else {
-            let written: BTreeMap<u32, &[u8]> = cw
-                .writes
-                .iter()
-                .map(|(&p, d)| ((p + 1) as u32, d.as_slice()))
-                .collect();
+            let written: BTreeMap<u32, &[u8]> =
+                cw.writes.iter().map(|(&p, d)| ((p + 1) as u32, &d[..])).collect();
             let cant_move = |why: String| {
                 format!("the file grew meanwhile and this transaction's new pages cannot move: {why}")
             };
