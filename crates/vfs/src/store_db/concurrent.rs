@@ -115,8 +115,9 @@ pub(super) struct ConcurrentWrite {
 
 /// What a commit writes on top of the latest state.
 struct Plan<'a> {
-    /// The transaction's pages as they are (borrowed: a commit copies each page once, into
-    /// the store), or as changed here (page 1's header, pages moved past the latest end).
+    /// The transaction's pages as they are (borrowed: those at their own numbers go to the
+    /// store as held, uncopied), or as changed here (page 1's header, pages moved past the
+    /// latest end: copied once, into the store).
     pages: BTreeMap<u64, Cow<'a, [u8]>>,
     size: u64,
     /// Pages read (not written), checked unchanged up to the latest state: the store
@@ -643,7 +644,7 @@ fn plan_commit<'a>(
     let b = page_count(&base_one, base_size, page_size);
     let l = page_count(&latest_one, latest_size, page_size);
     let m = page_count(&mine_one, cw.size, page_size);
-    // The transaction's pages, copied once: as they are, or moved past the latest end.
+    // The transaction's pages: as they are, or moved past the latest end.
     let relocated = l != b && m != b;
     let (mut pages, size) = if l == b {
         (as_written(), cw.size)
