@@ -117,7 +117,7 @@ pub(super) struct ConcurrentWrite {
 struct Plan<'a> {
     /// The transaction's pages as they are (borrowed: those at their own numbers go to the
     /// store as held, uncopied), or as changed here (page 1's header, pages moved past the
-    /// latest end: copied once, into the store).
+    /// latest end: copied into the store).
     pages: BTreeMap<u64, Cow<'a, [u8]>>,
     size: u64,
     /// Pages read (not written), checked unchanged up to the latest state: the store
