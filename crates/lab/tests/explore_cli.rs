@@ -166,6 +166,31 @@ fn negative_control_unvalidated_concurrent_commit_fails() {
     );
 }
 
+/// Two concurrent writers growing the file at once (`concurrent-growth`), the later COMMIT's
+/// new pages moved with one pointer to them left unrewritten: `integrity_check` fails.
+#[test]
+fn negative_control_relocated_pointer_missed_fails() {
+    if strace_missing() {
+        return;
+    }
+    let summary = control("relocated-pointer-missed");
+    let clauses = clauses(&summary);
+    assert!(clauses.contains(&"integrity"), "{clauses:?}");
+}
+
+/// A concurrent COMMIT refused on the same snapshot as the try before it, not making the
+/// commits it lost to durable: where their process died before they were, every retry of
+/// the other process conflicts with them again, and it gives up (`process-error`).
+#[test]
+fn negative_control_stalled_retry_unflushed_fails() {
+    if strace_missing() {
+        return;
+    }
+    let summary = control("stalled-retry-unflushed");
+    let clauses = clauses(&summary);
+    assert!(clauses.contains(&"process-error"), "{clauses:?}");
+}
+
 /// Growth steps whose slots are handed out before their zeros are written and flushed: a
 /// commit's reserved window reaches past the file's durable end, and after a power cut
 /// recovery drops acknowledged transfers. On a small file (`lazy-growth`) and on one past

@@ -129,6 +129,10 @@ pub enum Sabotage {
     /// relocation) leaves one pointer to them unrewritten: it names the old page number,
     /// now another commit's page (the growing model test's negative control).
     RelocatedPointerMissed,
+    /// A concurrent COMMIT refused on the same snapshot as the try before it does not make
+    /// the commits it lost to durable: after their process died before they were, every
+    /// retry conflicts with them again (the explorer's `concurrent-growth` control).
+    StalledRetryUnflushed,
 }
 
 impl Sabotage {
@@ -140,7 +144,7 @@ impl Sabotage {
     /// `catch-up-by-locker`, `unvalidated-snapshot`, `flush-coverage-read-late`,
     /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`, `announced-flush-trusted`,
     /// `patch-ranges-by-offset`, `kept-operations-unapplied`, `checkpoint-followed-partly`,
-    /// `fence-ignored`, `relocated-pointer-missed`), if any.
+    /// `fence-ignored`, `relocated-pointer-missed`, `stalled-retry-unflushed`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
@@ -159,6 +163,7 @@ impl Sabotage {
             Ok("checkpoint-followed-partly") => Some(Sabotage::CheckpointFollowedPartly),
             Ok("fence-ignored") => Some(Sabotage::FenceIgnored),
             Ok("relocated-pointer-missed") => Some(Sabotage::RelocatedPointerMissed),
+            Ok("stalled-retry-unflushed") => Some(Sabotage::StalledRetryUnflushed),
             _ => None,
         }
     }

@@ -53,6 +53,11 @@ impl Snapshot {
         self.state.seq
     }
 
+    /// The store's page size in bytes.
+    pub fn page_size(&self) -> u64 {
+        self.shared.page_size
+    }
+
     pub fn file(&self, name: &str) -> Option<FileId> {
         self.state.file_by_name(name).map(FileId)
     }

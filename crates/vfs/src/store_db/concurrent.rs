@@ -58,7 +58,9 @@ use crate::ffi::{
 
 use super::connections::{commit_synchronous, Synchronous};
 use super::file::{commit_err, read_bytes, store_err, StoreDb};
-use super::locking::{note_lock_released, process_lock_key, PROCESS_LOCK_POLL, RETRYING_WRITER, WRITER_WAIT};
+use super::locking::{
+    note_lock_released, process_lock_key, PROCESS_LOCK_POLL, REFUSED_ON, RETRYING_WRITER, WRITER_WAIT,
+};
 use super::registry::lock;
 use super::relocate::{analyze_appended, get32, Relocation};
 use super::CHANGE_COUNTER;
@@ -99,8 +101,6 @@ pub(super) struct ConcurrentWrite {
     pub(super) base_size: u64,
     /// The file's size in bytes as this transaction has it.
     pub(super) size: u64,
-    /// The store's page size in bytes (every page in `writes` has it).
-    pub(super) page_size: u64,
     pub(super) wrote: bool,
     /// Committed or refused (invariant 4).
     pub(super) done: bool,
@@ -115,10 +115,10 @@ pub(super) struct ConcurrentWrite {
 
 /// What a commit writes on top of the latest state.
 struct Plan<'a> {
-    /// The transaction's pages as they are (borrowed: those at their own numbers go to the
-    /// store as held, uncopied), or as changed here (page 1's header, pages moved past the
-    /// latest end: copied into the store).
-    pages: BTreeMap<u64, Cow<'a, [u8]>>,
+    /// The pages to commit: those SQLite wrote, as held (at their own numbers, or moved past
+    /// the latest end; the store keeps them without a copy), or as changed here (page 1's
+    /// header, pointers to moved pages).
+    pages: BTreeMap<u64, Cow<'a, Arc<[u8]>>>,
     size: u64,
     /// Pages read (not written), checked unchanged up to the latest state: the store
     /// checks them from there to the commit.
@@ -258,7 +258,6 @@ impl StoreDb {
             writes: BTreeMap::new(),
             base_size: size,
             size,
-            page_size: self.store.page_size,
             wrote: false,
             done: false,
             failed: false,
@@ -452,7 +451,25 @@ impl StoreDb {
                 sabotage,
             ) {
                 Ok(plan) => plan,
-                Err(why) => return Err(self.refuse_conflict(&why)),
+                Err(why) => {
+                    // A retry refused on the same snapshot as the try before it has not seen
+                    // the commits it lost to: its read transaction took the durable state (a
+                    // retry reads the latest written one, unless SQLite took and dropped
+                    // SHARED in between, reloading a schema another commit changed), and
+                    // they are not durable. If their process died before they were, nobody
+                    // flushes them, and every retry conflicted with them again (`explore
+                    // --scenario concurrent-growth`: B refused five times over). Then make
+                    // them durable here. Not at every refusal: waiting for a flush at each
+                    // one cost hot rows a third of their rate (16 threads: 10,875 and 10,075
+                    // against 16,863 and 16,143 tx/s).
+                    let stalled = REFUSED_ON.with(|r| r.replace(Some(base.seq()))) == Some(base.seq());
+                    let flush = stalled && sabotage != Some(Sabotage::StalledRetryUnflushed);
+                    if flush && latest.seq() > self.store.store.durable_seq() {
+                        // A failed flush poisons the store; the retry then reports it.
+                        let _ = self.store.store.flush();
+                    }
+                    return Err(self.refuse_conflict(&why));
+                }
             };
             let mut txn = latest.begin();
             let api = self.api;
@@ -468,17 +485,7 @@ impl StoreDb {
                 txn.refuse_any_later_commit();
             }
             for (&p, data) in &plan.pages {
-                // A page committed as SQLite wrote it, at its own number, goes to the store
-                // as the content held here (no copy; a lone writer's every page).
-                let as_held = match data {
-                    Cow::Borrowed(lent) => cw.writes.get(&p).filter(|held| std::ptr::eq(&held[..], *lent)),
-                    Cow::Owned(_) => None,
-                };
-                match as_held {
-                    Some(held) => txn.write_shared_page(id, p, held.clone()),
-                    None => txn.write_page(id, p, data),
-                }
-                .map_err(&err)?;
+                txn.write_shared_page(id, p, Arc::clone(data)).map_err(&err)?;
             }
             txn.set_file_size(id, plan.size).map_err(&err)?;
             let (verbatim, relocated) = (plan.verbatim, plan.relocated);
@@ -552,12 +559,9 @@ fn plan_commit<'a>(
     relocation: &mut Option<Relocation>,
     sabotage: Option<Sabotage>,
 ) -> Result<Plan<'a>, String> {
-    let page_size = cw.page_size;
-    let as_written = || -> BTreeMap<u64, Cow<'a, [u8]>> {
-        cw.writes
-            .iter()
-            .map(|(&p, d)| (p, Cow::Borrowed(&d[..])))
-            .collect()
+    let page_size = base.page_size();
+    let as_written = || -> BTreeMap<u64, Cow<'a, Arc<[u8]>>> {
+        cw.writes.iter().map(|(&p, d)| (p, Cow::Borrowed(d))).collect()
     };
     // Nothing committed since the base: nothing to validate here (the store validates the
     // reads from `latest` to the commit).
@@ -663,15 +667,11 @@ fn plan_commit<'a>(
             return Err("the file shrank meanwhile".into());
         }
         if m == b {
-            let mut same = as_written();
-            same.entry(0)
-                .or_insert_with(|| Cow::Owned(mine_one.clone()))
-                .to_mut()[PAGE_COUNT]
-                .copy_from_slice(&(l as u32).to_be_bytes());
-            (same, l * page_size)
+            // Page 1 takes the latest page count below.
+            (as_written(), l * page_size)
         } else {
-            let written: BTreeMap<u32, &[u8]> =
-                cw.writes.iter().map(|(&p, d)| ((p + 1) as u32, &d[..])).collect();
+            let written: BTreeMap<u32, &Arc<[u8]>> =
+                cw.writes.iter().map(|(&p, d)| ((p + 1) as u32, d)).collect();
             let cant_move = |why: String| {
                 format!("the file grew meanwhile and this transaction's new pages cannot move: {why}")
             };
@@ -700,12 +700,18 @@ fn plan_commit<'a>(
             (moved, (l + m - b) * page_size)
         }
     };
-    let one = pages.entry(0).or_insert(Cow::Owned(mine_one)).to_mut();
+    // Page 1 merged: this transaction's (as moved, if its pages moved), with the latest page
+    // count if it did not grow the file itself, and the latest change counter plus one.
+    let mut one = pages.remove(&0).map_or(mine_one, |moved| moved.to_vec());
+    if l != b && m == b {
+        one[PAGE_COUNT].copy_from_slice(&(l as u32).to_be_bytes());
+    }
     let counter = be32(&latest_one, CHANGE_COUNTER.start)
         .wrapping_add(1)
         .to_be_bytes();
     one[CHANGE_COUNTER].copy_from_slice(&counter);
     one[VERSION_VALID_FOR].copy_from_slice(&counter);
+    pages.insert(0, Cow::Owned(Arc::from(one)));
     debug_assert!(
         pages.keys().all(|&p| p < size.div_ceil(page_size)),
         "invariant 3: every page committed lies within the committed size"

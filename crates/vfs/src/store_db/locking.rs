@@ -42,6 +42,10 @@ thread_local! {
     /// connection is writing then, waiting for it to finish *before* taking the snapshot
     /// saves a retry that could only fail again.
     pub(super) static RETRYING_WRITER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The snapshot (its sequence number) this thread's last concurrent COMMIT was refused
+    /// on: a retry refused on it again has not seen the commits it lost to (see
+    /// `try_commit_concurrent`). Another store's number matching costs only a flush.
+    pub(super) static REFUSED_ON: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
 pub(super) fn note_lock_released() {

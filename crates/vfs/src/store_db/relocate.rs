@@ -269,11 +269,13 @@ pub(crate) struct Relocation {
 /// `read_base`: an unwritten page as the transaction's base had it (for freelist trunk walks).
 /// Err: a reason it cannot be done safely; the caller then treats the commit as a conflict
 /// (the application retries), so when in doubt return Err — never guess.
-pub(crate) fn analyze_appended(
-    written: &BTreeMap<u32, &[u8]>,
+pub(crate) fn analyze_appended<P: AsRef<[u8]>>(
+    written: &BTreeMap<u32, &P>,
     read_base: &dyn Fn(u32) -> Option<Vec<u8>>,
     base_pages: u32,
 ) -> Result<Relocation, String> {
+    let written: BTreeMap<u32, &[u8]> = written.iter().map(|(&p, d)| (p, d.as_ref())).collect();
+    let written = &written;
     let page1 = *written.get(&1).ok_or("page 1 was not written")?;
     if page1.get(..16) != Some(b"SQLite format 3\0") || page1.get(21..24) != Some(&[64, 32, 32]) {
         return Err("page 1 is not a SQLite database header".into());
@@ -405,11 +407,14 @@ impl Relocation {
     /// renumbered past that end, every pointer to them and page 1's page count (now
     /// latest_pages + (mine_pages - base_pages)) rewritten. Only pages with a pointer to
     /// rewrite, and page 1, are copied; the others are lent as they are.
-    pub(crate) fn apply<'a>(
+    pub(crate) fn apply<'a, P>(
         &self,
-        written: &BTreeMap<u32, &'a [u8]>,
+        written: &BTreeMap<u32, &'a P>,
         latest_pages: u32,
-    ) -> Result<BTreeMap<u32, Cow<'a, [u8]>>, String> {
+    ) -> Result<BTreeMap<u32, Cow<'a, P>>, String>
+    where
+        P: AsRef<[u8]> + Clone + From<Vec<u8>>,
+    {
         let (base, mine) = (self.base, self.mine);
         if latest_pages <= base {
             return Err(format!(
@@ -428,17 +433,19 @@ impl Relocation {
         let mut out = BTreeMap::new();
         for (&pgno, &data) in written {
             let fields = self.fields.get(&pgno);
-            let mut page = Cow::Borrowed(data);
-            if fields.is_some() || pgno == 1 {
-                let page = page.to_mut();
+            let page = if fields.is_some() || pgno == 1 {
+                let mut page = data.as_ref().to_vec();
                 for &at in fields.into_iter().flatten() {
-                    let v = get32(page, at).ok_or("pointer field outside the page")?;
-                    put32(page, at, v + shift);
+                    let v = get32(&page, at).ok_or("pointer field outside the page")?;
+                    put32(&mut page, at, v + shift);
                 }
                 if pgno == 1 {
-                    put32(page, 28, new_count);
+                    put32(&mut page, 28, new_count);
                 }
-            }
+                Cow::Owned(P::from(page))
+            } else {
+                Cow::Borrowed(data)
+            };
             out.insert(if pgno > base { pgno + shift } else { pgno }, page);
         }
         Ok(out)
@@ -453,7 +460,7 @@ fn relocate_appended(
     base_pages: u32,
     latest_pages: u32,
 ) -> Result<BTreeMap<u32, Vec<u8>>, String> {
-    let lent: BTreeMap<u32, &[u8]> = written.iter().map(|(&p, d)| (p, d.as_slice())).collect();
+    let lent: BTreeMap<u32, &Vec<u8>> = written.iter().map(|(&p, d)| (p, d)).collect();
     let relocation = analyze_appended(&lent, read_base, base_pages)?;
     let moved = relocation.apply(&lent, latest_pages)?;
     Ok(moved.into_iter().map(|(p, d)| (p, d.into_owned())).collect())
@@ -790,7 +797,7 @@ mod tests {
             fields: BTreeMap::new(),
         };
         let pages = written(base, mine);
-        let lent = pages.iter().map(|(&p, d)| (p, d.as_slice())).collect();
+        let lent: BTreeMap<u32, &Vec<u8>> = pages.iter().map(|(&p, d)| (p, d)).collect();
         let err = relocation.apply(&lent, pending - 1).unwrap_err();
         assert!(
             err.contains("pending-byte page 2097153 would be moved onto"),

@@ -300,7 +300,8 @@ pub fn run(args: &ExploreArgs) -> Result<ExitCode> {
         }
         println!(
             "negative controls (--negative-control): journal-off, checkpoint-publication, \
-             unvalidated-snapshot"
+             unvalidated-snapshot, lazy-growth, lazy-growth-large, relocated-pointer-missed, \
+             stalled-retry-unflushed"
         );
         return Ok(ExitCode::SUCCESS);
     }

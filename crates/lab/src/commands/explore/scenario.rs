@@ -116,6 +116,14 @@ pub enum Cmd {
     /// SQLITE_BUSY_SNAPSHOT (or SQLITE_BUSY) is rolled back and the same transfer (same id,
     /// accounts, amount) runs again as a whole transaction until it commits (a few tries).
     Commit,
+    /// BEGIN and two overflowing rows appended to this process's own table (`grow_A`, made
+    /// by the first), held open: two concurrent writers doing this at once both grow the
+    /// file, and the later COMMIT moves its new pages past the other's (the VFS's
+    /// relocation) ...
+    BeginGrow,
+    /// ... until COMMIT, which must go through (no conflict: the tables are apart). Only
+    /// `integrity_check` sees these rows; they are not acknowledged transfers.
+    CommitGrow,
 }
 
 impl fmt::Display for Cmd {
@@ -133,6 +141,8 @@ impl fmt::Display for Cmd {
             Cmd::Spill { commit: false } => write!(f, "spill rollback"),
             Cmd::Begin => write!(f, "begin"),
             Cmd::Commit => write!(f, "commit"),
+            Cmd::BeginGrow => write!(f, "begin-grow"),
+            Cmd::CommitGrow => write!(f, "commit-grow"),
         }
     }
 }
@@ -287,6 +297,30 @@ fn concurrent_rounds() -> Vec<(usize, Cmd)> {
     // A last pair of plain transfers (nothing overlaps).
     script.extend([(a, Cmd::Xfer(1)), (b, Cmd::Xfer(1))]);
     script
+}
+
+/// Two concurrent writers appending to tables of their own in overlapping transactions, so
+/// that the later COMMIT of each pair moves its new pages (each first makes its table
+/// alone); transfers around them.
+fn concurrent_growth(name: &'static str, about: &'static str) -> Scenario {
+    let (a, b) = (0, 1);
+    let mut script = vec![(a, Cmd::Open), (b, Cmd::Open)];
+    for p in [a, b] {
+        script.extend([(p, Cmd::BeginGrow), (p, Cmd::CommitGrow)]);
+    }
+    for (first, second) in [(a, b), (b, a), (a, b)] {
+        script.extend([
+            (first, Cmd::BeginGrow),
+            (second, Cmd::BeginGrow),
+            (first, Cmd::CommitGrow),
+            (second, Cmd::CommitGrow),
+        ]);
+    }
+    script.extend([(a, Cmd::Xfer(1)), (b, Cmd::Xfer(1))]);
+    Scenario {
+        script,
+        ..concurrent(name, about, Sync::Full, Sync::Full)
+    }
 }
 
 fn concurrent(name: &'static str, about: &'static str, a: Sync, b: Sync) -> Scenario {
@@ -536,6 +570,11 @@ pub fn all() -> Vec<Scenario> {
             Sync::Normal,
             Sync::Off,
         ),
+        concurrent_growth(
+            "concurrent-growth",
+            "two concurrent writers growing the file at once (synchronous=FULL): the later COMMIT \
+             of each pair moves its new pages past the other's",
+        ),
     ]
 }
 
@@ -642,6 +681,12 @@ pub enum NegativeControl {
     LazyGrowth,
     /// growth-large with ONESYNC_SABOTAGE=lazy-growth
     LazyGrowthLarge,
+    /// concurrent-growth with ONESYNC_SABOTAGE=relocated-pointer-missed (a COMMIT whose new
+    /// pages move past another's leaves one pointer to them unrewritten)
+    RelocatedPointerMissed,
+    /// concurrent-growth with ONESYNC_SABOTAGE=stalled-retry-unflushed (a retry refused on
+    /// the same snapshot again does not make the commits it lost to durable)
+    StalledRetryUnflushed,
 }
 
 pub fn negative_control(control: NegativeControl) -> Scenario {
@@ -660,6 +705,20 @@ pub fn negative_control(control: NegativeControl) -> Scenario {
         NegativeControl::CheckpointPublication => checkpoint_handoff(Some("checkpoint-publication")),
         NegativeControl::LazyGrowth => growth(Some("lazy-growth")),
         NegativeControl::LazyGrowthLarge => growth_large(Some("lazy-growth")),
+        NegativeControl::StalledRetryUnflushed => Scenario {
+            sabotage: Some("stalled-retry-unflushed"),
+            ..concurrent_growth(
+                "stalled-retry-unflushed",
+                "concurrent-growth where a stalled retry waits for nothing (must fail)",
+            )
+        },
+        NegativeControl::RelocatedPointerMissed => Scenario {
+            sabotage: Some("relocated-pointer-missed"),
+            ..concurrent_growth(
+                "relocated-pointer-missed",
+                "concurrent-growth with a pointer to moved pages left unrewritten (must fail)",
+            )
+        },
         NegativeControl::UnvalidatedSnapshot => Scenario {
             sabotage: Some("unvalidated-snapshot"),
             ..concurrent(

@@ -22,6 +22,10 @@ use rand::{Rng, SeedableRng};
 use rusqlite::{Connection, OpenFlags};
 
 use super::scenario::{Backend, Locking, Sync};
+
+/// Bytes of each row `begin-grow` appends: more than a 4 KiB page holds, so each row adds
+/// a leaf cell and an overflow page (pointers the relocation must rewrite).
+const GROW_ROW: usize = 6000;
 use crate::commands::vfs_kill_torture::print_line;
 use crate::workloads::bank;
 
@@ -142,6 +146,8 @@ impl Worker<'_> {
             "release" => Ok(self.conn()?.execute_batch("COMMIT")?),
             "begin" => self.begin(),
             "commit" => self.commit(),
+            "begin-grow" => Ok(self.conn()?.execute_batch(&self.grow_statements())?),
+            "commit-grow" => self.commit_grow(),
             "checkpoint" => {
                 let base = Options {
                     sabotage: onesync_store::Sabotage::from_env(),
@@ -255,6 +261,46 @@ impl Worker<'_> {
         }
         self.held = Some(t);
         Ok(())
+    }
+
+    /// `begin-grow`'s statements: BEGIN, this process's table made if missing, two
+    /// overflowing rows appended.
+    fn grow_statements(&self) -> String {
+        let table = format!("grow_{}", self.args.name);
+        format!(
+            "BEGIN; CREATE TABLE IF NOT EXISTS {table}(pad BLOB NOT NULL);
+             INSERT INTO {table} SELECT randomblob({GROW_ROW}) FROM (SELECT 1 UNION ALL SELECT 2);"
+        )
+    }
+
+    /// `commit-grow`: COMMIT of the rows `begin-grow` appended. Beside another writer's rows
+    /// it goes through, their new pages moved; it conflicts only where the other's commit
+    /// changed the schema meanwhile (its first, or one a stop left to recovery): then it is
+    /// rolled back and runs again whole, as a transfer does.
+    fn commit_grow(&mut self) -> Result<()> {
+        let conn = self.conn()?;
+        let mut result = conn.execute_batch("COMMIT");
+        for _ in 1..RERUNS {
+            match result {
+                Err(e) if crate::sqlite::is_busy(&e) => {
+                    if !conn.is_autocommit() {
+                        conn.execute_batch("ROLLBACK")?;
+                    }
+                    print_line(&format!(
+                        "retry grow {}",
+                        crate::sqlite::extended_code(&e).unwrap_or(0)
+                    ))?;
+                    result = conn
+                        .execute_batch(&self.grow_statements())
+                        .and_then(|()| conn.execute_batch("COMMIT"));
+                }
+                _ => break,
+            }
+        }
+        if result.is_err() && !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        result.context("COMMIT of rows appended beside another writer's")
     }
 
     /// `commit`: COMMIT of the held transaction, acknowledged; a COMMIT refused as busy (a
