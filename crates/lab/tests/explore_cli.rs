@@ -166,29 +166,25 @@ fn negative_control_unvalidated_concurrent_commit_fails() {
     );
 }
 
-/// Two concurrent writers growing the file at once (`concurrent-growth`), the later COMMIT's
-/// new pages moved with one pointer to them left unrewritten: `integrity_check` fails.
+/// `concurrent-growth`'s controls, each with the clause it must fail on:
+/// - `relocated-pointer-missed`: the later COMMIT's new pages moved with one pointer to them
+///   left unrewritten; `integrity_check` fails.
+/// - `stalled-retry-unflushed`: a COMMIT refused on the same snapshot as the try before it
+///   does not make the commits it lost to durable; where their process died before they
+///   were, every retry of the other process conflicts with them again, and it gives up.
 #[test]
-fn negative_control_relocated_pointer_missed_fails() {
+fn negative_controls_of_concurrent_growth_fail() {
     if strace_missing() {
         return;
     }
-    let summary = control("relocated-pointer-missed");
-    let clauses = clauses(&summary);
-    assert!(clauses.contains(&"integrity"), "{clauses:?}");
-}
-
-/// A concurrent COMMIT refused on the same snapshot as the try before it, not making the
-/// commits it lost to durable: where their process died before they were, every retry of
-/// the other process conflicts with them again, and it gives up (`process-error`).
-#[test]
-fn negative_control_stalled_retry_unflushed_fails() {
-    if strace_missing() {
-        return;
+    for (name, clause) in [
+        ("relocated-pointer-missed", "integrity"),
+        ("stalled-retry-unflushed", "process-error"),
+    ] {
+        let summary = control(name);
+        let clauses = clauses(&summary);
+        assert!(clauses.contains(&clause), "{name}: {clauses:?}");
     }
-    let summary = control("stalled-retry-unflushed");
-    let clauses = clauses(&summary);
-    assert!(clauses.contains(&"process-error"), "{clauses:?}");
 }
 
 /// Growth steps whose slots are handed out before their zeros are written and flushed: a
