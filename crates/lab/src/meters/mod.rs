@@ -1,10 +1,12 @@
 //! Meters: counters sampled around a timed section. Here wall time, the store's own
 //! counters and, on a loop filesystem, the block device's ([`Meter`]); in [`io`] a
 //! connection's write calls, bytes and syncs whatever its scheme, and the device of a run;
-//! in [`latency`] commit-latency percentiles.
+//! in [`latency`] commit-latency percentiles; in [`spread`] how far a ratio over several
+//! rounds can be trusted.
 
 pub mod io;
 pub mod latency;
+pub mod spread;
 
 use std::time::{Duration, Instant};
 

@@ -20,7 +20,10 @@
 //! each round starting one mode later (so that the machine's drift over a session, and
 //! running first or after another mode, fall on all of them alike): each mode's row is
 //! its median round by txn/s, its ratio the median of its per-round ratios to the first
-//! mode of the same round, and every round's figures are listed under the table.
+//! mode of the same round, and every round's figures are listed under the table, with the
+//! geometric mean of each mode's round ratios and its 95% confidence interval
+//! (`meters::spread`): a level comparison (one writer, serial against concurrent) moves by
+//! ±10% from round to round, so a median of a few rounds cannot tell 0.97 from 1.00.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -38,6 +41,7 @@ use crate::loopfs::LoopFs;
 use crate::meters::io::{DeviceProbe, IoCounters, StoreActivity};
 use crate::meters::latency::{percentiles, Latency};
 use crate::meters::per;
+use crate::meters::spread::{ratio_interval, RatioInterval};
 use crate::output::{self, Human};
 use crate::progress::{phase_bar, phase_spinner};
 use crate::schemes::Mode;
@@ -150,6 +154,9 @@ pub struct WritersResult {
     /// txn/s and ratio of every round, in order (one of each without `--rounds`).
     pub rounds_tps: Vec<f64>,
     pub rounds_ratio: Vec<f64>,
+    /// With two rounds or more: the geometric mean of the rounds' ratios and its 95%
+    /// confidence interval.
+    pub ratio_interval: Option<RatioInterval>,
     pub retries: u64,
     pub retries_per_100: f64,
     /// Retries by SQLite's extended result code.
@@ -244,6 +251,7 @@ fn median_rounds(rounds: Vec<Vec<WritersResult>>) -> Vec<WritersResult> {
             let mut ratios = rounds_ratio.clone();
             ratios.sort_by(f64::total_cmp);
             median.ratio = ratios[middle];
+            median.ratio_interval = ratio_interval(&rounds_ratio);
             median.rounds_tps = rounds_tps;
             median.rounds_ratio = rounds_ratio;
             if let Some(failed) = failed {
@@ -350,6 +358,7 @@ fn run_mode(args: &WritersArgs, mode: Mode) -> Result<WritersResult> {
         ratio: 1.0,
         rounds_tps: Vec::new(),
         rounds_ratio: Vec::new(),
+        ratio_interval: None,
         retries: report.retries,
         retries_per_100: per(100.0 * report.retries as f64, txns),
         retry_codes: report.retry_codes,
@@ -536,6 +545,21 @@ pub fn table(args: &WritersArgs, results: &[WritersResult]) -> String {
                 .map(|(tps, ratio)| format!("{tps:.0} ({ratio:.2})"))
                 .collect();
             list(r.mode, "txn/s (ratio) by round", rounds);
+        }
+        for r in results.iter().skip(1) {
+            let Some(i) = r.ratio_interval else { continue };
+            let base = results[0].mode;
+            list(
+                r.mode,
+                &format!("ratio to {base} over the {} rounds", args.rounds),
+                vec![
+                    format!("geometric mean {:.3}", i.geomean),
+                    format!(
+                        "95% confidence interval {:.3}-{:.3} (Student's t on the logarithms of the rounds' ratios)",
+                        i.low, i.high
+                    ),
+                ],
+            );
         }
     }
     for r in results {
