@@ -44,7 +44,7 @@
 //! | RESERVED+, done and failed | writes, else snapshot | dropped | nothing; ROLLBACK_ATOMIC_WRITE → open |
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ffi::c_int;
 use std::sync::Arc;
 use std::time::Instant;
@@ -555,7 +555,7 @@ fn plan_commit<'a>(
     latest: &Snapshot,
     logical: &str,
     cw: &'a ConcurrentWrite,
-    cached: Option<&BTreeSet<u64>>,
+    cached: Option<&HashSet<u64>>,
     relocation: &mut Option<Relocation>,
     sabotage: Option<Sabotage>,
 ) -> Result<Plan<'a>, String> {

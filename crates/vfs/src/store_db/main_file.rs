@@ -340,12 +340,12 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         }
     };
     let store = |result: Result<(StoreDb, c_int), (c_int, String)>| match result {
-        Ok((db, flags)) => Ok(opened(MainFile::Store(db), flags)),
+        Ok((db, flags)) => Ok(opened(MainFile::Store(Box::new(db)), flags)),
         Err(e) => refused(r.refuse(e)),
     };
     let plain = || -> IoResult<Opened> {
         let (db, flags) = r.plain()?;
-        Ok(opened(MainFile::Plain(db), flags))
+        Ok(opened(MainFile::Plain(Box::new(db)), flags))
     };
     if let Some(opener) = &factory.opener {
         let (db, read_only) = StoreDb::open(StoreOpen {
@@ -367,7 +367,7 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         } else {
             r.flags
         };
-        return Ok(opened(MainFile::Store(db), flags));
+        return Ok(opened(MainFile::Store(Box::new(db)), flags));
     }
     if !explicit && looks_like_an_unparsed_uri(&r.path) && probe(&r.path) == Probe::Missing {
         return refused(r.refuse((
@@ -494,8 +494,9 @@ struct Pending {
 /// The backends of a main database file of the store VFS.
 enum MainFile {
     Pending(Box<Pending>),
-    Store(StoreDb),
-    Plain(PlainDb),
+    /// The two backends are boxed: each is hundreds of bytes, the other variants a few words.
+    Store(Box<StoreDb>),
+    Plain(Box<PlainDb>),
     /// Refused (logged when it was decided): every call fails so.
     Failed(Failed),
 }
@@ -512,9 +513,9 @@ impl MainFile {
         let file = pending.file.take();
         let next = match (is_main, file) {
             // An attached database, or a VACUUM INTO target: a plain file.
-            (false, Some(file)) => MainFile::Plain(PlainDb::new(file, r)),
+            (false, Some(file)) => MainFile::Plain(Box::new(PlainDb::new(file, r))),
             (false, None) => match r.plain() {
-                Ok((db, _)) => MainFile::Plain(db),
+                Ok((db, _)) => MainFile::Plain(Box::new(db)),
                 Err(code) => MainFile::Failed(Failed::new(Refusal {
                     code,
                     message: format!("onesync: cannot open {}", r.path.display()),
@@ -541,7 +542,7 @@ impl MainFile {
                             );
                             r.api.log(crate::ffi::SQLITE_READONLY, &msg);
                         }
-                        MainFile::Store(db)
+                        MainFile::Store(Box::new(db))
                     }
                     Err(e) => MainFile::Failed(Failed::new(r.refuse(e))),
                 }
@@ -559,8 +560,8 @@ impl MainFile {
             self.decide(None);
         }
         match self {
-            MainFile::Store(db) => Ok(db),
-            MainFile::Plain(db) => Ok(db),
+            MainFile::Store(db) => Ok(db.as_mut()),
+            MainFile::Plain(db) => Ok(db.as_mut()),
             MainFile::Failed(failed) => Err(failed.refusal.code),
             MainFile::Pending(_) => Err(SQLITE_CANTOPEN),
         }
