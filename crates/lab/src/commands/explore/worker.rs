@@ -22,12 +22,12 @@ use rand::{Rng, SeedableRng};
 use rusqlite::{Connection, OpenFlags};
 
 use super::scenario::{Backend, Locking, Sync};
+use crate::commands::vfs_kill_torture::print_line;
+use crate::workloads::bank;
 
 /// Bytes of each row `begin-grow` appends: more than a 4 KiB page holds, so each row adds
 /// a leaf cell and an overflow page (pointers the relocation must rewrite).
 const GROW_ROW: usize = 6000;
-use crate::commands::vfs_kill_torture::print_line;
-use crate::workloads::bank;
 
 #[derive(clap::Args, Debug)]
 pub struct WorkerArgs {
