@@ -99,9 +99,8 @@ func init() {
 }
 
 // Register registers the onesync VFS (not as the default) with mattn/go-sqlite3's
-// SQLite, and on every connection opened from then on the mvbt virtual table
-// module and the check that puts the reason a store open was refused into the
-// error. Importing the package already did; Register returns what that did.
+// SQLite, and on every connection opened from then on the check that puts the
+// reason a store open was refused into the error. Importing the package already did; Register returns what that did.
 func Register() error {
 	mu.Lock()
 	defer mu.Unlock()

@@ -21,7 +21,7 @@ function loadablePath() {
 
 /**
  * Loads onesync into the SQLite behind better-sqlite3 `db`: registers the `onesync` VFS
- * (and the `mvbt` virtual table) for the whole process. With `{default: true}` onesync
+ * for the whole process. With `{default: true}` onesync
  * also becomes the default VFS, so `new Database('x.onesync')` opens (or creates) a store.
  * Returns `db`.
  */

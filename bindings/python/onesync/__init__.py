@@ -116,8 +116,8 @@ def load(conn, default=False):
 
     A stdlib connection that cannot load extensions (no ``enable_load_extension``)
     gets the VFS through ``sqlite3_auto_extension`` (see the module's docstring): the
-    VFS is registered for the whole process, the ``mvbt`` virtual table only on
-    connections opened afterwards. Returns ``conn``.
+    VFS is registered for the whole process, the check that reports why a store open
+    was refused only on connections opened afterwards. Returns ``conn``.
     """
     entry = _entry_point(default, auto=False)
     if isinstance(conn, sqlite3.Connection):

@@ -13,11 +13,11 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Registers the `onesync` VFS with the bundled SQLite (idempotent).
 pub fn register_onesync_vfs() -> Result<()> {
-    let api = onesync::api_table_from_sys!(rusqlite::ffi);
-    onesync::register_static(&api).map_err(|e| anyhow!("registering the onesync VFS: {e}"))?;
+    let api = onesync_vfs::api_table_from_sys!(rusqlite::ffi);
+    onesync_vfs::register_static(&api).map_err(|e| anyhow!("registering the onesync VFS: {e}"))?;
     // The per-connection hook: an open the VFS refuses fails with its reason in the
     // error message, not only in sqlite3_log.
-    onesync::register_mvbt_for_new_connections(&api)
+    onesync_vfs::register_open_refusal_hook(&api)
         .map_err(|e| anyhow!("registering the onesync per-connection hook: {e}"))?;
     Ok(())
 }
@@ -38,10 +38,10 @@ pub fn open_onesync_with(path: &Path, create: bool, parameters: &str) -> Result<
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
     let conn = if parameters.is_empty() {
-        Connection::open_with_flags_and_vfs(path, flags, onesync::VFS_NAME)
+        Connection::open_with_flags_and_vfs(path, flags, onesync_vfs::VFS_NAME)
             .with_context(|| format!("opening {} through the onesync VFS", path.display()))?
     } else {
-        let uri = format!("{}?vfs={}&{parameters}", file_uri(path)?, onesync::VFS_NAME);
+        let uri = format!("{}?vfs={}&{parameters}", file_uri(path)?, onesync_vfs::VFS_NAME);
         Connection::open_with_flags(&uri, flags)
             .with_context(|| format!("opening {uri} through the onesync VFS"))?
     };
@@ -80,7 +80,7 @@ pub fn open_f2fs(path: &Path) -> Result<Connection> {
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_URI
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags_and_vfs(path, flags, onesync::F2FS_VFS_NAME)
+    let conn = Connection::open_with_flags_and_vfs(path, flags, onesync_vfs::F2FS_VFS_NAME)
         .with_context(|| format!("opening {} through the onesync-f2fs VFS", path.display()))?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     Ok(conn)

@@ -1,6 +1,9 @@
 //! The workspace's layout rules, checked on its sources (issue 15's "done when"):
 //! - inside every crate, the top-level modules import each other without cycles;
-//! - `unsafe` appears only in `crates/vfs/src/sys/` (the one SQLite FFI boundary);
+//! - `unsafe` appears only in the SQLite FFI modules: `crates/vfs/src/sys/` (the VFS) and
+//!   `crates/mvbt-vtab/src/sys/` (the `mvbt` virtual table);
+//! - the shipped library (crates `onesync-vfs`, `onesync-extension`, `onesync`) depends on
+//!   neither the LS-MVBT engine nor the `mvbt` virtual table;
 //! - no source file is over 1,000 lines unless it is listed below with its one job.
 //!
 //! Run `cargo test -p onesync-lab --test layout -- --nocapture` to print each crate's module
@@ -190,15 +193,25 @@ fn no_crate_has_an_import_cycle_between_its_modules() {
     assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
 }
 
+/// The directories that may hold `unsafe`: each crate's one module that talks to C.
+const FFI_MODULES: &[&str] = &["crates/vfs/src/sys", "crates/mvbt-vtab/src/sys"];
+
 #[test]
-fn unsafe_code_lives_only_in_the_vfs_sys_module() {
+fn unsafe_code_lives_only_in_the_ffi_modules() {
     let root = workspace();
-    let sys = root.join("crates/vfs/src/sys");
+    let ffi: Vec<PathBuf> = FFI_MODULES.iter().map(|m| root.join(m)).collect();
+    for module in &ffi {
+        assert!(
+            module.is_dir(),
+            "{} is gone: update FFI_MODULES",
+            module.display()
+        );
+    }
     let mut offenders = Vec::new();
     for krate in crates() {
         let mut files = Vec::new();
         rust_files(&krate.join("src"), &mut files);
-        for file in files.iter().filter(|f| !f.starts_with(&sys)) {
+        for file in files.iter().filter(|f| !ffi.iter().any(|m| f.starts_with(m))) {
             for (n, line) in code_of(file).lines().enumerate() {
                 let allowed = line.contains("unsafe_code"); // the forbid/deny/allow attributes
                 if line.contains("unsafe") && !allowed {
@@ -209,9 +222,94 @@ fn unsafe_code_lives_only_in_the_vfs_sys_module() {
     }
     assert!(
         offenders.is_empty(),
-        "unsafe outside crates/vfs/src/sys/:\n{}",
+        "unsafe outside {FFI_MODULES:?}:\n{}",
         offenders.join("\n")
     );
+}
+
+/// The packages the shipped library is made of: the crates whose dependencies must not
+/// reach [`RESEARCH_CRATES`].
+const SHIPPED_CRATES: &[&str] = &["onesync-vfs", "onesync-extension", "onesync"];
+/// Research crates the shipped library must not carry.
+const RESEARCH_CRATES: &[&str] = &["onesync-mvbt", "onesync-mvbt-vtab"];
+
+/// A crate's package name and the packages its `[dependencies]` (normal, build and
+/// per-target; not dev) name, from its Cargo.toml.
+fn package_and_dependencies(manifest: &str) -> (String, BTreeSet<String>) {
+    let mut name = String::new();
+    let mut deps = BTreeSet::new();
+    let mut section = String::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.trim_matches(|c| c == '[' || c == ']').to_string();
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if section == "package" && key == "name" {
+            name = value.trim_matches('"').to_string();
+        }
+        let shipped_deps = section == "dependencies"
+            || section == "build-dependencies"
+            || (section.starts_with("target.")
+                && (section.ends_with(".dependencies") || section.ends_with(".build-dependencies")));
+        if !shipped_deps || key.starts_with('#') {
+            continue;
+        }
+        // `x.workspace = true`, `x = "1"`, or `alias = { package = "x", ... }`.
+        let renamed = value
+            .split_once("package")
+            .and_then(|(_, rest)| rest.trim_start().strip_prefix('='))
+            .and_then(|rest| rest.trim_start().strip_prefix('"'))
+            .and_then(|rest| rest.split_once('"'))
+            .map(|(package, _)| package.to_string());
+        let key = key.strip_suffix(".workspace").unwrap_or(key).to_string();
+        deps.insert(renamed.unwrap_or(key));
+    }
+    (name, deps)
+}
+
+#[test]
+fn the_dependency_reader_sees_renames_and_skips_dev_dependencies() {
+    let manifest = "[package]\nname = \"a\"\n[dependencies]\nb.workspace = true\n\
+                    vfs = { package = \"onesync-vfs\", path = \"../vfs\" }\n\
+                    [dev-dependencies]\nonesync-mvbt.workspace = true\n\
+                    [target.'cfg(unix)'.dependencies]\nc = \"1\"\n";
+    let (name, deps) = package_and_dependencies(manifest);
+    assert_eq!(name, "a");
+    assert_eq!(deps.into_iter().collect::<Vec<_>>(), ["b", "c", "onesync-vfs"]);
+}
+
+#[test]
+fn the_shipped_library_carries_no_research_crate() {
+    let graph: BTreeMap<String, BTreeSet<String>> = crates()
+        .iter()
+        .map(|krate| package_and_dependencies(&fs::read_to_string(krate.join("Cargo.toml")).unwrap()))
+        .collect();
+    for shipped in SHIPPED_CRATES {
+        assert!(graph.contains_key(*shipped), "no workspace crate {shipped}");
+        // Every workspace crate `shipped` reaches, through the path that reached it.
+        let mut reached: BTreeMap<String, String> = BTreeMap::new();
+        let mut todo = vec![(shipped.to_string(), shipped.to_string())];
+        while let Some((krate, path)) = todo.pop() {
+            for dep in graph.get(&krate).into_iter().flatten() {
+                if graph.contains_key(dep) && !reached.contains_key(dep) {
+                    let path = format!("{path} -> {dep}");
+                    reached.insert(dep.clone(), path.clone());
+                    todo.push((dep.clone(), path));
+                }
+            }
+        }
+        for research in RESEARCH_CRATES {
+            assert!(
+                !reached.contains_key(*research),
+                "the shipped library carries research: {}",
+                reached[*research]
+            );
+        }
+    }
 }
 
 #[test]

@@ -15,15 +15,15 @@ use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
 
-/// The VFS crate this one wraps (its lib is also called `onesync`): statistics, other
-/// backends, the loadable extension's entry points.
+/// The VFS crate this one wraps (`onesync-vfs`): statistics, other backends, the loadable
+/// extension's entry points.
 pub use vfs;
 pub use vfs::{RegisterError, VFS_NAME};
 
 /// Why registering or opening failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// SQLite refused the VFS or the `mvbt` module (too old, out of memory, ...).
+    /// SQLite refused the VFS or its per-connection hook (too old, out of memory, ...).
     #[error(transparent)]
     Register(#[from] RegisterError),
     /// SQLite failed to open the database (the message says why: e.g. an existing plain
@@ -34,12 +34,11 @@ pub enum Error {
 
 /// Registers the `onesync` VFS with the SQLite that rusqlite links (not as the default:
 /// open stores with [`open`], `file:PATH?vfs=onesync`, or the VFS name `"onesync"`), and on
-/// every connection opened from now on the `mvbt` virtual table module and the check that
-/// puts the reason a store open was refused into the error message. `conn` gets the `mvbt`
-/// module too. Idempotent.
-pub fn register(conn: &Connection) -> Result<(), Error> {
+/// every connection opened from now on the check that puts the reason a store open was
+/// refused into the error message. Nothing is registered on `conn` itself (connections
+/// opened before keep their VFS and have no such check). Idempotent.
+pub fn register(_conn: &Connection) -> Result<(), Error> {
     register_vfs()?;
-    vfs::register_mvbt_on_rusqlite!(rusqlite, conn)?;
     Ok(())
 }
 
@@ -74,5 +73,5 @@ fn api() -> vfs::ApiTable {
 fn register_vfs() -> Result<(), RegisterError> {
     let api = api();
     vfs::register_static(&api)?;
-    vfs::register_mvbt_for_new_connections(&api)
+    vfs::register_open_refusal_hook(&api)
 }

@@ -22,16 +22,23 @@ fn open_commit_reopen_read_back() {
 }
 
 #[test]
-fn register_gives_mvbt_to_the_connection_and_later_ones() {
+fn register_gives_later_connections_the_refusal_reason_and_no_virtual_table() {
     let dir = tempfile::tempdir().unwrap();
-    let conn = Connection::open(dir.path().join("plain.db")).unwrap();
+    let plain = dir.path().join("plain.db");
+    let conn = Connection::open(&plain).unwrap();
+    conn.execute_batch("CREATE TABLE t(x)").unwrap();
     onesync::register(&conn).unwrap();
     onesync::register(&conn).unwrap();
-    conn.execute_batch("CREATE VIRTUAL TABLE kv USING mvbt; INSERT INTO kv VALUES (1, 'a');")
-        .unwrap();
-    let uri = format!("file:{}?vfs=onesync", dir.path().join("s.onesync").display());
-    let later = Connection::open(uri).unwrap();
-    later
-        .execute_batch("CREATE VIRTUAL TABLE kv USING mvbt; INSERT INTO kv VALUES (2, 'b');")
-        .unwrap();
+    // A plain SQLite file opened as a store: refused, and the message says why.
+    let uri = format!("file:{}?vfs=onesync", plain.display());
+    let err = Connection::open(uri)
+        .and_then(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0)))
+        .unwrap_err();
+    assert!(err.to_string().contains("plain SQLite database"), "{err}");
+    // The library is the store and the VFS: no `mvbt` module (crate onesync-mvbt-vtab has it).
+    let later = onesync::open(dir.path().join("s.onesync")).unwrap();
+    let err = later
+        .execute_batch("CREATE VIRTUAL TABLE kv USING mvbt")
+        .unwrap_err();
+    assert!(err.to_string().contains("no such module: mvbt"), "{err}");
 }

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::rust::{build_dir, cargo};
 use crate::workspace::Workspace;
 
 /// The module directory's name under `--out`.
@@ -27,29 +26,15 @@ pub fn build(ws: &Workspace, out: &Path) -> Result<PathBuf> {
     Ok(module)
 }
 
-/// `libonesync.a`: crate onesync-vfs as a static library, built on its own (`cargo rustc
-/// --crate-type staticlib`, so the workspace's builds make no archive they do not use)
-/// without debug info and with fat LTO, which keeps only what the entry points reach
-/// (about 5 MB stripped instead of 18 MB).
+/// `libonesync.a`: the static library crate onesync-extension builds next to `libonesync.so`
+/// in the workspace build (same target directory, so after `cargo build --release` nothing
+/// compiles again).
 fn static_library(ws: &Workspace) -> Result<PathBuf> {
-    let status = cargo(ws)
-        .args([
-            "rustc",
-            "--release",
-            "-p",
-            "onesync-vfs",
-            "--lib",
-            "--crate-type",
-            "staticlib",
-        ])
-        .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
-        .env("CARGO_PROFILE_RELEASE_LTO", "fat")
-        .status()
-        .context("running cargo rustc")?;
-    if !status.success() {
-        bail!("cargo rustc --crate-type staticlib -p onesync-vfs failed ({status})");
+    let archive = ws.loadable_extension()?.with_file_name("libonesync.a");
+    if !archive.is_file() {
+        bail!("the workspace build left no {}", archive.display());
     }
-    Ok(build_dir(ws).join("release/libonesync.a"))
+    Ok(archive)
 }
 
 /// The module's files: everything in `bindings/go` but what git ignores there (`lib/`)

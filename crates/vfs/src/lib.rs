@@ -1,17 +1,16 @@
 //! The onesync SQLite VFS.
 //!
-//! One crate, two ways in: built as `libonesync.so` it is a loadable SQLite
-//! extension whose entry point [`sqlite3_onesync_init`] registers the
-//! `onesync` VFS with whatever SQLite loads it; linked as an rlib, a host that
-//! bundles its own SQLite calls [`register_static`] with an [`ApiTable`] it
-//! fills from that SQLite ([`api_table_from_sys!`]). Either way this crate
-//! reaches SQLite only through those function pointers; see README.md.
+//! Two ways in: the loadable extension `libonesync.so` (crates/extension, which re-exports
+//! the entry points defined here) runs [`sqlite3_onesync_init`], which registers the
+//! `onesync` VFS with whatever SQLite loads it; a host that links its own SQLite calls
+//! [`register_static`] with an [`ApiTable`] it fills from that SQLite
+//! ([`api_table_from_sys!`]). Either way this crate reaches SQLite only through those
+//! function pointers; see README.md.
 #![deny(unsafe_code)]
 
 pub mod backend;
 mod f2fs;
 mod memfile;
-mod mvbt_vtab;
 mod names;
 mod store_db;
 mod super_journal;
@@ -25,30 +24,18 @@ pub use backend::{
     MaskedPassThroughFactory, OpenRequest, Opened, PassThrough, PassThroughFactory, PassThroughIo,
 };
 pub use f2fs::{f2fs_atomic_write_support, f2fs_stats, F2fsFactory, F2fsStats, F2FS_VFS_NAME};
-pub use mvbt_vtab::{
-    mvbt_counters, mvbt_latest_version, mvbt_scan_stats, MvbtScanStats, MvbtValue, DEFAULT_KEEP_VERSIONS,
-    IDX_AS_OF, IDX_KEY_EQ, IDX_KEY_HIGH, IDX_KEY_LOW, MVBT_MODULE_NAME,
-};
 pub use store_db::{store_stats_json, StoreFactory, StoreOpener, DEFAULT_LOGICAL_DB, STORE_PAGE_SIZE};
 pub use super_journal::SuperJournalNames;
 pub use sys::api::{ApiTable, VtabConfigRoutine, VtabRoutines};
 pub use sys::entry::{
-    register_mvbt_for_new_connections, sqlite3_onesync_auto_init, sqlite3_onesync_default_auto_init,
+    register_open_refusal_hook, sqlite3_onesync_auto_init, sqlite3_onesync_default_auto_init,
     sqlite3_onesync_default_init, sqlite3_onesync_init, MIN_EXTENSION_SQLITE_VERSION,
 };
 pub use sys::ffi;
-pub use sys::vtab::register_mvbt_module;
 pub use vfs::{
     make_default, register_static, register_with, stats, RegisterError, RegisterOptions, Registered, Stats,
     MIN_SQLITE_VERSION, VFS_NAME,
 };
-
-/// The composition root's half of loading: the virtual table modules registered on a connection
-/// (by [`register_mvbt_module`] and the extension's per-connection entry points). `sys` calls
-/// this instead of naming the tables itself.
-pub(crate) fn register_modules(target: &sys::vtab::ModuleTarget<'_>) -> Result<(), RegisterError> {
-    target.register::<mvbt_vtab::MvbtTable>(MVBT_MODULE_NAME)
-}
 
 /// The composition root's half of a connection being opened: the code and message to fail
 /// it with, if the store backend refused its main database (`store_db/refusals.rs`). `sys`

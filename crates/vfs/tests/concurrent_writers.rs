@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Barrier};
 
-use onesync::{api_table_from_sys, register_mvbt_for_new_connections, register_static, VFS_NAME};
+use onesync_vfs::{api_table_from_sys, register_open_refusal_hook, register_static, VFS_NAME};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rusqlite::{params, Connection, ErrorCode, OpenFlags};
@@ -623,7 +623,7 @@ fn a_bad_uri_value_is_refused_with_a_message() {
     // As a host does: the per-connection hook brings refusals to sqlite3_errmsg.
     let api = api_table_from_sys!(rusqlite::ffi);
     register_static(&api).unwrap();
-    register_mvbt_for_new_connections(&api).unwrap();
+    register_open_refusal_hook(&api).unwrap();
     let uri = format!("file:{}?vfs={VFS_NAME}&concurrent=2", path.display());
     let flags = OpenFlags::default() | OpenFlags::SQLITE_OPEN_URI;
     let err = Connection::open_with_flags(uri, flags)

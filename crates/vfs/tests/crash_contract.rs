@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use onesync::{api_table_from_sys, register_static, VFS_NAME};
+use onesync_vfs::{api_table_from_sys, register_static, VFS_NAME};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 mod common;

@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use onesync::{api_table_from_sys, register_static, VFS_NAME};
+use onesync_vfs::{api_table_from_sys, register_static, VFS_NAME};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 static LOGGED: Mutex<Vec<(i32, String)>> = Mutex::new(Vec::new());

@@ -1,7 +1,7 @@
 //! The `onesync-f2fs` VFS off F2FS (this host has none; the VM tests it on F2FS: `onesync vm
 //! test`): it refuses with a clear error, creates nothing and leaves existing files as they were.
 
-use onesync::{api_table_from_sys, f2fs_atomic_write_support, register_static, F2FS_VFS_NAME};
+use onesync_vfs::{api_table_from_sys, f2fs_atomic_write_support, register_static, F2FS_VFS_NAME};
 use rusqlite::{Connection, OpenFlags};
 
 fn open_f2fs(path: &std::path::Path) -> rusqlite::Result<Connection> {

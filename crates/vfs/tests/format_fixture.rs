@@ -16,10 +16,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use onesync::{
+use onesync_store::{Error as StoreError, Options, Store, FORMAT_VERSION};
+use onesync_vfs::{
     api_table_from_sys, register_static, register_with, RegisterOptions, StoreFactory, StoreOpener, VFS_NAME,
 };
-use onesync_store::{Error as StoreError, Options, Store, FORMAT_VERSION};
 use rusqlite::{Connection, OpenFlags};
 
 /// The fixture's contents, statement by statement (each its own transaction unless it says

@@ -11,7 +11,7 @@ use std::mem::{offset_of, size_of};
 use std::path::Path;
 use std::process::Command;
 
-use onesync::ffi::*;
+use onesync_vfs::ffi::*;
 
 const HEADER: &str = "/usr/include/sqlite3ext.h";
 

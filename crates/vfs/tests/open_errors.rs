@@ -1,18 +1,18 @@
 //! What an application sees when an open through `vfs=onesync` cannot give it a store: the
 //! code and its timing as stock SQLite gives them for the same kind of file, and the reason
 //! in `sqlite3_errmsg` (told by the per-connection entry point, registered here as a host
-//! does with `register_mvbt_for_new_connections`). Each case is compared with what stock
+//! does with `register_open_refusal_hook`). Each case is compared with what stock
 //! SQLite (the default VFS, same bundled SQLite) does with the same file.
 
 use std::path::Path;
 
-use onesync::{api_table_from_sys, register_mvbt_for_new_connections, register_static};
+use onesync_vfs::{api_table_from_sys, register_open_refusal_hook, register_static};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 fn registered() {
     let api = api_table_from_sys!(rusqlite::ffi);
     register_static(&api).unwrap();
-    register_mvbt_for_new_connections(&api).unwrap();
+    register_open_refusal_hook(&api).unwrap();
 }
 
 /// `path` as a URI path (what the extension's own helper does, written out independently).

@@ -12,7 +12,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
-use onesync::{api_table_from_sys, register_static, VFS_NAME};
+use onesync_vfs::{api_table_from_sys, register_static, VFS_NAME};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use onesync::{api_table_from_sys, register_static, stats, ApiTable, Registered, Stats, VFS_NAME};
+use onesync_vfs::{api_table_from_sys, register_static, stats, ApiTable, Registered, Stats, VFS_NAME};
 use rusqlite::{Connection, OpenFlags};
 
 fn api() -> ApiTable {
@@ -33,14 +33,14 @@ const PASSTHROUGH: &str = "onesync-passthrough";
 
 fn passthrough() -> ApiTable {
     let api = registered();
-    let opts = onesync::RegisterOptions {
+    let opts = onesync_vfs::RegisterOptions {
         name: PASSTHROUGH.to_owned(),
         make_default: false,
-        main_db: Box::new(onesync::PassThroughFactory),
+        main_db: Box::new(onesync_vfs::PassThroughFactory),
         memory_journals: true,
         files: None,
     };
-    onesync::register_with(&api, opts).expect("register pass-through");
+    onesync_vfs::register_with(&api, opts).expect("register pass-through");
     api
 }
 
@@ -231,46 +231,46 @@ fn reports_host_sqlite_build() {
         api.libversion_number(),
         opts.iter().any(|o| o == "ENABLE_BATCH_ATOMIC_WRITE")
     );
-    assert!(api.libversion_number() >= onesync::MIN_SQLITE_VERSION);
+    assert!(api.libversion_number() >= onesync_vfs::MIN_SQLITE_VERSION);
 }
 
 /// A main-db backend that delegates to the pass-through but panics in `sync`.
-struct PanicOnSync(Box<dyn onesync::DbBackend>);
+struct PanicOnSync(Box<dyn onesync_vfs::DbBackend>);
 
-impl onesync::DbBackend for PanicOnSync {
-    fn read(&mut self, buf: &mut [u8], offset: u64) -> onesync::IoResult<()> {
+impl onesync_vfs::DbBackend for PanicOnSync {
+    fn read(&mut self, buf: &mut [u8], offset: u64) -> onesync_vfs::IoResult<()> {
         self.0.read(buf, offset)
     }
-    fn write(&mut self, buf: &[u8], offset: u64) -> onesync::IoResult<()> {
+    fn write(&mut self, buf: &[u8], offset: u64) -> onesync_vfs::IoResult<()> {
         self.0.write(buf, offset)
     }
-    fn truncate(&mut self, size: u64) -> onesync::IoResult<()> {
+    fn truncate(&mut self, size: u64) -> onesync_vfs::IoResult<()> {
         self.0.truncate(size)
     }
-    fn sync(&mut self, _flags: std::ffi::c_int) -> onesync::IoResult<()> {
+    fn sync(&mut self, _flags: std::ffi::c_int) -> onesync_vfs::IoResult<()> {
         panic!("deliberate panic inside xSync");
     }
-    fn size(&mut self) -> onesync::IoResult<u64> {
+    fn size(&mut self) -> onesync_vfs::IoResult<u64> {
         self.0.size()
     }
-    fn lock(&mut self, level: onesync::LockLevel) -> onesync::IoResult<()> {
+    fn lock(&mut self, level: onesync_vfs::LockLevel) -> onesync_vfs::IoResult<()> {
         self.0.lock(level)
     }
-    fn unlock(&mut self, level: onesync::LockLevel) -> onesync::IoResult<()> {
+    fn unlock(&mut self, level: onesync_vfs::LockLevel) -> onesync_vfs::IoResult<()> {
         self.0.unlock(level)
     }
-    fn check_reserved_lock(&mut self) -> onesync::IoResult<bool> {
+    fn check_reserved_lock(&mut self) -> onesync_vfs::IoResult<bool> {
         self.0.check_reserved_lock()
     }
-    fn close(&mut self) -> onesync::IoResult<()> {
+    fn close(&mut self) -> onesync_vfs::IoResult<()> {
         self.0.close()
     }
 }
 
 struct PanickyFactory;
 
-impl onesync::MainDbFactory for PanickyFactory {
-    fn open(&self, req: &onesync::OpenRequest) -> onesync::IoResult<onesync::Opened> {
+impl onesync_vfs::MainDbFactory for PanickyFactory {
+    fn open(&self, req: &onesync_vfs::OpenRequest) -> onesync_vfs::IoResult<onesync_vfs::Opened> {
         let name = req
             .name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -279,7 +279,7 @@ impl onesync::MainDbFactory for PanickyFactory {
             panic!("deliberate panic inside xOpen");
         }
         let inner = req.open_passthrough()?;
-        Ok(onesync::Opened {
+        Ok(onesync_vfs::Opened {
             backend: Box::new(PanicOnSync(inner.backend)),
             out_flags: inner.out_flags,
         })
@@ -289,14 +289,14 @@ impl onesync::MainDbFactory for PanickyFactory {
 #[test]
 fn panics_become_sqlite_errors_not_unwinding_into_c() {
     let api = registered();
-    let opts = onesync::RegisterOptions {
+    let opts = onesync_vfs::RegisterOptions {
         name: "onesync-panicky".to_owned(),
         make_default: false,
         main_db: Box::new(PanickyFactory),
         memory_journals: true,
         files: None,
     };
-    assert!(onesync::register_with(&api, opts).is_ok());
+    assert!(onesync_vfs::register_with(&api, opts).is_ok());
     let dir = tempfile::tempdir().unwrap();
 
     let refused = Connection::open_with_flags_and_vfs(

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use onesync::{api_table_from_sys, register_static, VFS_NAME};
+use onesync_vfs::{api_table_from_sys, register_static, VFS_NAME};
 use rusqlite::{Connection, OpenFlags};
 
 mod common;
@@ -220,18 +220,18 @@ fn batch_atomic_write_is_compiled_in_and_used() {
     const NAME: &str = "onesync-batch-test";
     let api = api_table_from_sys!(rusqlite::ffi);
     register_static(&api).unwrap();
-    onesync::register_with(
+    onesync_vfs::register_with(
         &api,
-        onesync::RegisterOptions {
+        onesync_vfs::RegisterOptions {
             name: NAME.to_owned(),
             make_default: false,
-            main_db: Box::new(onesync::StoreFactory::new(api)),
+            main_db: Box::new(onesync_vfs::StoreFactory::new(api)),
             memory_journals: true,
             files: None,
         },
     )
     .expect("register the batch-test VFS");
-    let journals = || onesync::stats(&api, NAME).expect("registered").journal_opens;
+    let journals = || onesync_vfs::stats(&api, NAME).expect("registered").journal_opens;
     let commits = |conn: &Connection| -> u64 {
         let json: String = conn.query_row("PRAGMA onesync_stats", [], |r| r.get(0)).unwrap();
         serde_json::from_str::<serde_json::Value>(&json).unwrap()["commit_records"]

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use onesync::{api_table_from_sys, register_static, VFS_NAME};
+use onesync_vfs::{api_table_from_sys, register_static, VFS_NAME};
 use rusqlite::{Connection, OpenFlags};
 
 fn open_uri(path: &Path, params: &str) -> rusqlite::Result<Connection> {

@@ -32,7 +32,7 @@ pub struct ExportArgs {
     /// The plain SQLite file to write; must not exist
     pub out: PathBuf,
     /// Logical database inside the store (`db=` in a `vfs=onesync` URI)
-    #[arg(long, value_name = "NAME", default_value = onesync::DEFAULT_LOGICAL_DB)]
+    #[arg(long, value_name = "NAME", default_value = onesync_vfs::DEFAULT_LOGICAL_DB)]
     pub logical: String,
 }
 
@@ -247,7 +247,7 @@ pub fn import(args: &ImportArgs) -> Result<()> {
     let store = Store::create(
         &args.db,
         &Options {
-            page_size: onesync::STORE_PAGE_SIZE,
+            page_size: onesync_vfs::STORE_PAGE_SIZE,
             ..Options::default()
         },
     )
@@ -255,7 +255,7 @@ pub fn import(args: &ImportArgs) -> Result<()> {
     let mut cleanup = RemoveUnlessKept::new(&args.db);
     let page_size = store.page_size();
     let mut txn = store.begin();
-    let file = txn.create_file(onesync::DEFAULT_LOGICAL_DB)?;
+    let file = txn.create_file(onesync_vfs::DEFAULT_LOGICAL_DB)?;
     let mut input = File::open(&args.input)?;
     let mut chunk = vec![0u8; page_size * PAGES_PER_CHUNK];
     let mut copied = 0u64;

@@ -39,7 +39,7 @@ impl IoCounters {
                 })
             }
             Storage::PlainFile => {
-                let io = onesync::passthrough_io();
+                let io = onesync_vfs::passthrough_io();
                 Ok(IoCounters {
                     write_calls: io.write_calls,
                     bytes_written: io.bytes_written,

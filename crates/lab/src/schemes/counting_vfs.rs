@@ -1,7 +1,7 @@
 //! The counting shim the stock schemes run through: a VFS of the onesync crate registered
 //! with pass-through files only (journals, WAL and shared memory included), so SQLite behaves
 //! as over its default VFS while every `xWrite` and `xSync` is counted
-//! (`onesync::passthrough_io`).
+//! (`onesync_vfs::passthrough_io`).
 
 use std::path::Path;
 
@@ -33,12 +33,12 @@ pub enum BatchAtomic {
 /// batch shim passes it through.
 fn register() -> Result<()> {
     for (name, hidden_caps) in [(COUNTING_VFS, SQLITE_IOCAP_BATCH_ATOMIC), (COUNTING_BATCH_VFS, 0)] {
-        onesync::register_with(
-            &onesync::api_table_from_sys!(rusqlite::ffi),
-            onesync::RegisterOptions {
+        onesync_vfs::register_with(
+            &onesync_vfs::api_table_from_sys!(rusqlite::ffi),
+            onesync_vfs::RegisterOptions {
                 name: name.to_owned(),
                 make_default: false,
-                main_db: Box::new(onesync::MaskedPassThroughFactory { hidden_caps }),
+                main_db: Box::new(onesync_vfs::MaskedPassThroughFactory { hidden_caps }),
                 memory_journals: false,
                 files: None,
             },

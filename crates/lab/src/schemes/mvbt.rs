@@ -77,6 +77,6 @@ pub fn open_with_mvbt(path: &Path) -> Result<Connection> {
 
 /// Makes every connection opened from now on have the `mvbt` module (idempotent).
 pub fn register_mvbt() -> Result<()> {
-    onesync::register_mvbt_for_new_connections(&onesync::api_table_from_sys!(rusqlite::ffi))
+    onesync_mvbt_vtab::register_mvbt_for_new_connections(&onesync_vfs::api_table_from_sys!(rusqlite::ffi))
         .map_err(|e| anyhow!("registering the mvbt module: {e}"))
 }

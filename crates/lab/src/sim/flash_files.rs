@@ -14,12 +14,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use anyhow::{anyhow, Result};
-use onesync::ffi::{
+use onesync_flash::hostfs::{FileId, FlashFs, FsError};
+use onesync_vfs::ffi::{
     SQLITE_CANTOPEN, SQLITE_FULL, SQLITE_IOCAP_POWERSAFE_OVERWRITE, SQLITE_IOERR, SQLITE_IOERR_DELETE_NOENT,
     SQLITE_IOERR_SHMMAP, SQLITE_IOERR_SHORT_READ, SQLITE_OK, SQLITE_OPEN_CREATE, SQLITE_OPEN_DELETEONCLOSE,
 };
-use onesync::{DbBackend, FileSystem, IoResult, LockLevel};
-use onesync_flash::hostfs::{FileId, FlashFs, FsError};
+use onesync_vfs::{DbBackend, FileSystem, IoResult, LockLevel};
 
 /// The VFS name.
 pub const FLASH_VFS: &str = "onesync-flash";
@@ -51,13 +51,13 @@ pub fn flash_files() -> Result<FlashFiles> {
         return Ok(files.clone());
     }
     let files = FlashFiles::default();
-    let api = onesync::api_table_from_sys!(rusqlite::ffi);
-    onesync::register_with(
+    let api = onesync_vfs::api_table_from_sys!(rusqlite::ffi);
+    onesync_vfs::register_with(
         &api,
-        onesync::RegisterOptions {
+        onesync_vfs::RegisterOptions {
             name: FLASH_VFS.to_owned(),
             make_default: false,
-            main_db: Box::new(onesync::PassThroughFactory),
+            main_db: Box::new(onesync_vfs::PassThroughFactory),
             memory_journals: false,
             files: Some(Arc::new(files.clone())),
         },
@@ -170,7 +170,7 @@ impl DbBackend for FlashHandle {
         let id = self.id;
         let n = self
             .files
-            .call(onesync::ffi::SQLITE_IOERR_READ, |fs| fs.read(id, offset, buf))?;
+            .call(onesync_vfs::ffi::SQLITE_IOERR_READ, |fs| fs.read(id, offset, buf))?;
         if n < buf.len() {
             return Err(SQLITE_IOERR_SHORT_READ);
         }
@@ -180,21 +180,23 @@ impl DbBackend for FlashHandle {
     fn write(&mut self, buf: &[u8], offset: u64) -> IoResult<()> {
         let id = self.id;
         self.unsynced_writes = true;
-        self.files
-            .call(onesync::ffi::SQLITE_IOERR_WRITE, |fs| fs.write(id, offset, buf))
+        self.files.call(onesync_vfs::ffi::SQLITE_IOERR_WRITE, |fs| {
+            fs.write(id, offset, buf)
+        })
     }
 
     fn truncate(&mut self, size: u64) -> IoResult<()> {
         let id = self.id;
         self.unsynced_writes = true;
-        self.files
-            .call(onesync::ffi::SQLITE_IOERR_TRUNCATE, |fs| fs.truncate(id, size))
+        self.files.call(onesync_vfs::ffi::SQLITE_IOERR_TRUNCATE, |fs| {
+            fs.truncate(id, size)
+        })
     }
 
     fn sync(&mut self, _flags: i32) -> IoResult<()> {
         let id = self.id;
         self.files
-            .call(onesync::ffi::SQLITE_IOERR_FSYNC, |fs| fs.fdatasync(id))?;
+            .call(onesync_vfs::ffi::SQLITE_IOERR_FSYNC, |fs| fs.fdatasync(id))?;
         self.unsynced_writes = false;
         Ok(())
     }

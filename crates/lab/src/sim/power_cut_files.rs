@@ -11,9 +11,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use onesync::ffi::{SQLITE_IOERR, SQLITE_IOERR_DELETE_NOENT, SQLITE_IOERR_SHORT_READ, SQLITE_OPEN_CREATE};
-use onesync::{DbBackend, FileSystem, IoResult};
 use onesync_store::sim::apply_unflushed_write;
+use onesync_vfs::ffi::{
+    SQLITE_IOERR, SQLITE_IOERR_DELETE_NOENT, SQLITE_IOERR_SHORT_READ, SQLITE_OPEN_CREATE,
+};
+use onesync_vfs::{DbBackend, FileSystem, IoResult};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -137,7 +139,7 @@ impl FileSystem for SimFs {
         let mut s = lock(&self.state);
         if !s.files.contains_key(&key) {
             if flags & SQLITE_OPEN_CREATE == 0 {
-                return Err(onesync::ffi::SQLITE_CANTOPEN);
+                return Err(onesync_vfs::ffi::SQLITE_CANTOPEN);
             }
             s.files.insert(key.clone(), SimFile::default());
         }

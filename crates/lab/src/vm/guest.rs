@@ -73,14 +73,14 @@ fn new_table(dir: &Path) -> Result<(PathBuf, Connection)> {
 fn feature(dir: &Path) -> Result<()> {
     let probe = dir.join("probe");
     fs::write(&probe, b"x")?;
-    onesync::f2fs_atomic_write_support(&probe).map_err(|e| anyhow!(e))
+    onesync_vfs::f2fs_atomic_write_support(&probe).map_err(|e| anyhow!(e))
 }
 
 fn commit(dir: &Path) -> Result<()> {
     let (db, conn) = new_table(dir)?;
-    let before = onesync::f2fs_stats();
+    let before = onesync_vfs::f2fs_stats();
     conn.execute_batch("BEGIN; INSERT INTO t VALUES (1, 'one'); INSERT INTO t VALUES (2, 'two'); COMMIT")?;
-    let after = onesync::f2fs_stats();
+    let after = onesync_vfs::f2fs_stats();
     ensure!(
         after.atomic_begins == before.atomic_begins + 1 && after.atomic_commits == before.atomic_commits + 1,
         "one transaction should be one atomic write: {before:?} -> {after:?}"
@@ -138,13 +138,13 @@ fn rollback(dir: &Path) -> Result<()> {
 fn spill(conn: &Connection) -> Result<()> {
     conn.execute_batch("PRAGMA cache_size = 5")?;
     conn.execute_batch("BEGIN")?;
-    let before = onesync::f2fs_stats().atomic_begins;
+    let before = onesync_vfs::f2fs_stats().atomic_begins;
     let mut insert = conn.prepare("INSERT INTO t(v) VALUES (?1)")?;
     for i in 0..SPILL_ROWS {
         insert.execute([vec![(i % 251) as u8; SPILL_BYTES]])?;
     }
     ensure!(
-        onesync::f2fs_stats().atomic_begins > before,
+        onesync_vfs::f2fs_stats().atomic_begins > before,
         "the transaction did not spill to the file (no atomic write started before COMMIT)"
     );
     Ok(())
@@ -172,10 +172,10 @@ fn rollback_after_spill(dir: &Path) -> Result<()> {
 
 fn commit_after_spill(dir: &Path) -> Result<()> {
     let (db, conn) = new_table(dir)?;
-    let before = onesync::f2fs_stats();
+    let before = onesync_vfs::f2fs_stats();
     spill(&conn)?;
     conn.execute_batch("COMMIT")?;
-    let after = onesync::f2fs_stats();
+    let after = onesync_vfs::f2fs_stats();
     ensure!(
         after.atomic_commits == before.atomic_commits + 1,
         "a spilled transaction should still be one atomic write: {before:?} -> {after:?}"
@@ -232,14 +232,18 @@ fn attach(dir: &Path) -> Result<()> {
     let aux = dir.join("aux.db");
     conn.execute(
         "ATTACH ?1 AS aux",
-        [format!("file:{}?vfs={}", aux.display(), onesync::F2FS_VFS_NAME)],
+        [format!(
+            "file:{}?vfs={}",
+            aux.display(),
+            onesync_vfs::F2FS_VFS_NAME
+        )],
     )?;
     conn.execute_batch("CREATE TABLE aux.u(id INTEGER PRIMARY KEY, v TEXT)")?;
-    let before = onesync::f2fs_stats();
+    let before = onesync_vfs::f2fs_stats();
     conn.execute_batch(
         "BEGIN; INSERT INTO t VALUES (1, 'main'); INSERT INTO aux.u VALUES (1, 'aux'); COMMIT",
     )?;
-    let after = onesync::f2fs_stats();
+    let after = onesync_vfs::f2fs_stats();
     ensure!(
         after.atomic_commits == before.atomic_commits + 2,
         "a two-database transaction should be one atomic write per file: {before:?} -> {after:?}"
@@ -304,9 +308,9 @@ pub fn selftest_child(args: &SelftestChildArgs) -> Result<()> {
 fn synchronous_off(dir: &Path) -> Result<()> {
     let (db, conn) = new_table(dir)?;
     conn.execute_batch("PRAGMA synchronous=OFF")?;
-    let before = onesync::f2fs_stats();
+    let before = onesync_vfs::f2fs_stats();
     conn.execute("INSERT INTO t VALUES (1, 'x')", [])?;
-    let after = onesync::f2fs_stats();
+    let after = onesync_vfs::f2fs_stats();
     ensure!(
         after.atomic_commits == before.atomic_commits + 1,
         "without xSync the transaction must still commit at its end: {before:?} -> {after:?}"
@@ -383,7 +387,7 @@ fn stock_cli(dir: &Path) -> Result<()> {
         .arg(format!(
             ".open 'file:{}?vfs={}'",
             db.display(),
-            onesync::F2FS_VFS_NAME
+            onesync_vfs::F2FS_VFS_NAME
         ))
         .arg(
             "CREATE TABLE t(x); BEGIN; INSERT INTO t VALUES (1); INSERT INTO t VALUES (2); COMMIT; \
@@ -405,7 +409,7 @@ fn stock_cli(dir: &Path) -> Result<()> {
     };
     ensure!(version.starts_with("3."), "no version: {stdout:?}");
     ensure!(rows == "2", "rows after commit and rollback: {rows}, want 2");
-    let stats: onesync::F2fsStats =
+    let stats: onesync_vfs::F2fsStats =
         serde_json::from_str(stats).with_context(|| format!("stats {stats:?}"))?;
     ensure!(
         stats.atomic_commits >= 2 && stats.plain_syncs == 0,

@@ -142,7 +142,7 @@ fn guest_extension() -> Result<Option<PathBuf>> {
         cargo: &cargo()?,
         workspace: &workspace,
         target_dir: &target_dir,
-        args: &["-p", "onesync-vfs"],
+        args: &["-p", "onesync-extension"],
         static_glibc: false,
     })
     .context("building libonesync.so for the guest")?;

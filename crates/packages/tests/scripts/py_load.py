@@ -15,8 +15,12 @@ print("python", sys.version.split()[0], "sqlite", sqlite3.sqlite_version)
 conn = sqlite3.connect(":memory:")
 assert hasattr(conn, "enable_load_extension"), "this test wants a Python that loads extensions"
 onesync.load(conn)
-# Loaded on this connection, the mvbt virtual table is there too.
-conn.execute(f"CREATE VIRTUAL TABLE kv USING mvbt(file='{scratch}/kv.mvbt')")
+# The package is the store and the VFS: no virtual table (that is libonesync_mvbt_vtab).
+try:
+    conn.execute(f"CREATE VIRTUAL TABLE kv USING mvbt(file='{scratch}/kv.mvbt')")
+    raise AssertionError("the package's library has the mvbt module")
+except sqlite3.OperationalError as e:
+    assert "no such module: mvbt" in str(e), e
 conn.close()
 
 path = os.path.join(scratch, "loaded #2.onesync")

@@ -24,9 +24,10 @@ pub enum VtabConfigRoutine {
     OneInt(unsafe extern "C" fn(*mut std::ffi::c_void, c_int, c_int) -> c_int),
 }
 
-/// The routines the `mvbt` virtual table module needs, all of one SQLite.
-/// Optional as a whole in [`ApiTable`], so an old or partial table still
-/// serves the VFS.
+/// The routines a virtual table module needs, all of one SQLite: this crate uses
+/// `db_filename` (which main database a connection has), a virtual table built on
+/// this table (crate `onesync-mvbt-vtab`) uses them all. Optional as a whole in
+/// [`ApiTable`], so an old or partial table still serves the VFS.
 #[derive(Clone, Copy, Debug)]
 pub struct VtabRoutines {
     pub create_module_v2: CreateModuleV2Fn,
@@ -91,7 +92,7 @@ impl ApiTable {
     }
 
     /// Adds `sqlite3_auto_extension` (for
-    /// [`register_mvbt_for_new_connections`](crate::register_mvbt_for_new_connections)).
+    /// [`register_open_refusal_hook`](crate::register_open_refusal_hook)).
     ///
     /// # Safety
     /// `auto_extension` must be that routine of the same SQLite as
@@ -102,7 +103,7 @@ impl ApiTable {
         self
     }
 
-    /// Adds the routines of the `mvbt` virtual table module.
+    /// Adds the virtual table routines ([`VtabRoutines`]).
     ///
     /// # Safety
     /// Each pointer must be that routine of the same SQLite as
@@ -138,7 +139,7 @@ impl ApiTable {
     /// # Safety
     /// `api` must be null or point to the `sqlite3_api_routines` of a running
     /// SQLite (the third argument of an extension entry point).
-    pub(crate) unsafe fn from_routines(api: *const sqlite3_api_routines) -> Option<Self> {
+    pub unsafe fn from_routines(api: *const sqlite3_api_routines) -> Option<Self> {
         // SAFETY: the caller guarantees `api` is null or a live routines table;
         // our struct is a prefix of SQLite's, so every field read is in bounds.
         let api = unsafe { api.as_ref() }?;
@@ -157,9 +158,14 @@ impl ApiTable {
         })
     }
 
-    /// The routines of the virtual table module, if this SQLite has them all.
-    pub(crate) fn vtab(&self) -> Option<&VtabRoutines> {
+    /// The virtual table routines, if this SQLite has them all.
+    pub fn vtab(&self) -> Option<&VtabRoutines> {
         self.vtab.as_ref()
+    }
+
+    /// `sqlite3_auto_extension` of this SQLite, if the table has it.
+    pub fn auto_extension(&self) -> Option<AutoExtensionFn> {
+        self.auto_extension
     }
 
     /// `sqlite3_libversion_number()` of the SQLite behind this table.
@@ -260,7 +266,7 @@ impl ApiTable {
 
     /// Copies `msg` into memory from `sqlite3_malloc`, for an `*pzErrMsg`
     /// out-parameter that SQLite will `sqlite3_free`. Null if unavailable.
-    pub(crate) fn sqlite_string(&self, msg: &str) -> *mut c_char {
+    pub fn sqlite_string(&self, msg: &str) -> *mut c_char {
         let Some(malloc) = self.malloc else {
             return std::ptr::null_mut();
         };
@@ -314,8 +320,8 @@ fn vtab_routines(api: &sqlite3_api_routines) -> Option<VtabRoutines> {
 }
 
 /// Builds an [`ApiTable`] from a `libsqlite3-sys`-style crate the host links,
-/// e.g. `onesync::api_table_from_sys!(rusqlite::ffi)` or
-/// `onesync::api_table_from_sys!(libsqlite3_sys)`.
+/// e.g. `onesync_vfs::api_table_from_sys!(rusqlite::ffi)` or
+/// `onesync_vfs::api_table_from_sys!(libsqlite3_sys)`.
 ///
 /// The expansion lives in the host crate and calls the host's own
 /// `sqlite3_vfs_find` / `sqlite3_vfs_register` / `sqlite3_libversion_number`,
@@ -370,23 +376,6 @@ macro_rules! api_table_from_sys {
             .with_vtab($crate::__vtab_routines_from_sys!($($sys)::+))
             .with_auto_extension(__onesync_auto_extension)
         }
-    }};
-}
-
-/// Registers the `mvbt` virtual table module on an open rusqlite connection, with the
-/// SQLite that rusqlite links: `onesync::register_mvbt_on_rusqlite!(rusqlite, &conn)` (the
-/// first argument is the path of the rusqlite crate). Evaluates to
-/// `Result<(), RegisterError>`. A safe wrapper of [`register_mvbt_module`](crate::register_mvbt_module):
-/// the connection and the routine table are of one SQLite by construction.
-#[macro_export]
-macro_rules! register_mvbt_on_rusqlite {
-    ($($rusqlite:ident)::+, $conn:expr) => {{
-        let conn: &$($rusqlite)::+::Connection = $conn;
-        let api: $crate::ApiTable = $crate::api_table_from_sys!($($rusqlite)::+::ffi);
-        // SAFETY: `conn.handle()` is the open `sqlite3*` of rusqlite's SQLite, whose routines
-        // `api` holds; it is used only while `conn` is borrowed on this thread (rusqlite's
-        // `Connection` is not `Sync`), and registering a module does not close or replace it.
-        unsafe { $crate::register_mvbt_module(conn.handle().cast(), &api) }
     }};
 }
 

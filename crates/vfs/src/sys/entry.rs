@@ -9,7 +9,6 @@ use super::ffi::{self, sqlite3_api_routines, SQLITE_ERROR, SQLITE_OK_LOAD_PERMAN
 use super::guard::guard;
 use super::handles::Connection;
 use super::traits::RegisterError;
-use super::vtab::register_mvbt_module;
 
 /// Oldest SQLite the extension loads into: `SQLITE_OK_LOAD_PERMANENTLY`
 /// (which keeps the library mapped after the loading connection closes, so
@@ -53,10 +52,9 @@ entry_point! {
     /// `libonesync.so` (strip `lib`, take the letters before the first `.`), so
     /// `.load libonesync` finds it without naming it.
     ///
-    /// Registers the `onesync` VFS (not as the default) with the loading SQLite
-    /// and the `mvbt` virtual table module on the loading connection and, through
-    /// `sqlite3_auto_extension`, on every connection that SQLite opens later (so
-    /// the CLI's `.load` then `.open` has it too, and a refused open says why in
+    /// Registers the `onesync` VFS (not as the default) with the loading SQLite and,
+    /// through `sqlite3_auto_extension`, a check on every connection that SQLite opens
+    /// later (so after the CLI's `.load` then `.open` a refused open says why in
     /// `sqlite3_errmsg`), and returns `SQLITE_OK_LOAD_PERMANENTLY`.
     ///
     /// # Safety
@@ -82,8 +80,7 @@ entry_point! {
     /// The entry point to hand to `sqlite3_auto_extension` (bindings that link SQLite
     /// themselves, or reach it through `ctypes`): SQLite runs it for every connection it opens
     /// from then on. The first run registers the `onesync` VFS (not as the default); each
-    /// registers the `mvbt` module on its connection and fails an open this VFS refused with
-    /// the reason. Returns `SQLITE_OK` (any other answer fails the open). Open one connection
+    /// fails an open this VFS refused with the reason. Returns `SQLITE_OK` (any other answer fails the open). Open one connection
     /// (`:memory:` will do) before the first one that names `vfs=onesync`: SQLite opens a
     /// connection's main database before it runs automatic extensions.
     ///
@@ -147,13 +144,7 @@ unsafe fn load(
         if !how.by_load_extension {
             crate::note_refusal_hook_registered();
             // SAFETY: SQLite's arguments, with its own table.
-            return unsafe { register_on_new_connection(&table, db, err_msg) };
-        }
-        if !db.is_null() && table.vtab().is_some() {
-            // SAFETY: `db` is the connection loading us, of the SQLite behind `table`.
-            if let Err(e) = unsafe { register_mvbt_module(db, &table) } {
-                return fail(e.code, &e.to_string());
-            }
+            return unsafe { check_new_connection(&table, db, err_msg) };
         }
         if let Some(auto_extension) = table.auto_extension {
             // SAFETY: this SQLite's `sqlite3_auto_extension`, given an entry
@@ -166,21 +157,17 @@ unsafe fn load(
     })
 }
 
-/// The routines of the host that called [`register_mvbt_for_new_connections`].
+/// The routines of the host that called [`register_open_refusal_hook`].
 static HOST_API: std::sync::OnceLock<ApiTable> = std::sync::OnceLock::new();
 
 /// For a host that links its own SQLite (e.g. rusqlite's bundled one, with
-/// [`api_table_from_sys!`](crate::api_table_from_sys)): registers the `mvbt` module on every connection
-/// that SQLite opens from now on (`sqlite3_auto_extension`). Idempotent; the
-/// first table given is the one used.
-pub fn register_mvbt_for_new_connections(api: &ApiTable) -> Result<(), RegisterError> {
+/// [`api_table_from_sys!`](crate::api_table_from_sys)): on every connection that SQLite opens
+/// from now on (`sqlite3_auto_extension`), fails an open this VFS refused (a plain SQLite file
+/// opened as a store, a bad URI parameter, ...) with the reason in `sqlite3_errmsg`, not only
+/// in `sqlite3_log`. The loadable extension's entry points register the same check.
+/// Idempotent; the first table given is the one used.
+pub fn register_open_refusal_hook(api: &ApiTable) -> Result<(), RegisterError> {
     let api = *HOST_API.get_or_init(|| *api);
-    if api.vtab().is_none() {
-        return Err(RegisterError {
-            code: SQLITE_ERROR,
-            message: "the API table lacks the virtual table routines".into(),
-        });
-    }
     let Some(auto_extension) = api.auto_extension else {
         return Err(RegisterError {
             code: SQLITE_ERROR,
@@ -202,7 +189,7 @@ pub fn register_mvbt_for_new_connections(api: &ApiTable) -> Result<(), RegisterE
 }
 
 /// Run by the host's SQLite for each connection it opens after
-/// [`register_mvbt_for_new_connections`]. Uses the host's table, not the
+/// [`register_open_refusal_hook`]. Uses the host's table, not the
 /// `api` argument (null when the host's SQLite omits extension loading).
 ///
 /// # Safety
@@ -217,18 +204,17 @@ unsafe extern "C" fn host_connection_init(
             return SQLITE_ERROR;
         };
         // SAFETY: SQLite's arguments, and the host's own table.
-        unsafe { register_on_new_connection(table, db, err_msg) }
+        unsafe { check_new_connection(table, db, err_msg) }
     })
 }
 
 /// Run as SQLite opens connection `db`: fails the open if this VFS refused its main
-/// database (the reason to `err_msg`), and registers the `mvbt` module there (nothing
-/// when `db` is null or `table` lacks the virtual table routines).
+/// database, with the reason in `err_msg` (nothing when `db` is null).
 ///
 /// # Safety
 /// `db` is null or a connection of the SQLite behind `table`; `err_msg` is null or SQLite's
 /// out-pointer for a message.
-unsafe fn register_on_new_connection(table: &ApiTable, db: *mut c_void, err_msg: *mut *mut c_char) -> c_int {
+unsafe fn check_new_connection(table: &ApiTable, db: *mut c_void, err_msg: *mut *mut c_char) -> c_int {
     if db.is_null() {
         return ffi::SQLITE_OK;
     }
@@ -239,24 +225,11 @@ unsafe fn register_on_new_connection(table: &ApiTable, db: *mut c_void, err_msg:
         }
         return code;
     }
-    if table.vtab().is_none() {
-        return ffi::SQLITE_OK;
-    }
-    // SAFETY: the caller's contract.
-    match unsafe { register_mvbt_module(db, table) } {
-        Ok(()) => ffi::SQLITE_OK,
-        Err(e) => {
-            // SAFETY: `err_msg` is null or SQLite's out-pointer for the message.
-            if let Some(out) = unsafe { err_msg.as_mut() } {
-                *out = table.sqlite_string(&e.to_string());
-            }
-            e.code
-        }
-    }
+    ffi::SQLITE_OK
 }
 
 /// Run by SQLite for each connection it opens after the extension was
-/// loaded (`sqlite3_auto_extension`): registers the `mvbt` module there.
+/// loaded (`sqlite3_auto_extension`): the open-refusal check there.
 ///
 /// # Safety
 /// Called by SQLite only, with the same arguments as an entry point.
@@ -271,6 +244,6 @@ unsafe extern "C" fn onesync_connection_init(
             return SQLITE_ERROR;
         };
         // SAFETY: SQLite's arguments, with its own table.
-        unsafe { register_on_new_connection(&table, db, err_msg) }
+        unsafe { check_new_connection(&table, db, err_msg) }
     })
 }

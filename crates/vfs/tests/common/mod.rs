@@ -1,18 +1,23 @@
-//! Shared by the tests that run programs: the `libonesync.so` built for this
-//! test run, program probes, and syscall counting with `strace`.
+//! Shared by the tests that run programs: the `libonesync.so` of the workspace
+//! build, program probes, and syscall counting with `strace`.
 #![allow(dead_code)] // each test binary uses its own part of this module
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-/// target/<profile>/libonesync.so: cargo builds the cdylib alongside the
-/// rlib this test links, one directory above the test binary.
+/// target/<profile>/libonesync.so, one directory above the test binary: the loadable
+/// extension, which the workspace build makes (crates/extension re-exports this crate's
+/// entry points), not this crate's own build.
 pub fn cdylib() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap();
     let lib = dir.join("libonesync.so");
-    assert!(lib.exists(), "{} not built", lib.display());
+    assert!(
+        lib.exists(),
+        "{} not built: build the workspace first (`cargo build --release` for --release tests)",
+        lib.display()
+    );
     lib
 }
 

@@ -159,20 +159,20 @@ pub const MAX_GROWTH_STEP_ENV: &str = "ONESYNC_EXPLORE_MAX_GROWTH_STEP";
 
 /// Registers the explorer's VFS with the bundled SQLite (idempotent).
 pub fn register_explore_vfs() -> Result<()> {
-    let api = onesync::api_table_from_sys!(rusqlite::ffi);
-    let opener: onesync::StoreOpener = Arc::new(|path: &Path, opts: &Options, create: bool| {
+    let api = onesync_vfs::api_table_from_sys!(rusqlite::ffi);
+    let opener: onesync_vfs::StoreOpener = Arc::new(|path: &Path, opts: &Options, create: bool| {
         let opts = explore_options(opts);
         match Store::open(path, &opts) {
             Err(StoreError::NotFound(_)) if create => Store::create(path, &opts),
             other => other,
         }
     });
-    onesync::register_with(
+    onesync_vfs::register_with(
         &api,
-        onesync::RegisterOptions {
+        onesync_vfs::RegisterOptions {
             name: EXPLORE_VFS.to_owned(),
             make_default: false,
-            main_db: Box::new(onesync::StoreFactory::with_opener(api, opener)),
+            main_db: Box::new(onesync_vfs::StoreFactory::with_opener(api, opener)),
             memory_journals: true,
             files: None,
         },

@@ -308,12 +308,12 @@ impl Subject {
     fn io(&self) -> Result<(f64, u64, u64)> {
         match self.scheme {
             Contender::Tree(_) => {
-                let c = onesync::mvbt_counters(&self.tree_path)
+                let c = onesync_mvbt_vtab::mvbt_counters(&self.tree_path)
                     .ok_or_else(|| anyhow!("the mvbt table {} is not open", self.tree_path.display()))?;
                 Ok((c.nodes_written as f64, c.fsyncs, c.splits))
             }
             _ => {
-                let io = onesync::passthrough_io();
+                let io = onesync_vfs::passthrough_io();
                 Ok((io.bytes_written as f64 / SQLITE_PAGE_BYTES, io.syncs, 0))
             }
         }

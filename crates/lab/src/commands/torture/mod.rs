@@ -346,36 +346,37 @@ enum Medium {
 
 impl Sim {
     fn new(scheme: &'static dyn Scheme, sabotage: Option<Sabotage>) -> Result<Sim> {
-        let api = onesync::api_table_from_sys!(rusqlite::ffi);
+        let api = onesync_vfs::api_table_from_sys!(rusqlite::ffi);
         let clock = Arc::new(CutClock::default());
         if scheme.storage() == Storage::Store {
             let disk = Arc::new(Mutex::new(SimDisk::new()));
             let medium = disk.clone();
             let stores_clock = clock.clone();
-            let opener: onesync::StoreOpener = Arc::new(move |_path: &Path, opts: &Options, create: bool| {
-                // A small medium: every power cut copies its image.
-                let opts = &Options {
-                    initial_capacity: 1 << 20,
-                    growth_step: 1 << 20,
-                    sabotage: sabotage.or(opts.sabotage),
-                    ..opts.clone()
-                };
-                let disk = lock(&medium);
-                let io = stores_clock.io(disk.clone());
-                if disk.image().is_empty() && create {
-                    Store::create_with_io(io, opts)
-                } else {
-                    Store::open_with_io(io, opts)
-                }
-            });
+            let opener: onesync_vfs::StoreOpener =
+                Arc::new(move |_path: &Path, opts: &Options, create: bool| {
+                    // A small medium: every power cut copies its image.
+                    let opts = &Options {
+                        initial_capacity: 1 << 20,
+                        growth_step: 1 << 20,
+                        sabotage: sabotage.or(opts.sabotage),
+                        ..opts.clone()
+                    };
+                    let disk = lock(&medium);
+                    let io = stores_clock.io(disk.clone());
+                    if disk.image().is_empty() && create {
+                        Store::create_with_io(io, opts)
+                    } else {
+                        Store::open_with_io(io, opts)
+                    }
+                });
             // A VFS per simulated disk (a VFS lives for the rest of the process).
             let vfs = format!("{SIM_STORE_VFS}-{}", Arc::as_ptr(&disk) as usize);
-            onesync::register_with(
+            onesync_vfs::register_with(
                 &api,
-                onesync::RegisterOptions {
+                onesync_vfs::RegisterOptions {
                     name: vfs.clone(),
                     make_default: false,
-                    main_db: Box::new(onesync::StoreFactory::with_opener(api, opener)),
+                    main_db: Box::new(onesync_vfs::StoreFactory::with_opener(api, opener)),
                     memory_journals: true,
                     files: None,
                 },
@@ -388,12 +389,12 @@ impl Sim {
             });
         }
         let fs = Arc::new(SimFs::default());
-        onesync::register_with(
+        onesync_vfs::register_with(
             &api,
-            onesync::RegisterOptions {
+            onesync_vfs::RegisterOptions {
                 name: format!("{SIM_FILES_VFS}-{}", fs_id(&fs)),
                 make_default: false,
-                main_db: Box::new(onesync::PassThroughFactory),
+                main_db: Box::new(onesync_vfs::PassThroughFactory),
                 memory_journals: false,
                 files: Some(fs.clone()),
             },

@@ -13,8 +13,8 @@ use super::error::VtabError;
 use super::registry::{self, SharedTree, TreeState, Writer};
 use super::value::{key_of, MvbtValue};
 use super::{args, plan, SCHEMA};
-use crate::ffi::{SQLITE_FULL, SQLITE_IOERR_DELETE, SQLITE_OK, SQLITE_REPLACE};
 use crate::sys::vtab::{IndexPlan, SqlValue, VirtualTable, VtabConnection};
+use onesync_vfs::ffi::{SQLITE_FULL, SQLITE_IOERR_DELETE, SQLITE_OK, SQLITE_REPLACE};
 
 /// Ids of table instances (one per connection and table), the owner tag of
 /// a tree's write transaction.

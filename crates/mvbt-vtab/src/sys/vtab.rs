@@ -8,15 +8,15 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
-use super::api::{ApiTable, VtabConfigRoutine, VtabRoutines};
-use super::ffi::{
+use onesync_vfs::ffi::{
     sqlite3_context, sqlite3_index_info, sqlite3_int64, sqlite3_module, sqlite3_value, sqlite3_vtab,
     sqlite3_vtab_cursor, SQLITE_BLOB, SQLITE_ERROR, SQLITE_FLOAT, SQLITE_FULL, SQLITE_INDEX_SCAN_UNIQUE,
     SQLITE_INTEGER, SQLITE_INTERNAL, SQLITE_NOMEM, SQLITE_OK, SQLITE_TEXT, SQLITE_TRANSIENT,
     SQLITE_VTAB_CONSTRAINT_SUPPORT,
 };
-use super::guard::guard;
-use super::traits::RegisterError;
+use onesync_vfs::{ApiTable, RegisterError, VtabConfigRoutine, VtabRoutines};
+
+use super::guard;
 
 /// A virtual table's error: an SQLite result code and the message that goes to `zErrMsg`.
 #[derive(Debug)]
@@ -225,19 +225,6 @@ impl<T: VirtualTable> Module<T> {
     };
 }
 
-/// Registers the `mvbt` module on connection `db` of the SQLite behind `api`.
-///
-/// # Safety
-/// `db` must be an open `sqlite3*` of the SQLite whose routines `api` holds
-/// (for rusqlite: `conn.handle().cast()` with `api_table_from_sys!(rusqlite::ffi)`),
-/// used only as SQLite allows (e.g. not concurrently from another thread in
-/// a non-serialized build).
-pub unsafe fn register_mvbt_module(db: *mut c_void, api: &ApiTable) -> Result<(), RegisterError> {
-    // SAFETY: the caller's contract is `ModuleTarget::new`'s.
-    let target = unsafe { ModuleTarget::new(db, api) };
-    crate::register_modules(&target)
-}
-
 /// A connection to register virtual table modules on: what the crate root's
 /// [`crate::register_modules`] is handed, so that it names the tables and `sys` does not.
 pub(crate) struct ModuleTarget<'a> {
@@ -247,8 +234,9 @@ pub(crate) struct ModuleTarget<'a> {
 
 impl<'a> ModuleTarget<'a> {
     /// # Safety
-    /// As for [`register_mvbt_module`], for as long as the target is used.
-    unsafe fn new(db: *mut c_void, api: &'a ApiTable) -> Self {
+    /// As for [`register_mvbt_module`](super::entry::register_mvbt_module), for as long as the
+    /// target is used.
+    pub(crate) unsafe fn new(db: *mut c_void, api: &'a ApiTable) -> Self {
         Self { db, api }
     }
 
@@ -263,7 +251,7 @@ impl<'a> ModuleTarget<'a> {
 /// Registers the module of `T` as `name` on connection `db`.
 ///
 /// # Safety
-/// As for [`register_mvbt_module`].
+/// As for [`register_mvbt_module`](super::entry::register_mvbt_module).
 unsafe fn register_module<T: VirtualTable>(
     db: *mut c_void,
     api: &ApiTable,
@@ -277,8 +265,10 @@ unsafe fn register_module<T: VirtualTable>(
             ),
         });
     };
-    let c_name =
-        CString::new(name).map_err(|_| RegisterError::new(SQLITE_ERROR, "module name contains NUL"))?;
+    let c_name = CString::new(name).map_err(|_| RegisterError {
+        code: SQLITE_ERROR,
+        message: "module name contains NUL".into(),
+    })?;
     let module: &'static sqlite3_module = &Module::<T>::MODULE;
     let aux = Box::into_raw(Box::new(*api));
     // SAFETY: `db` is a live connection of this SQLite (the contract); the name is

@@ -17,9 +17,9 @@ fn open(path: &Path) -> Connection {
 }
 
 fn register(conn: &Connection) {
-    let api = onesync::api_table_from_sys!(rusqlite::ffi);
+    let api = onesync_vfs::api_table_from_sys!(rusqlite::ffi);
     // SAFETY: the connection's own handle, of the SQLite the table was built from.
-    unsafe { onesync::register_mvbt_module(conn.handle().cast(), &api) }.unwrap();
+    unsafe { onesync_mvbt_vtab::register_mvbt_module(conn.handle().cast(), &api) }.unwrap();
 }
 
 type Rows = Vec<(i64, Value)>;
@@ -103,7 +103,7 @@ fn snapshot(conn: &Connection) -> Rows {
 }
 
 fn latest(path: &Path) -> u64 {
-    onesync::mvbt_latest_version(path).expect("table open")
+    onesync_mvbt_vtab::mvbt_latest_version(path).expect("table open")
 }
 
 #[test]
@@ -289,7 +289,7 @@ fn random_statements_match_an_ordinary_table() {
         if !in_txn && step % 700 == 699 {
             drop(conn);
             assert_eq!(
-                onesync::mvbt_latest_version(&tree_file),
+                onesync_mvbt_vtab::mvbt_latest_version(&tree_file),
                 None,
                 "closed with its last table"
             );
@@ -553,7 +553,7 @@ fn plans_use_the_key_constraints() {
          COMMIT;",
     )
     .unwrap();
-    let stats = || onesync::mvbt_scan_stats(&file).unwrap();
+    let stats = || onesync_mvbt_vtab::mvbt_scan_stats(&file).unwrap();
     let fetched = |sql: &str| {
         let before = stats().rows_fetched;
         let n: i64 = conn.query_row(sql, [], |r| r.get(0)).unwrap();
@@ -561,20 +561,24 @@ fn plans_use_the_key_constraints() {
     };
     assert_eq!(
         fetched("SELECT count(*) FROM kv WHERE key = 5000"),
-        (1, 1, onesync::IDX_KEY_EQ)
+        (1, 1, onesync_mvbt_vtab::IDX_KEY_EQ)
     );
     assert_eq!(
         fetched("SELECT count(*) FROM kv WHERE key BETWEEN 100 AND 199"),
-        (100, 100, onesync::IDX_KEY_LOW | onesync::IDX_KEY_HIGH)
+        (
+            100,
+            100,
+            onesync_mvbt_vtab::IDX_KEY_LOW | onesync_mvbt_vtab::IDX_KEY_HIGH
+        )
     );
     assert_eq!(
         fetched("SELECT count(*) FROM kv WHERE rowid > 9990"),
-        (10, 10, onesync::IDX_KEY_LOW)
+        (10, 10, onesync_mvbt_vtab::IDX_KEY_LOW)
     );
     assert_eq!(fetched("SELECT count(*) FROM kv"), (10000, 10000, 0));
     assert_eq!(
         fetched("SELECT sum(key) FROM kv WHERE key > 10"),
-        (50005000 - 55, 9990, onesync::IDX_KEY_LOW)
+        (50005000 - 55, 9990, onesync_mvbt_vtab::IDX_KEY_LOW)
     );
     let plan = |sql: &str| -> String {
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
@@ -591,13 +595,12 @@ fn plans_use_the_key_constraints() {
     assert!(p.contains("INDEX 14:gLv") && !p.contains("ORDER BY"), "{p}");
     let p = plan("SELECT value FROM kv ORDER BY key DESC");
     assert!(p.contains("USE TEMP B-TREE FOR ORDER BY"), "{p}");
-    let counters = onesync::mvbt_counters(&file).unwrap();
+    let counters = onesync_mvbt_vtab::mvbt_counters(&file).unwrap();
     assert!(counters.commits >= 1, "{counters:?}");
 }
 
-/// The built `libonesync.so` in the stock `sqlite3` CLI: `.load` then `.open`
-/// (the module reaches the new connection through `sqlite3_auto_extension`),
-/// on a database served by the onesync VFS.
+/// The built `libonesync_mvbt_vtab.so` in the stock `sqlite3` CLI: `.load` then `.open`
+/// (the module reaches the new connection through `sqlite3_auto_extension`).
 #[test]
 fn works_in_the_system_sqlite3_cli() {
     if !common::have("sqlite3", &["--version"]) {
@@ -609,7 +612,7 @@ fn works_in_the_system_sqlite3_cli() {
     let db = dir.path().join("x.db");
     let script = format!(
         ".load {lib}\n\
-         .open 'file:{db}?vfs=onesync'\n\
+         .open '{db}'\n\
          CREATE VIRTUAL TABLE kv USING mvbt;\n\
          INSERT INTO kv(key, value) VALUES (1, 'one'), (2, 'two');\n\
          BEGIN; UPDATE kv SET value = 'TWO' WHERE key = 2; INSERT INTO kv(value) VALUES (3.5); COMMIT;\n\

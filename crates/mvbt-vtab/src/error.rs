@@ -1,7 +1,7 @@
 //! Errors of the `mvbt` module: an SQLite result code and the message that
 //! goes to `zErrMsg`.
 
-use crate::ffi::{
+use onesync_vfs::ffi::{
     SQLITE_BUSY, SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CORRUPT, SQLITE_ERROR, SQLITE_INTERNAL, SQLITE_IOERR,
     SQLITE_MISMATCH,
 };

@@ -4,11 +4,11 @@
 use std::ffi::c_int;
 
 use super::{COL_AS_OF, COL_KEY, COL_ROWID, IDX_AS_OF, IDX_KEY_EQ, IDX_KEY_HIGH, IDX_KEY_LOW};
-use crate::ffi::{
+use crate::sys::vtab::{IndexConstraint, IndexPlan};
+use onesync_vfs::ffi::{
     SQLITE_CONSTRAINT, SQLITE_INDEX_CONSTRAINT_EQ, SQLITE_INDEX_CONSTRAINT_GE, SQLITE_INDEX_CONSTRAINT_GT,
     SQLITE_INDEX_CONSTRAINT_LE, SQLITE_INDEX_CONSTRAINT_LT, SQLITE_OK,
 };
-use crate::sys::vtab::{IndexConstraint, IndexPlan};
 
 /// One usable constraint the plan hands to xFilter.
 fn plan_letter(c: &IndexConstraint) -> Option<u8> {

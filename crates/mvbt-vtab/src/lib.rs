@@ -1,5 +1,8 @@
 //! The `mvbt` virtual table module: an SQLite table over an LS-MVBT tree
-//! (`onesync-mvbt`), with as-of reads of committed versions.
+//! (`onesync-mvbt`), with as-of reads of committed versions. A research table, kept out of
+//! the VFS and its packages: loaded as its own extension (`.load libonesync_mvbt_vtab`, entry
+//! point [`sqlite3_onesyncmvbtvtab_init`]) or registered by a host that links SQLite
+//! ([`register_mvbt_for_new_connections`], [`register_mvbt_module`]).
 //!
 //! ```sql
 //! CREATE VIRTUAL TABLE kv USING mvbt(file='kv.mvbt', keep_versions=100);
@@ -7,17 +10,20 @@
 //! SELECT value FROM kv WHERE key = 7 AND as_of = 3;
 //! ```
 //!
-//! See the crate README ("The mvbt virtual table") for options, transactions
-//! and limits. SQLite reaches this module through the shims of `sys/vtab.rs`,
-//! which call [`MvbtTable`]'s [`VirtualTable`](crate::sys::vtab::VirtualTable)
-//! methods: the table and its transactions in `table.rs`, cursors in
-//! `cursor.rs`, query plans (`xBestIndex`) in `plan.rs`.
+//! See README.md for options, transactions and limits. SQLite reaches this module through
+//! the shims of `sys/vtab.rs`, which call `MvbtTable`'s `VirtualTable` methods: the table
+//! and its transactions in `table.rs`, cursors in `cursor.rs`, query plans (`xBestIndex`)
+//! in `plan.rs`.
+#![deny(unsafe_code)]
 
 mod args;
 mod cursor;
 mod error;
 mod plan;
 mod registry;
+// The one module that talks to C: the module table, the entry points and raw pointers.
+#[allow(unsafe_code)]
+mod sys;
 mod table;
 mod value;
 
@@ -25,8 +31,17 @@ use std::ffi::{c_int, CStr};
 
 pub use args::DEFAULT_KEEP_VERSIONS;
 pub use registry::{mvbt_counters, mvbt_latest_version, mvbt_scan_stats, MvbtScanStats};
-pub(crate) use table::MvbtTable;
+pub use sys::entry::{register_mvbt_for_new_connections, register_mvbt_module, sqlite3_onesyncmvbtvtab_init};
 pub use value::MvbtValue;
+
+/// The composition root's half of registering: the tables registered on a connection (by
+/// the entry points and [`register_mvbt_module`]). `sys` calls this instead of naming the
+/// table itself.
+pub(crate) fn register_modules(
+    target: &sys::vtab::ModuleTarget<'_>,
+) -> Result<(), onesync_vfs::RegisterError> {
+    target.register::<table::MvbtTable>(MVBT_MODULE_NAME)
+}
 
 /// The name to use in `CREATE VIRTUAL TABLE ... USING mvbt(...)`.
 pub const MVBT_MODULE_NAME: &str = "mvbt";
