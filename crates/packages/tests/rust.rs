@@ -123,7 +123,7 @@ fn rust_crates_from_their_packages() {
         }
         patches.push_str(&format!("{name} = {{ path = {unpacked:?} }}\n"));
     }
-    assert_eq!(crates.len(), 5, "{crates:?}");
+    assert_eq!(crates.len(), 4, "{crates:?}");
 
     let dir = std::env::temp_dir().join(format!("onesync-rust-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
