@@ -6,11 +6,10 @@
 
 use std::fs;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rusqlite::Connection;
 use serde_json::Value;
 
 mod common;
@@ -23,16 +22,6 @@ fn long_tests() -> bool {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn succeeds(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "failed: {}\n{}",
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-    text(&output.stdout)
 }
 
 /// Exits non-zero, mentions `needle` on stderr, and did not panic.
