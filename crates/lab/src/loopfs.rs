@@ -498,7 +498,7 @@ impl Drop for LoopFs {
         if self.mounted {
             if let Err(error) = self.unmount_now() {
                 eprintln!(
-                    "onesync: warning: could not unmount {}: {error:#}",
+                    "onesync-lab: warning: could not unmount {}: {error:#}",
                     self.mount_point.display()
                 );
             }
@@ -506,7 +506,7 @@ impl Drop for LoopFs {
         if let Some(device_path) = self.device_path.take() {
             if let Err(error) = run(Command::new("losetup").arg("-d").arg(&device_path)) {
                 eprintln!(
-                    "onesync: warning: could not detach {}: {error:#}",
+                    "onesync-lab: warning: could not detach {}: {error:#}",
                     device_path.display()
                 );
             } else if self.device.is_some() {
@@ -521,11 +521,11 @@ impl Drop for LoopFs {
                 // Deleting would walk into the still-mounted filesystem: leave it for a human.
                 let kept = work_dir.keep();
                 eprintln!(
-                    "onesync: warning: left {} in place (still mounted)",
+                    "onesync-lab: warning: left {} in place (still mounted)",
                     kept.display()
                 );
             } else if let Err(error) = work_dir.close() {
-                eprintln!("onesync: warning: could not remove the loop image directory: {error}");
+                eprintln!("onesync-lab: warning: could not remove the loop image directory: {error}");
             }
         }
     }

@@ -1,4 +1,4 @@
-//! `onesync`: the lab around the onesync store (workloads, meters, reports).
+//! `onesync-lab`: the lab around the onesync store (workloads, meters, reports).
 #![forbid(unsafe_code)]
 
 mod commands;
@@ -13,7 +13,7 @@ mod vm;
 mod workloads;
 
 use commands::{
-    bench, convert, explore, flash, mvbt, report, store_bench, torture, vfs_concurrency, vfs_kill_torture,
+    bench, explore, flash, mvbt, report, store_bench, torture, vfs_concurrency, vfs_kill_torture,
 };
 
 use std::process::ExitCode;
@@ -32,9 +32,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser, Debug)]
 #[command(
-    name = "onesync",
+    name = "onesync-lab",
     version,
-    about = "The onesync lab: benchmarks, meters, crash torture and conversions for the onesync page store and its SQLite VFS"
+    about = "The onesync lab: benchmarks, meters and crash torture for the onesync page store and its SQLite VFS"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -60,15 +60,6 @@ enum Command {
     /// Measure the store's commit rate, flushes and bytes per commit (1 and 4 threads), a raw
     /// pwrite+fdatasync baseline and recovery time; with --fs also the device's view
     StoreBench(store_bench::StoreBenchArgs),
-    /// Copy the database inside a onesync store out to a new plain SQLite file (checked with
-    /// PRAGMA integrity_check)
-    Export(convert::ExportArgs),
-    /// Copy a plain SQLite file into a new onesync store, to open as file:DB?vfs=onesync
-    /// (checked with PRAGMA integrity_check through the onesync VFS)
-    Import(convert::ImportArgs),
-    /// Copy every commit of a damaged store that can still be read (up to the first read
-    /// error in its chain of commits) into a new store
-    Salvage(convert::SalvageArgs),
     /// Kill a child running bank transfers through SQLite with SIGKILL at random moments;
     /// after each kill check integrity, conservation of money and every reported commit
     VfsKillTorture(vfs_kill_torture::KillTortureArgs),
@@ -119,9 +110,6 @@ fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Torture(args) => torture::run(args),
         Command::StoreBench(args) => store_bench::run(args).map(|()| ExitCode::SUCCESS),
-        Command::Export(args) => convert::export(args).map(|()| ExitCode::SUCCESS),
-        Command::Import(args) => convert::import(args).map(|()| ExitCode::SUCCESS),
-        Command::Salvage(args) => convert::salvage(args).map(|()| ExitCode::SUCCESS),
         Command::VfsKillTorture(args) => vfs_kill_torture::run(args),
         Command::VfsConcurrency(args) => vfs_concurrency::run(args),
         Command::Flash(args) => flash::run(args),
@@ -139,7 +127,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("onesync: error: {error:#}");
+            eprintln!("onesync-lab: error: {error:#}");
             ExitCode::FAILURE
         }
     }

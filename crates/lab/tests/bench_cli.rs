@@ -1,4 +1,4 @@
-//! `onesync bench` run as a user would, on small workloads: every mode answers in the JSON
+//! `onesync-lab bench` run as a user would, on small workloads: every mode answers in the JSON
 //! shape the lab promises, the counting shim sees the stock modes' journals, and onesync
 //! makes one flush per transaction. With `--fs` (root, mkfs.ext4) the device columns too.
 

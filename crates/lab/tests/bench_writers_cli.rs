@@ -1,4 +1,4 @@
-//! `onesync bench writers` run as a user would, briefly: every workload on wal and onesync,
+//! `onesync-lab bench writers` run as a user would, briefly: every workload on wal and onesync,
 //! from 2 threads and from 2 processes, answers in the JSON shape the lab promises with the
 //! oracle passed; the oracle fails a run given one uncounted commit (the negative control);
 //! retries (busy_timeout 0) keep the oracle's counts right; and `bench WORKLOAD` still parses

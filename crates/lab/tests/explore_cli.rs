@@ -1,4 +1,4 @@
-//! `onesync explore`, the crash-point explorer, at CI size: every database call of every
+//! `onesync-lab explore`, the crash-point explorer, at CI size: every database call of every
 //! stopped process in every scenario, in two rounds of other transfers and other power-cut
 //! draws (about 3,000 crash points, each with power cuts; 612 of them in the two
 //! concurrent-writer scenarios; every call of the group commit shared between processes,
@@ -6,7 +6,7 @@
 //! expecting no failure; and each negative control, expecting failures. Needs strace (and
 //! ptrace allowed); without it the tests say so and pass.
 //!
-//! Longer by hand: `onesync explore --budget 0 --power-cuts all --seed S` over several seeds.
+//! Longer by hand: `onesync-lab explore --budget 0 --power-cuts all --seed S` over several seeds.
 
 use std::process::Command;
 

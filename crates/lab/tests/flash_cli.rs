@@ -1,4 +1,4 @@
-//! Smoke tests of `onesync flash`: short runs of each experiment and of the X-FTL power-cut
+//! Smoke tests of `onesync-lab flash`: short runs of each experiment and of the X-FTL power-cut
 //! torture, checking the JSON shape and the few relations that must hold in any run.
 
 use serde_json::Value;

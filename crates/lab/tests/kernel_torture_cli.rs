@@ -1,4 +1,4 @@
-//! `onesync torture --fs ext4 --emulate nvme`: power cuts through the real kernel (an emulated
+//! `onesync-lab torture --fs ext4 --emulate nvme`: power cuts through the real kernel (an emulated
 //! device with a volatile write cache under a loop device). The crash-safe modes survive a few
 //! dozen cuts each (onesync at NORMAL and OFF keeping a prefix holding every commit reported
 //! durable); the negative controls `off` (no journal), `memory` (journal in memory) and the

@@ -1,4 +1,4 @@
-//! Smoke tests of `onesync mvbt`: short runs of each experiment (JSON shape, and the
+//! Smoke tests of `onesync-lab mvbt`: short runs of each experiment (JSON shape, and the
 //! relations that hold in any run: LS-MVBT writes about one node per transaction and one
 //! flush; its recovery reverts the aborted transaction) and of the torture, whose sabotaged
 //! recovery must be caught.

@@ -1,4 +1,4 @@
-//! `onesync torture`: simulated power cuts (and kills) on the crash-safe modes pass, and the
+//! `onesync-lab torture`: simulated power cuts (and kills) on the crash-safe modes pass, and the
 //! negative controls (journal_mode OFF and MEMORY) are caught and exit non-zero.
 
 mod common;

@@ -1,4 +1,4 @@
-//! `onesync torture` at onesync's `synchronous=NORMAL` and `OFF`: simulated power cuts keep a
+//! `onesync-lab torture` at onesync's `synchronous=NORMAL` and `OFF`: simulated power cuts keep a
 //! prefix of the acknowledged transfers holding every one reported durable, the loss window
 //! is measured, kills lose nothing; and the negative control (flushes that skip the device
 //! flush yet report durable) is caught and exits non-zero.

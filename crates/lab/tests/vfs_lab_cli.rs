@@ -1,4 +1,4 @@
-//! The SQLite-facing lab subcommands, run as a user would: `export`/`import`, the SIGKILL
+//! The SQLite-facing lab subcommands, run as a user would: the SIGKILL
 //! torture (with its negative control) and the concurrency measurement, on small workloads.
 //!
 //! Long versions: `ONESYNC_LONG_TESTS=1 cargo test --release -p onesync-lab --test vfs_lab_cli`
@@ -6,11 +6,10 @@
 
 use std::fs;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rusqlite::Connection;
 use serde_json::Value;
 
 mod common;
@@ -25,16 +24,6 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-fn succeeds(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "failed: {}\n{}",
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-    text(&output.stdout)
-}
-
 /// Exits non-zero, mentions `needle` on stderr, and did not panic.
 fn fails_saying(output: &Output, needle: &str) {
     let stderr = text(&output.stderr);
@@ -45,221 +34,6 @@ fn fails_saying(output: &Output, needle: &str) {
 
 fn s(path: &Path) -> &str {
     path.to_str().expect("temporary paths are UTF-8")
-}
-
-/// A plain SQLite database with a table, an index and rows over several pages.
-fn make_plain_db(path: &Path, page_size: u32, wal: bool) {
-    let conn = Connection::open(path).unwrap();
-    conn.execute_batch(&format!(
-        "PRAGMA page_size = {page_size};
-         CREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT);
-         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)
-         INSERT INTO t SELECT i, hex(randomblob(40)) FROM n;
-         CREATE INDEX t_b ON t(b);"
-    ))
-    .unwrap();
-    if wal {
-        conn.execute_batch("PRAGMA journal_mode = WAL; INSERT INTO t(b) VALUES ('in wal');")
-            .unwrap();
-    }
-    drop(conn);
-    for suffix in ["-wal", "-shm", "-journal"] {
-        assert!(!sibling(path, suffix).exists(), "SQLite left {suffix} behind");
-    }
-}
-
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
-#[test]
-fn import_then_export_is_byte_identical_for_several_page_sizes() {
-    let dir = tempfile::tempdir().unwrap();
-    for page_size in [512, 1024, 4096, 8192, 65536] {
-        let plain = dir.path().join(format!("plain-{page_size}.db"));
-        let store = dir.path().join(format!("store-{page_size}.onesync"));
-        let back = dir.path().join(format!("back-{page_size}.db"));
-        make_plain_db(&plain, page_size, false);
-        let said = succeeds(&onesync(&["import", s(&plain), s(&store)]));
-        assert!(said.contains("integrity_check ok"), "{said}");
-        let said = succeeds(&onesync(&["export", s(&store), s(&back)]));
-        assert!(said.contains("integrity_check ok"), "{said}");
-        assert!(
-            fs::read(&plain).unwrap() == fs::read(&back).unwrap(),
-            "page size {page_size}: the round trip changed the bytes"
-        );
-    }
-}
-
-/// `onesync salvage` copies every logical file of a readable store into a new store: the
-/// database exported from the copy is the original's bytes; an existing target is refused.
-/// (A store whose chain has a read error is salvaged up to it: the store's own test,
-/// `a_read_error_in_the_chain_fails_safe_and_can_be_salvaged`, covers the cut-off.)
-#[test]
-fn salvage_copies_a_readable_store_and_never_overwrites() {
-    let dir = tempfile::tempdir().unwrap();
-    let plain = dir.path().join("plain.db");
-    let store = dir.path().join("store.onesync");
-    let copy = dir.path().join("copy.onesync");
-    let back = dir.path().join("back.db");
-    make_plain_db(&plain, 4096, false);
-    succeeds(&onesync(&["import", s(&plain), s(&store)]));
-    let said = succeeds(&onesync(&["salvage", s(&store), s(&copy)]));
-    assert!(said.contains("salvaged 1 logical file(s)"), "{said}");
-    assert!(said.contains("nothing was lost"), "{said}");
-    succeeds(&onesync(&["export", s(&copy), s(&back)]));
-    assert!(
-        fs::read(&plain).unwrap() == fs::read(&back).unwrap(),
-        "the salvaged copy holds other bytes"
-    );
-    fails_saying(&onesync(&["salvage", s(&store), s(&copy)]), "already exists");
-    fails_saying(
-        &onesync(&["salvage", s(&plain), s(&sibling(&copy, "2"))]),
-        "plain SQLite",
-    );
-}
-
-#[test]
-fn a_wal_mode_file_is_imported_in_rollback_mode_and_otherwise_unchanged() {
-    let dir = tempfile::tempdir().unwrap();
-    let plain = dir.path().join("wal.db");
-    let store = dir.path().join("wal.onesync");
-    let back = dir.path().join("back.db");
-    make_plain_db(&plain, 4096, true);
-    let original = fs::read(&plain).unwrap();
-    assert_eq!(
-        original[18..20],
-        [2, 2],
-        "the test database should be in WAL mode"
-    );
-    let said = succeeds(&onesync(&["import", s(&plain), s(&store)]));
-    assert!(said.contains("WAL mode"), "{said}");
-    succeeds(&onesync(&["export", s(&store), s(&back)]));
-    let exported = fs::read(&back).unwrap();
-    assert_eq!(exported[18..20], [1, 1]);
-    assert_eq!(exported[..18], original[..18]);
-    assert_eq!(exported[20..], original[20..]);
-    let rows: i64 = Connection::open(&back)
-        .unwrap()
-        .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(rows, 3001);
-}
-
-#[test]
-fn bad_inputs_are_refused_clearly_and_create_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let plain = dir.path().join("plain.db");
-    let store = dir.path().join("store.onesync");
-    make_plain_db(&plain, 4096, false);
-    succeeds(&onesync(&["import", s(&plain), s(&store)]));
-    let new = dir.path().join("new");
-
-    // Never overwrite.
-    fails_saying(&onesync(&["import", s(&plain), s(&store)]), "already exists");
-    fails_saying(&onesync(&["export", s(&store), s(&plain)]), "already exists");
-    // Wrong kinds of file.
-    let text_file = dir.path().join("notes.txt");
-    fs::write(
-        &text_file,
-        "SQLite format 2 and then some words, long enough for a header",
-    )
-    .unwrap();
-    fails_saying(&onesync(&["import", s(&text_file), s(&new)]), "SQLite format 3");
-    fails_saying(&onesync(&["import", s(&store), s(&new)]), "onesync store already");
-    fails_saying(
-        &onesync(&["export", s(&plain), s(&new)]),
-        "plain SQLite database already",
-    );
-    fails_saying(
-        &onesync(&["export", s(&text_file), s(&new)]),
-        "not a onesync store",
-    );
-    fails_saying(
-        &onesync(&["import", s(&dir.path().join("missing.db")), s(&new)]),
-        "missing.db",
-    );
-    fails_saying(
-        &onesync(&["export", s(&dir.path().join("missing")), s(&new)]),
-        "does not exist",
-    );
-    fails_saying(
-        &onesync(&["export", s(&store), s(&new), "--logical", "aux"]),
-        "no logical database",
-    );
-    let short = dir.path().join("short.db");
-    fs::write(&short, b"SQLite format 3\0 and too short").unwrap();
-    fails_saying(&onesync(&["import", s(&short), s(&new)]), "truncated");
-    // A journal SQLite has not dealt with.
-    for suffix in ["-journal", "-wal"] {
-        let journal = sibling(&plain, suffix);
-        fs::write(&journal, b"").unwrap();
-        fails_saying(
-            &onesync(&["import", s(&plain), s(&new)]),
-            "open it once with sqlite3",
-        );
-        fs::remove_file(&journal).unwrap();
-    }
-    assert!(!new.exists(), "a refused command left {} behind", new.display());
-}
-
-/// The libonesync.so of this build, next to the onesync binary.
-fn extension_path() -> Option<PathBuf> {
-    let so = Path::new(env!("CARGO_BIN_EXE_onesync")).with_file_name("libonesync.so");
-    so.exists().then_some(so)
-}
-
-fn sqlite3_cli(args: &[&str]) -> Option<Output> {
-    Command::new("sqlite3").args(args).output().ok()
-}
-
-#[test]
-fn the_stock_sqlite3_cli_reads_and_writes_an_imported_store() {
-    let Some(so) = extension_path() else {
-        eprintln!("SKIP: no libonesync.so next to the onesync binary (cargo build -p onesync-vfs --release)");
-        return;
-    };
-    if sqlite3_cli(&["-version"]).is_none() {
-        eprintln!("SKIP: no sqlite3 command (apt-get install sqlite3)");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let plain = dir.path().join("plain.db");
-    let store = dir.path().join("store.onesync");
-    let back = dir.path().join("back.db");
-    make_plain_db(&plain, 4096, false);
-    succeeds(&onesync(&["import", s(&plain), s(&store)]));
-    let load = format!(".load {}", s(&so.with_extension("")));
-    let open = format!(".open 'file:{}?vfs=onesync'", s(&store));
-    let output = sqlite3_cli(&[
-        ":memory:",
-        "-cmd",
-        &load,
-        "-cmd",
-        &open,
-        "PRAGMA integrity_check; INSERT INTO t(b) VALUES ('from the cli'); SELECT count(*) FROM t;",
-    ])
-    .unwrap();
-    assert_eq!(succeeds(&output), "ok\n3001\n", "{}", text(&output.stderr));
-    succeeds(&onesync(&["export", s(&store), s(&back)]));
-    let output = sqlite3_cli(&[
-        s(&back),
-        "PRAGMA integrity_check; SELECT b FROM t WHERE a = 3001;",
-    ])
-    .unwrap();
-    assert_eq!(succeeds(&output), "ok\nfrom the cli\n");
-    // The rows the CLI did not touch came through.
-    let original: i64 = Connection::open(&plain)
-        .unwrap()
-        .query_row("SELECT count(*) FROM t WHERE a <= 3000", [], |r| r.get(0))
-        .unwrap();
-    let exported: i64 = Connection::open(&back)
-        .unwrap()
-        .query_row("SELECT count(*) FROM t WHERE a <= 3000", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(original, exported);
 }
 
 fn json_of(output: &Output) -> Value {
@@ -385,7 +159,7 @@ fn sigkill_of_concurrent_writers_with_two_connections_per_process() {
     assert!(number(&report, "busy_snapshot_retries") > 0.0, "{report}");
 
     let dir = tempfile::tempdir().unwrap();
-    let sabotaged = Command::new(env!("CARGO_BIN_EXE_onesync"))
+    let sabotaged = Command::new(env!("CARGO_BIN_EXE_onesync-lab"))
         .args([
             "vfs-kill-torture",
             "--kills",
@@ -494,7 +268,7 @@ fn concurrency_reports_rates_and_commits_durable_on_return() {
 fn killed_while_creating_the_store_leaves_an_openable_or_absent_file() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("bank.onesync");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_onesync"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onesync-lab"))
         .args(["__transfer-child", s(&db)])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -516,7 +290,7 @@ fn killed_while_creating_the_store_leaves_an_openable_or_absent_file() {
     child.kill().unwrap();
     child.wait().unwrap();
 
-    let mut again = Command::new(env!("CARGO_BIN_EXE_onesync"))
+    let mut again = Command::new(env!("CARGO_BIN_EXE_onesync-lab"))
         .args(["__transfer-child", s(&db)])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,5 +1,5 @@
 //! The F2FS backend (`onesync-f2fs`, mode `maw`): its functional tests on a real F2FS kernel
-//! in the VM (`onesync vm test`), and its refusals on the host, which has no F2FS.
+//! in the VM (`onesync-lab vm test`), and its refusals on the host, which has no F2FS.
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The Go module: `bindings/go` (a cgo package for github.com/mattn/go-sqlite3) with the
-//! static library of the VFS it links, `lib/libonesync.a`.
+//! static library of the VFS it links, `lib/libonesync.a`, and the stripped `onesync`
+//! command that its package `cmd/onesync` embeds, `cmd/onesync/bin/onesync`.
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +10,8 @@ use crate::workspace::Workspace;
 
 /// The module directory's name under `--out`.
 pub const MODULE_DIR: &str = "onesync-go";
+/// Where `cmd/onesync/main.go` embeds the command from (`//go:embed bin/onesync`).
+const COMMAND: &str = "cmd/onesync/bin/onesync";
 
 /// Builds the module directory into `out` (replacing an earlier one); returns its path.
 pub fn build(ws: &Workspace, out: &Path) -> Result<PathBuf> {
@@ -23,6 +26,10 @@ pub fn build(ws: &Workspace, out: &Path) -> Result<PathBuf> {
     let to = lib.join("libonesync.a");
     std::fs::copy(&archive, &to).with_context(|| format!("copying {}", archive.display()))?;
     strip_debug_info(&to);
+    let command = module.join(COMMAND);
+    std::fs::create_dir_all(command.parent().context("a directory")?)?;
+    std::fs::write(&command, ws.stripped_command(out)?.bytes)
+        .with_context(|| format!("writing {}", command.display()))?;
     Ok(module)
 }
 
@@ -37,14 +44,14 @@ fn static_library(ws: &Workspace) -> Result<PathBuf> {
     Ok(archive)
 }
 
-/// The module's files: everything in `bindings/go` but what git ignores there (`lib/`)
-/// and dot files.
+/// The module's files: everything in `bindings/go` but what git ignores there (`lib/`,
+/// `cmd/onesync/bin/`: written after) and dot files.
 fn copy_sources(from: &Path, to: &Path) -> Result<()> {
     std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
     for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
         let entry = entry?;
         let name = entry.file_name();
-        if name.to_string_lossy().starts_with('.') || name == "lib" {
+        if name.to_string_lossy().starts_with('.') || name == "lib" || name == "bin" {
             continue;
         }
         let path = entry.path();

@@ -1,6 +1,8 @@
 //! The npm package: `onesync-VERSION.tgz`, laid out as `npm pack` does (every file under
 //! `package/`): package.json (from `bindings/node/package.json`, its version set to the
-//! workspace's), index.js, index.d.ts, README.md and the stripped `lib/libonesync.so`.
+//! workspace's), index.js, index.d.ts, README.md, the stripped `lib/libonesync.so` and the
+//! stripped `onesync` command as `bin/onesync` (package.json's `bin`: npm links it as
+//! `node_modules/.bin/onesync`, so `npx onesync` runs it).
 //! Entries carry npm's fixed date, owner 0 and fixed modes, so the same inputs give the
 //! same tarball.
 
@@ -23,6 +25,7 @@ pub fn build(ws: &Workspace, out: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let version = ws.version();
     let extension = ws.stripped_extension(out)?;
+    let command = ws.stripped_command(out)?;
 
     let read = |name: &str| {
         let path = ws.root.join(SOURCES).join(name);
@@ -35,6 +38,7 @@ pub fn build(ws: &Workspace, out: &Path) -> Result<PathBuf> {
         ("package/index.js", read("index.js")?, 0o644),
         ("package/index.d.ts", read("index.d.ts")?, 0o644),
         ("package/lib/libonesync.so", extension.bytes, 0o755),
+        ("package/bin/onesync", command.bytes, 0o755),
     ];
 
     let path = out.join(format!("onesync-{version}.tgz"));

@@ -1,11 +1,12 @@
 //! The Python wheel: `onesync-VERSION-py3-none-manylinux_X_Y_x86_64.whl`.
 //!
 //! A wheel is a zip (PEP 427): the package `onesync/` (the Python sources from
-//! `bindings/python/onesync/` and the stripped `libonesync.so`) and
-//! `onesync-VERSION.dist-info/` with METADATA, WHEEL, entry_points.txt and RECORD (every
-//! file's sha256 and size). The tag is `py3-none` (pure Python calling the library through
-//! `sqlite3`/`ctypes`: any CPython 3) on the manylinux platform that the library's glibc
-//! symbol versions allow. Entries carry a fixed date, so the same inputs give the same wheel.
+//! `bindings/python/onesync/` and the stripped `libonesync.so`), the stripped `onesync`
+//! command as `onesync-VERSION.data/scripts/onesync` (pip installs it on PATH, the venv's
+//! `bin/`), and `onesync-VERSION.dist-info/` with METADATA, WHEEL and RECORD (every file's
+//! sha256 and size). The tag is `py3-none` (pure Python calling the library through
+//! `sqlite3`/`ctypes`: any CPython 3) on the manylinux platform that the library's and the
+//! command's glibc symbol versions allow. Entries carry a fixed date, so the same inputs give the same wheel.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use sha2::{Digest, Sha256};
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, DateTime, ZipWriter};
 
-use crate::workspace::Workspace;
+use crate::workspace::{manylinux_tag, Workspace};
 
 /// Where the package's Python files live, relative to the workspace root.
 const SOURCES: &str = "bindings/python";
@@ -27,7 +28,8 @@ pub fn build(ws: &Workspace, out: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let version = ws.version();
     let extension = ws.stripped_extension(out)?;
-    let tag = format!("py3-none-{}", extension.manylinux_tag());
+    let command = ws.stripped_command(out)?;
+    let tag = format!("py3-none-{}", manylinux_tag(extension.glibc.max(command.glibc)));
 
     // (path in the wheel, contents, executable)
     let mut files: Vec<(String, Vec<u8>, bool)> = Vec::new();
@@ -41,6 +43,12 @@ pub fn build(ws: &Workspace, out: &Path) -> Result<PathBuf> {
         files.push((format!("onesync/{name}"), bytes, false));
     }
     files.push(("onesync/libonesync.so".into(), extension.bytes, true));
+    // A script that is not Python (no `#!python` line): pip copies it as it is.
+    files.push((
+        format!("onesync-{version}.data/scripts/onesync"),
+        command.bytes,
+        true,
+    ));
 
     let readme = std::fs::read_to_string(ws.root.join(SOURCES).join("README.md"))
         .context("reading bindings/python/README.md")?;
@@ -54,12 +62,6 @@ pub fn build(ws: &Workspace, out: &Path) -> Result<PathBuf> {
         "Wheel-Version: 1.0\nGenerator: onesync-package {version}\nRoot-Is-Purelib: false\nTag: {tag}\n"
     );
     files.push((format!("{dist_info}/WHEEL"), wheel.into_bytes(), false));
-    let entry_points = "[console_scripts]\nonesync = onesync._cli:main\n";
-    files.push((
-        format!("{dist_info}/entry_points.txt"),
-        entry_points.into(),
-        false,
-    ));
     let record_name = format!("{dist_info}/RECORD");
     let record = record(&files, &record_name);
     files.push((record_name, record.into_bytes(), false));

@@ -12,19 +12,18 @@ pub struct Workspace {
     pub root: PathBuf,
 }
 
-/// The stripped `libonesync.so` a package ships, and what it needs of the system.
-pub struct Extension {
+/// A stripped ELF file a package ships (`libonesync.so`, the `onesync` command), and what it
+/// needs of the system.
+pub struct Stripped {
     /// Its bytes (no symbol table, no debug info; the dynamic symbols stay).
     pub bytes: Vec<u8>,
     /// The newest glibc symbol version it links against, e.g. (2, 34).
     pub glibc: (u32, u32),
 }
 
-impl Extension {
-    /// The manylinux platform tag (PEP 600) this library is good for: the glibc it needs.
-    pub fn manylinux_tag(&self) -> String {
-        format!("manylinux_{}_{}_x86_64", self.glibc.0, self.glibc.1)
-    }
+/// The manylinux platform tag (PEP 600) of files that need `glibc`.
+pub fn manylinux_tag(glibc: (u32, u32)) -> String {
+    format!("manylinux_{}_{}_x86_64", glibc.0, glibc.1)
 }
 
 impl Workspace {
@@ -46,55 +45,49 @@ impl Workspace {
         env!("CARGO_PKG_VERSION")
     }
 
-    /// The release `libonesync.so`, built if needed.
+    /// The workspace's release build directory (`target/release`), with `libonesync.so`
+    /// and the `onesync` command built if needed.
     ///
-    /// Built as `cargo build --release --workspace --lib`, not `-p onesync-vfs`: cargo
-    /// unifies features over the packages it is asked for, so `-p onesync-vfs` alone
-    /// compiles the VFS and its dependencies with other features than the workspace build
-    /// (CI's `cargo build --workspace --release`), rebuilding them (tens of seconds) and
-    /// replacing target/release/libonesync.so under the other tests; after a workspace
-    /// build this is a no-op. Cargo does not hold its build lock while `cargo test` runs
-    /// the tests, so the package tests can call this.
-    pub fn loadable_extension(&self) -> Result<PathBuf> {
+    /// Built as `cargo build --release --workspace --lib --bin onesync`, not `-p ...`:
+    /// cargo unifies features over the packages it is asked for, so `-p` alone compiles
+    /// the VFS and its dependencies with other features than the workspace build (`cargo
+    /// build --release`), rebuilding them (tens of seconds) and replacing
+    /// target/release/libonesync.so under the other tests; after a workspace build this is a
+    /// no-op. Cargo does not hold its build lock while `cargo test` runs the tests, so the
+    /// package tests can call this.
+    pub fn release_build(&self) -> Result<PathBuf> {
         let status = Command::new(env!("CARGO"))
-            .args(["build", "--release", "--workspace", "--lib"])
+            .args(["build", "--release", "--workspace", "--lib", "--bin", "onesync"])
             .current_dir(&self.root)
             .status()
             .context("running cargo build")?;
         if !status.success() {
-            bail!("cargo build --release --workspace --lib (for libonesync.so) failed");
+            bail!("cargo build --release --workspace --lib --bin onesync failed");
         }
         // Cargo reads a relative CARGO_TARGET_DIR from the directory it runs in: the root.
         let target = self
             .root
             .join(std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into()));
-        let built = target.join("release/libonesync.so");
-        if !built.is_file() {
-            bail!("cargo build left no {}", built.display());
-        }
-        Ok(built)
+        Ok(target.join("release"))
     }
 
     /// The release `libonesync.so` stripped of its symbol table and debug info (12 MB →
     /// about 1.5 MB), as the packages ship it; `scratch` is a directory for the copy.
-    pub fn stripped_extension(&self, scratch: &Path) -> Result<Extension> {
-        let built = self.loadable_extension()?;
-        let copy = scratch.join("libonesync.stripped.so");
+    pub fn stripped_extension(&self, scratch: &Path) -> Result<Stripped> {
+        let built = self.release_build()?.join("libonesync.so");
         // `strip --strip-all` keeps .dynsym, so the entry points SQLite looks up remain.
-        let status = Command::new("strip")
-            .arg("--strip-all")
-            .arg("-o")
-            .arg(&copy)
-            .arg(&built)
-            .status()
-            .context("running strip (binutils) on libonesync.so")?;
-        if !status.success() {
-            bail!("strip --strip-all {} failed", built.display());
-        }
-        let bytes = std::fs::read(&copy).with_context(|| format!("reading {}", copy.display()))?;
-        std::fs::remove_file(&copy).with_context(|| format!("removing {}", copy.display()))?;
+        let bytes = stripped(&built, scratch)?;
         let glibc = glibc_needed(&bytes).context("reading libonesync.so's glibc symbol versions")?;
-        Ok(Extension { bytes, glibc })
+        Ok(Stripped { bytes, glibc })
+    }
+
+    /// The release `onesync` command (crate onesync's binary), stripped as the library is:
+    /// every package ships it.
+    pub fn stripped_command(&self, scratch: &Path) -> Result<Stripped> {
+        let built = self.release_build()?.join("onesync");
+        let bytes = stripped(&built, scratch)?;
+        let glibc = glibc_needed(&bytes).context("reading onesync's glibc symbol versions")?;
+        Ok(Stripped { bytes, glibc })
     }
 
     /// The files under `dir` (relative to the workspace root), relative to it, sorted, for
@@ -122,7 +115,29 @@ impl Workspace {
     }
 }
 
-/// The newest `GLIBC_x.y` version an x86-64 ELF shared library needs (its
+/// The bytes of `built` after `strip --strip-all` (binutils), through a copy in `scratch`.
+fn stripped(built: &Path, scratch: &Path) -> Result<Vec<u8>> {
+    if !built.is_file() {
+        bail!("cargo build left no {}", built.display());
+    }
+    let name = built.file_name().context("a file name")?.to_string_lossy();
+    let copy = scratch.join(format!("{name}.stripped"));
+    let status = Command::new("strip")
+        .arg("--strip-all")
+        .arg("-o")
+        .arg(&copy)
+        .arg(built)
+        .status()
+        .with_context(|| format!("running strip (binutils) on {name}"))?;
+    if !status.success() {
+        bail!("strip --strip-all {} failed", built.display());
+    }
+    let bytes = std::fs::read(&copy).with_context(|| format!("reading {}", copy.display()))?;
+    std::fs::remove_file(&copy).with_context(|| format!("removing {}", copy.display()))?;
+    Ok(bytes)
+}
+
+/// The newest `GLIBC_x.y` version an x86-64 ELF file needs (its
 /// `.gnu.version_r` entries for libc and friends): what decides the oldest glibc it runs on.
 pub fn glibc_needed(data: &[u8]) -> Result<(u32, u32)> {
     let file = ElfFile64::<Endianness>::parse(data).context("not a 64-bit ELF file")?;

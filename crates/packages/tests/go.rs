@@ -2,7 +2,8 @@
 //! module requires it (with a `replace` to the built directory), gets
 //! github.com/mattn/go-sqlite3 from the Go module proxy, and `go run`s a program that opens a
 //! onesync store first thing (the block of bindings/go/README.md), reopens it, and opens a
-//! plain SQLite file. Skips, saying why, without go or a C compiler, or when the module
+//! plain SQLite file; then `go run onesync.dev/go/onesync/cmd/onesync` runs the `onesync`
+//! command the module embeds. Skips, saying why, without go or a C compiler, or when the module
 //! proxy cannot be reached.
 //!
 //! The first run builds mattn/go-sqlite3's SQLite with cgo (1–2 minutes) and the static
@@ -174,7 +175,7 @@ fn go_module_with_mattn_sqlite3() {
     .unwrap();
     let snippet = readme_block(&root.join("bindings/go/README.md"), "go");
     std::fs::write(dir.join("main.go"), MAIN_GO.replace("SNIPPET", snippet.trim())).unwrap();
-    let go_cmd = |args: &[&str]| {
+    let go_command = |args: &[&str]| {
         let mut cmd = Command::new(&go);
         cmd.args(args)
             .current_dir(&dir)
@@ -187,8 +188,9 @@ fn go_module_with_mattn_sqlite3() {
                 std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&path)));
             cmd.env("PATH", joined.unwrap());
         }
-        cmd.output().unwrap()
+        cmd
     };
+    let go_cmd = |args: &[&str]| go_command(args).output().unwrap();
 
     let got = go_cmd(&["get", "github.com/mattn/go-sqlite3"]);
     show("go get github.com/mattn/go-sqlite3", &got);
@@ -216,6 +218,39 @@ fn go_module_with_mattn_sqlite3() {
             "onesync go: after MakeDefault: fresh.db (header \"onesync store\"); plain.db (header \"SQLite format 3\") \
              written, sum 43"
         )
+    );
+
+    // The command: `go run` of the module's cmd/onesync (the same works as `go install`),
+    // which writes the embedded program into a cache directory (here the test's) and runs it.
+    let command = |args: &[&str]| {
+        let mut all = vec!["run", "onesync.dev/go/onesync/cmd/onesync"];
+        all.extend_from_slice(args);
+        let mut cmd = go_command(&all);
+        cmd.env("XDG_CACHE_HOME", dir.join("cache"));
+        let out = cmd.output().unwrap();
+        show(&format!("go run .../cmd/onesync {}", args.join(" ")), &out);
+        assert!(out.status.success(), "go run .../cmd/onesync {args:?} failed");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let help = command(&["--help"]);
+    assert!(help.contains("Usage: onesync <COMMAND>"), "{help}");
+    let info = command(&["info", "notes #1.onesync"]);
+    print!("{info}");
+    assert!(
+        info.contains("kind: onesync store") && info.contains("t: 2 rows"),
+        "{info}"
+    );
+    // An error is the command's: its message and exit status come through.
+    let mut missing = go_command(&[
+        "run",
+        "onesync.dev/go/onesync/cmd/onesync",
+        "check",
+        "missing.onesync",
+    ]);
+    let out = missing.env("XDG_CACHE_HOME", dir.join("cache")).output().unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("onesync: error: "),
+        "{out:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -2,8 +2,8 @@
 //! better-sqlite3 ./onesync-VERSION.tgz`, the install line of bindings/node/README.md, with
 //! better-sqlite3 from the registry, compiled from source: about 90 s): stores opened
 //! through `open()` and through `load(db, {default: true})` + `new Database(path)`, with
-//! no SQLITE_USE_URI in the environment, plain files still plain in the same process, and
-//! every code block of the README as written. Skips, saying why, without node and npm or
+//! no SQLITE_USE_URI in the environment, plain files still plain in the same process,
+//! every code block of the README as written, and the `onesync` command (`npx onesync`). Skips, saying why, without node and npm or
 //! without the npm registry.
 
 mod common;
@@ -118,4 +118,24 @@ fn npm_tarball_with_better_sqlite3() {
         print!("{out}");
         assert!(out.contains(&format!("node {mode}: ok")), "{out}");
     }
+
+    // The command, as package.json's `bin` links it: `npx onesync` (no download: the
+    // project has it).
+    let npx = |args: &[&str]| {
+        let mut cmd = Command::new("npx");
+        cmd.args(["--no-install", "onesync"])
+            .args(args)
+            .current_dir(&project);
+        run(&mut cmd)
+    };
+    let help = npx(&["--help"]);
+    assert!(help.contains("Usage: onesync <COMMAND>"), "{help}");
+    let info = npx(&["info", "notes.onesync"]);
+    print!("{info}");
+    assert!(info.contains("kind: onesync store"), "{info}");
+    let info = npx(&["info", "app.db"]);
+    assert!(
+        info.contains("kind: plain SQLite database") && info.contains("t: 2 rows"),
+        "{info}"
+    );
 }

@@ -1,7 +1,7 @@
 //! The Python wheel, installed into fresh venvs the way a user would (`pip install
 //! --no-index onesync-*.whl`): `onesync.connect` on a Python whose `sqlite3` cannot load
 //! extensions (pyenv's `python3`), `onesync.load` on Debian's `/usr/bin/python3`, the
-//! `onesync` console script, and every code block of bindings/python/README.md as written.
+//! `onesync` command the wheel puts on PATH, and every code block of bindings/python/README.md as written.
 //! A test whose Python (or venv) is missing says so and skips.
 
 mod common;
@@ -91,12 +91,18 @@ fn python3_connect_cli_and_readme() {
     print!("{out}");
     assert!(out.contains("connect: ok"));
 
-    // The console script: import, info, check, export; the rows survive the round trip.
+    // The command in the venv's bin (the Rust binary, not a Python script): import, info,
+    // check, export; the rows survive the round trip.
     let plain = dir.path().join("src db.db");
     make_plain_db(&python, &plain, 300);
     let store = dir.path().join("converted #.onesync");
     let back = dir.path().join("back.db");
     let onesync = bin.join("onesync");
+    assert!(
+        std::fs::read(&onesync).unwrap().starts_with(b"\x7fELF"),
+        "{} is not the onesync binary",
+        onesync.display()
+    );
     print!(
         "{}",
         run(Command::new(&onesync).arg("import").arg(&plain).arg(&store))

@@ -1,10 +1,12 @@
 //! The Rust crates installed the way a user would: `onesync-package rust` runs `cargo
-//! package` (which verifies each crate by building it alone), the `.crate` files are
-//! unpacked, and a fresh cargo project outside the workspace depends on `onesync = "0.1"`
-//! from crates.io with `[patch.crates-io]` pointing the unpublished crates at the unpacked
-//! sources, and `cargo run`s the block of crates/onesync/README.md followed by a reopen and
-//! a plain SQLite file. Skips, saying why, without tar or a C compiler (rusqlite's bundled
-//! SQLite), or when crates.io cannot be reached.
+//! package --no-verify`, the `.crate` files are unpacked, and a fresh cargo project outside
+//! the workspace depends on `onesync = "0.1"` from crates.io with `[patch.crates-io]`
+//! pointing the unpublished crates at the unpacked sources, and `cargo run`s the block of
+//! crates/onesync/README.md followed by a reopen and a plain SQLite file (this is the check
+//! `cargo package`'s own verification would make: each crate builds from its package
+//! alone). Then `cargo install --path` of the unpacked `onesync` crate, patched the same
+//! way, gives the `onesync` command, which runs. Skips, saying why, without tar or a C
+//! compiler (rusqlite's bundled SQLite), or when crates.io cannot be reached.
 //!
 //! Nested cargo runs use their own target directories under `target/packages-build` (the
 //! outer `cargo test` holds the workspace's), kept between runs: the first run takes about
@@ -97,6 +99,8 @@ fn rust_crates_from_their_packages() {
     let src = work.join("src");
     std::fs::create_dir_all(&src).unwrap();
     let mut patches = String::new();
+    let mut install_patches = Vec::new();
+    let mut command_crate = None;
     let mut crates: Vec<PathBuf> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -122,6 +126,11 @@ fn rust_crates_from_their_packages() {
             std::fs::write(&previous, &bytes).unwrap();
         }
         patches.push_str(&format!("{name} = {{ path = {unpacked:?} }}\n"));
+        if name == "onesync" {
+            command_crate = Some(file.clone());
+        } else {
+            install_patches.push(format!("patch.crates-io.{name}.path={unpacked:?}"));
+        }
     }
     assert_eq!(crates.len(), 4, "{crates:?}");
 
@@ -165,5 +174,65 @@ fn rust_crates_from_their_packages() {
         )
     );
     assert_store_refused_without_vfs(&lines);
+
+    // `cargo install onesync`, from the package unpacked outside any workspace (inside one,
+    // cargo would take it for a missing member): `--debug` builds with the profile the
+    // consumer's `cargo run` just built the same dependencies with, in the same target
+    // directory, so only the binary itself is compiled.
+    let command_crate = command_crate.expect("a onesync .crate");
+    let unpacked = std::env::temp_dir().join(format!("onesync-rust-command-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&unpacked);
+    std::fs::create_dir_all(&unpacked).unwrap();
+    let status = Command::new("tar")
+        .arg("xzmf")
+        .arg(&command_crate)
+        .arg("-C")
+        .arg(&unpacked)
+        .status()
+        .unwrap();
+    assert!(status.success(), "unpacking {}", command_crate.display());
+    let root_dir = unpacked.join("installed");
+    let mut install = Command::new(env!("CARGO"));
+    install
+        .args(["install", "--quiet", "--debug", "--root"])
+        .arg(&root_dir)
+        .arg("--path")
+        .arg(unpacked.join(command_crate.file_stem().unwrap()))
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", work.join("target"));
+    for patch in &install_patches {
+        install.args(["--config", patch]);
+    }
+    let started = std::time::Instant::now();
+    let installed = install.output().unwrap();
+    show("cargo install --path (the onesync crate)", &installed);
+    assert!(installed.status.success(), "cargo install failed");
+    println!("cargo install: {:.1} s", started.elapsed().as_secs_f64());
+    let onesync = root_dir.join("bin/onesync");
+    let help = Command::new(&onesync)
+        .arg("--help")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    show("onesync --help", &help);
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(
+        help.starts_with("Convert between plain SQLite files and onesync stores")
+            && help.contains("Usage: onesync"),
+        "{help}"
+    );
+    let info = Command::new(&onesync)
+        .args(["info", "notes #1.onesync"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    show("onesync info", &info);
+    let info = String::from_utf8(info.stdout).unwrap();
+    print!("{info}");
+    assert!(
+        info.contains("kind: onesync store") && info.contains("t: 1 rows"),
+        "{info}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&unpacked).unwrap();
 }

@@ -1,4 +1,4 @@
-//! `onesync bench WORKLOAD --mode M1,M2,...`: one workload run on every commit scheme in the
+//! `onesync-lab bench WORKLOAD --mode M1,M2,...`: one workload run on every commit scheme in the
 //! same run, each on a fresh database (and with `--fs`, a fresh filesystem), with the same
 //! meters: transactions per second, commit latency percentiles, and per transaction the
 //! write calls, bytes written and fsync-family calls, plus with `--fs` the block device's
@@ -8,7 +8,7 @@
 //! come from) is the scheme's (`schemes/`); what a transaction does is the workload's
 //! (`workloads/`).
 //!
-//! `onesync bench writers --workload ...` (concurrent writers, [`writers`]) is a subcommand
+//! `onesync-lab bench writers --workload ...` (concurrent writers, [`writers`]) is a subcommand
 //! beside the positional workload: [`BenchCommand`] is one or the other.
 
 mod writer_group;
@@ -34,7 +34,7 @@ use crate::schemes::Mode;
 use crate::sqlite::{check_integrity, in_transaction};
 use crate::workloads::{dbbench, Params, Workload};
 
-/// `onesync bench`: either `bench WORKLOAD [OPTIONS]` (one workload, [`BenchArgs`]) or
+/// `onesync-lab bench`: either `bench WORKLOAD [OPTIONS]` (one workload, [`BenchArgs`]) or
 /// `bench writers --workload W [OPTIONS]` (concurrent writers, [`writers::WritersArgs`]).
 /// Written by hand because the positional WORKLOAD is required unless the subcommand is
 /// given (clap's derive cannot leave a flattened struct out when its arguments are missing).
@@ -88,7 +88,7 @@ impl clap::Args for BenchCommand {
     }
 }
 
-/// Runs `onesync bench ...`.
+/// Runs `onesync-lab bench ...`.
 pub fn run_command(command: &BenchCommand) -> Result<ExitCode> {
     match command {
         BenchCommand::Workload(args) => run(args),

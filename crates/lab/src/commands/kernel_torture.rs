@@ -1,4 +1,4 @@
-//! `onesync torture --fs ext4|xfs|btrfs --emulate PRESET --mode M --power-cuts N`: power cuts
+//! `onesync-lab torture --fs ext4|xfs|btrfs --emulate PRESET --mode M --power-cuts N`: power cuts
 //! through the real kernel. A real filesystem lives on an emulated device with a volatile
 //! write cache (`onesync-device`, a FUSE file under a loop device); transfer processes (the
 //! `vfs-kill-torture` child, which prints a line after every COMMIT that returned) run bank

@@ -1,7 +1,6 @@
 //! One module per CLI command (`main.rs` only parses and dispatches).
 
 pub mod bench;
-pub mod convert;
 pub mod explore;
 pub mod flash;
 pub mod kernel_torture;

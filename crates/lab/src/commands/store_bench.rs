@@ -1,4 +1,4 @@
-//! `onesync store-bench`: what one durable commit of the store costs, next to the floor
+//! `onesync-lab store-bench`: what one durable commit of the store costs, next to the floor
 //! (one pwrite + fdatasync), and how long recovery takes after a long log.
 
 use std::fs::{self, OpenOptions};
@@ -394,7 +394,7 @@ fn bench_recovery(dir: &Path, pages: u64, records: u64, seed: u64) -> Result<Rec
     let unasked_checkpoints = store.stats().checkpoints.saturating_sub(checkpoints_before);
     if unasked_checkpoints > 0 {
         eprintln!(
-            "onesync: warning: the store checkpointed {unasked_checkpoints} time(s) while the \
+            "onesync-lab: warning: the store checkpointed {unasked_checkpoints} time(s) while the \
              recovery records were written, so recovery_ms covers fewer than {records} records"
         );
     }
@@ -412,7 +412,7 @@ fn bench_recovery(dir: &Path, pages: u64, records: u64, seed: u64) -> Result<Rec
     let records_replayed = reopened.stats().records_replayed;
     if records_replayed != records {
         eprintln!(
-            "onesync: warning: recovery replayed {records_replayed} records, not the {records} \
+            "onesync-lab: warning: recovery replayed {records_replayed} records, not the {records} \
              written after the checkpoint"
         );
     }

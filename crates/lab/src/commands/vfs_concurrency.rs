@@ -1,4 +1,4 @@
-//! `onesync vfs-concurrency`: one-row insert transactions (`synchronous=FULL`) through the
+//! `onesync-lab vfs-concurrency`: one-row insert transactions (`synchronous=FULL`) through the
 //! onesync VFS from 1 thread, then from N threads (one connection each) on the same database,
 //! in one run; transactions per second of each and the store's flushes per transaction.
 //!

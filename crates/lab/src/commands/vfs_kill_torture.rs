@@ -1,10 +1,10 @@
-//! `onesync vfs-kill-torture`: a child process runs bank transfers through SQLite and is
+//! `onesync-lab vfs-kill-torture`: a child process runs bank transfers through SQLite and is
 //! killed with SIGKILL at random moments; after each kill the parent opens the database and
 //! checks that `integrity_check` is ok, money is conserved, every balance agrees with the
 //! ledger, and every transfer the child reported committed (printed after COMMIT returned) is
 //! in the ledger.
 //!
-//! The child is this binary in a hidden mode (`onesync __transfer-child DB`), so it runs the
+//! The child is this binary in a hidden mode (`onesync-lab __transfer-child DB`), so it runs the
 //! same onesync VFS, statically registered in rusqlite's bundled SQLite.
 //!
 //! What SIGKILL can and cannot show. A killed process loses only what it held in its own

@@ -1,4 +1,4 @@
-//! SQLite on the simulated flash SSD (`onesync flash`, the X-FTL paper): its journal modes
+//! SQLite on the simulated flash SSD (`onesync-lab flash`, the X-FTL paper): its journal modes
 //! on the simulated drive's filesystem, which is mounted with ordered journaling or X-FTL.
 
 use std::path::Path;

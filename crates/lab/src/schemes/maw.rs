@@ -20,7 +20,7 @@ impl Scheme for Maw {
 
     fn description(&self) -> &'static str {
         "The onesync-f2fs VFS: a plain SQLite file on F2FS, each transaction one kernel atomic \
-         write, journal in memory (synchronous=FULL; needs F2FS, e.g. `onesync vm`)"
+         write, journal in memory (synchronous=FULL; needs F2FS, e.g. `onesync-lab vm`)"
     }
 
     fn pragmas(&self) -> &'static [&'static str] {

@@ -1,4 +1,4 @@
-//! LS-MVBT (`onesync mvbt`, the LS-MVBT paper): a table kept in the `mvbt` virtual table of
+//! LS-MVBT (`onesync-lab mvbt`, the LS-MVBT paper): a table kept in the `mvbt` virtual table of
 //! the onesync extension, over `onesync-mvbt`, in one of the engine's variants (the
 //! ablation's steps). The database itself is opened with SQLite's default VFS.
 

@@ -1,5 +1,5 @@
 //! Files on a simulated disk that can lose power, served to SQLite through this project's
-//! VFS (`RegisterOptions::files`): the medium of `onesync torture` for every scheme that is
+//! VFS (`RegisterOptions::files`): the medium of `onesync-lab torture` for every scheme that is
 //! not a onesync store.
 //!
 //! A power cut loses, keeps or tears at 512-byte sector boundaries each write since a file's

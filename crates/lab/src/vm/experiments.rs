@@ -1,4 +1,4 @@
-//! `onesync vm test|bench|torture`: the MAW experiments on a real F2FS kernel in the VM.
+//! `onesync-lab vm test|bench|torture`: the MAW experiments on a real F2FS kernel in the VM.
 //!
 //! Under TCG the guest's clock says nothing about a real machine, so `bench` reports what the
 //! guest's block device saw per transaction (`/sys/block/vda/stat`: write requests, KiB,
@@ -52,7 +52,7 @@ pub fn test(args: &VmTestArgs) -> Result<ExitCode> {
     let outcome = kit.boot(&GuestRun {
         image: &image,
         fs: GuestFs::F2fs,
-        argv: strings(&["onesync", "__vm-selftest", "--dir", "/mnt"]),
+        argv: strings(&["onesync-lab", "__vm-selftest", "--dir", "/mnt"]),
         timeout: Duration::from_secs(args.timeout_secs),
         power_cut: None,
         disk_iops: None,
@@ -63,7 +63,7 @@ pub fn test(args: &VmTestArgs) -> Result<ExitCode> {
     let code = outcome.exit_code.unwrap_or(-1);
     if code != 0 {
         eprint!("{}", outcome.stderr);
-        eprintln!("onesync vm test: the functional tests failed in the VM (exit status {code})");
+        eprintln!("onesync-lab vm test: the functional tests failed in the VM (exit status {code})");
         return Ok(ExitCode::FAILURE);
     }
     if !outcome
@@ -171,8 +171,19 @@ pub fn bench(args: &VmBenchArgs) -> Result<ExitCode> {
             image: &image,
             fs,
             argv: strings(&[
-                "onesync", "bench", &workload, "--mode", &mode_list, "--txns", &txns, "--dir", "/mnt",
-                "--device", "vda", "--json", "-",
+                "onesync-lab",
+                "bench",
+                &workload,
+                "--mode",
+                &mode_list,
+                "--txns",
+                &txns,
+                "--dir",
+                "/mnt",
+                "--device",
+                "vda",
+                "--json",
+                "-",
             ]),
             timeout: Duration::from_secs(args.timeout_secs),
             power_cut: None,
@@ -403,7 +414,7 @@ pub fn torture(args: &VmTortureArgs) -> Result<ExitCode> {
         let last = summary.power_cuts == args.power_cuts;
         let delay = Duration::from_millis(rng.random_range(args.min_delay_ms..=args.max_delay_ms));
         let mut argv = strings(&[
-            "onesync",
+            "onesync-lab",
             "__vm-tpcb",
             "--mode",
             args.mode.name(),

@@ -3,7 +3,7 @@
 //!   (commit, rollback with and without spilled pages, savepoints, a failing multi-row
 //!   insert, ATTACH, a process dying mid-transaction, synchronous=OFF, refusals), and of
 //!   the bundled SQLite's batch atomic writes;
-//! - `__vm-tpcb`: the power-cut workload of `onesync vm torture` (check what survived the
+//! - `__vm-tpcb`: the power-cut workload of `onesync-lab vm torture` (check what survived the
 //!   last cut, then run TPC-B transactions printing each acknowledged one until killed).
 
 use std::fs;

@@ -1,4 +1,4 @@
-//! What the lab puts in the guest: a statically linked `onesync` (this very command), the
+//! What the lab puts in the guest: a statically linked `onesync-lab` (this very command), the
 //! dynamically linked `libonesync.so` and Debian's `sqlite3` to load it, built or found here
 //! and handed to `onesync_vm`, which caches the initramfs in target/vm.
 
@@ -16,7 +16,7 @@ use crate::progress::phase_spinner;
 
 /// The workspace root, where guest programs are built and the initramfs cached.
 const WORKSPACE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-/// The environment variable naming a ready static `onesync` for the guest.
+/// The environment variable naming a ready static `onesync-lab` for the guest.
 const BINARY_ENV: &str = "ONESYNC_VM_BINARY";
 /// The target the guest binary is built for (static glibc).
 const GUEST_TARGET: &str = "x86_64-unknown-linux-gnu";
@@ -33,7 +33,7 @@ const LAB_NEEDS: &[Need] = &[Need {
 }];
 
 /// Installs what is missing (as root, with apt-get), finds the kernel, gets a static
-/// `onesync` (ONESYNC_VM_BINARY, this executable if it is static, else a build into
+/// `onesync-lab` (ONESYNC_VM_BINARY, this executable if it is static, else a build into
 /// target/vm) and builds the initramfs unless a cached one is current.
 pub fn prepare() -> Result<VmKit> {
     let cache_dir = cache_dir();
@@ -47,7 +47,7 @@ pub fn prepare() -> Result<VmKit> {
 
 fn guest_files() -> Result<GuestFiles> {
     let mut files = GuestFiles {
-        programs: vec![("onesync".to_owned(), static_onesync()?)],
+        programs: vec![("onesync-lab".to_owned(), static_lab()?)],
         dynamic: Vec::new(),
     };
     let extension = guest_extension()?;
@@ -79,7 +79,7 @@ impl Progress for Spinner {
     }
 }
 
-fn static_onesync() -> Result<PathBuf> {
+fn static_lab() -> Result<PathBuf> {
     if let Some(named) = std::env::var_os(BINARY_ENV) {
         let path = PathBuf::from(&named);
         if !path.is_file() {
@@ -90,25 +90,25 @@ fn static_onesync() -> Result<PathBuf> {
     }
     // Ourselves, if static; a test binary (deps/onesync_lab-HASH) is not the command.
     if let Ok(own) = fs::read_link("/proc/self/exe") {
-        let is_onesync = own.file_name().is_some_and(|name| name == "onesync");
-        if is_onesync && check_static_x86_64(&own).is_ok() {
+        let is_lab = own.file_name().is_some_and(|name| name == "onesync-lab");
+        if is_lab && check_static_x86_64(&own).is_ok() {
             return Ok(own);
         }
     }
-    build_static_onesync()
+    build_static_lab()
 }
 
-/// Builds `onesync` with static glibc into target/vm.
-fn build_static_onesync() -> Result<PathBuf> {
+/// Builds `onesync-lab` with static glibc into target/vm.
+fn build_static_lab() -> Result<PathBuf> {
     let workspace = workspace_dir().ok_or_else(|| {
         anyhow!(
-            "no static onesync for the guest: this executable is dynamically linked and its \
+            "no static onesync-lab for the guest: this executable is dynamically linked and its \
              workspace ({WORKSPACE_DIR}) is gone; set {BINARY_ENV} to a static build"
         )
     })?;
     let target_dir = workspace.join("target/vm");
     eprintln!(
-        "onesync: the guest's static onesync: cargo build --target {GUEST_TARGET} into {}",
+        "onesync-lab: the guest's static onesync-lab: cargo build --target {GUEST_TARGET} into {}",
         target_dir.display()
     );
     cargo_build(&CargoBuild {
@@ -118,8 +118,8 @@ fn build_static_onesync() -> Result<PathBuf> {
         args: &["-p", "onesync-lab", "--target", GUEST_TARGET],
         static_glibc: true,
     })
-    .context("building the static onesync for the guest")?;
-    let binary = target_dir.join(GUEST_TARGET).join("release/onesync");
+    .context("building the static onesync-lab for the guest")?;
+    let binary = target_dir.join(GUEST_TARGET).join("release/onesync-lab");
     check_static_x86_64(&binary).with_context(|| format!("the build's output {}", binary.display()))?;
     Ok(binary)
 }
@@ -152,7 +152,7 @@ fn guest_extension() -> Result<Option<PathBuf>> {
 fn cargo() -> Result<PathBuf> {
     find_cargo().ok_or_else(|| {
         anyhow!(
-            "cargo not found: it is needed to build a static onesync for the guest (or set \
+            "cargo not found: it is needed to build a static onesync-lab for the guest (or set \
              {BINARY_ENV} to one)"
         )
     })

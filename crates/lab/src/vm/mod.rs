@@ -1,4 +1,4 @@
-//! `onesync vm ...`: commands run in a qemu VM (software emulation, no KVM) that boots
+//! `onesync-lab vm ...`: commands run in a qemu VM (software emulation, no KVM) that boots
 //! Debian's own kernel on a fresh F2FS or ext4 disk image, so that the lab can reach
 //! filesystems and kernel features the host lacks (F2FS's atomic writes) and cut the power
 //! for real: killing qemu loses the guest's page cache, and every write the guest completed
@@ -134,7 +134,7 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
     eprint!("{}", outcome.stderr);
     if outcome.power_cut {
         eprintln!(
-            "onesync: power cut (qemu killed) after {} lines of output (kernel {})",
+            "onesync-lab: power cut (qemu killed) after {} lines of output (kernel {})",
             outcome.stdout.len(),
             kit.kernel_version()
         );

@@ -1,16 +1,16 @@
-//! Shared by the lab's CLI tests: running the `onesync` binary and reading its JSON.
+//! Shared by the lab's CLI tests: running the `onesync-lab` binary and reading its JSON.
 #![allow(dead_code)] // each test binary uses its own part of this module
 
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
-/// Runs the `onesync` binary built for this test run.
+/// Runs the `onesync-lab` binary built for this test run.
 pub fn onesync(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_onesync"))
+    Command::new(env!("CARGO_BIN_EXE_onesync-lab"))
         .args(args)
         .output()
-        .expect("the onesync binary runs")
+        .expect("the onesync-lab binary runs")
 }
 
 /// The run's stdout, then its stderr: for assertion messages.

@@ -276,7 +276,7 @@ fn transaction(conn: &Connection, workload: Writers, writer: u64, plan: &Plan) -
     Ok(())
 }
 
-/// `onesync __bench-writers-child`: one process's writers of `bench writers --processes`.
+/// `onesync-lab __bench-writers-child`: one process's writers of `bench writers --processes`.
 #[derive(clap::Args, Debug)]
 pub struct WritersChildArgs {
     /// The database (made and set up by the parent)

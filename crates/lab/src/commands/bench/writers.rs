@@ -1,4 +1,4 @@
-//! `onesync bench writers --workload own-rows|shared-pages|hot-rows --threads N [--processes
+//! `onesync-lab bench writers --workload own-rows|shared-pages|hot-rows --threads N [--processes
 //! P] --mode M1,M2,...`: concurrent writers on one database, every mode in the same run on a
 //! fresh database (and with `--fs`, a fresh filesystem), each for the same number of
 //! committed transactions (`--txns`, split among the writers).
@@ -207,7 +207,7 @@ pub fn run(args: &WritersArgs) -> Result<ExitCode> {
     let failed: Vec<&WritersResult> = results.iter().filter(|r| r.oracle != "ok").collect();
     for r in &failed {
         eprintln!(
-            "onesync: bench writers: {}: the oracle failed: {}",
+            "onesync-lab: bench writers: {}: the oracle failed: {}",
             r.mode, r.oracle
         );
     }

@@ -1,4 +1,4 @@
-//! `onesync explore`: the crash-point explorer (issue 14).
+//! `onesync-lab explore`: the crash-point explorer (issue 14).
 //!
 //! Scenarios of one to three processes ([`scenario`]) run scripted SQLite transactions
 //! (bank transfers) through the onesync VFS. One chosen process is stopped at its k-th

@@ -1,4 +1,4 @@
-//! The explorer's worker process (`onesync __explore-worker`): one SQLite connection driven
+//! The explorer's worker process (`onesync-lab __explore-worker`): one SQLite connection driven
 //! by one-line commands on stdin (see [`Cmd`](super::scenario::Cmd)), answering each with
 //! `ok` or `err MESSAGE`. On the way it prints `ack ID` after each transfer's COMMIT
 //! returned, `saw ID` for each ledger row a read showed for the first time, and `torn ...`
@@ -185,7 +185,7 @@ impl Worker<'_> {
             // No background flush: its thread's timing would change the calls from one run
             // to the next, and every crash point must be reached where the reference run had
             // it. Flushes come from `PRAGMA onesync_flush` instead (see `transfer`), through
-            // the same code; `onesync torture` covers the background flusher's timing.
+            // the same code; `onesync-lab torture` covers the background flusher's timing.
             conn.execute_batch("PRAGMA onesync_sync_interval_ms = 3600000")?;
         }
         if args.concurrent {

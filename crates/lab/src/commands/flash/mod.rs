@@ -1,4 +1,4 @@
-//! `onesync flash ...`: the X-FTL paper's experiments on the simulated SSD
+//! `onesync-lab flash ...`: the X-FTL paper's experiments on the simulated SSD
 //! (`onesync-flash`), with real SQLite running on the simulated drive's filesystem.
 //!
 //! Modes: `rbj` (SQLite's rollback journal, DELETE, on the ordered-journaling filesystem),

@@ -1,4 +1,4 @@
-//! `onesync mvbt ...`: the LS-MVBT paper's experiments, LS-MVBT (the `mvbt` virtual table
+//! `onesync-lab mvbt ...`: the LS-MVBT paper's experiments, LS-MVBT (the `mvbt` virtual table
 //! of the onesync extension, over `onesync-mvbt`) against stock SQLite WAL and TRUNCATE
 //! (synchronous=FULL) on the same filesystem, plus its crash torture.
 //!

@@ -1,4 +1,4 @@
-//! `onesync mvbt torture`: bank transfers on LS-MVBT under simulated power cuts (the engine
+//! `onesync-lab mvbt torture`: bank transfers on LS-MVBT under simulated power cuts (the engine
 //! on `onesync_store::sim::SimDisk`, whose unflushed writes are lost, kept or torn at 512 B
 //! at the cut) and real SIGKILLs (a child process transferring through the `mvbt` virtual
 //! table in SQL).

@@ -1,4 +1,4 @@
-//! `onesync torture --mode M --power-cuts N [--kills N]`: bank transfers (TPC-B-like, money
+//! `onesync-lab torture --mode M --power-cuts N [--kills N]`: bank transfers (TPC-B-like, money
 //! conserved) under simulated power cuts, and real SIGKILLs.
 //!
 //! A power cut stops the disk after a random number of I/O calls; every write since the

@@ -1,0 +1,6 @@
+//! The `onesync` command's subcommands (src/main.rs parses the arguments).
+
+pub mod convert;
+pub mod files;
+pub mod inspect;
+pub mod output;
