@@ -80,8 +80,8 @@ fn arg_name(arg: &clap::Arg) -> String {
 impl HeadlineArgs {
     fn from_matches(matches: &clap::ArgMatches) -> Result<HeadlineArgs, clap::Error> {
         use clap::parser::ValueSource;
-        let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
         use clap::Args;
+        let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
         // The workload run's arguments, listed by building them once: a new one is covered.
         let workload_arguments = BenchArgs::augment_args(clap::Command::new("bench"));
         if let Some(other) = workload_arguments.get_arguments().find(|arg| {
@@ -90,7 +90,7 @@ impl HeadlineArgs {
         }) {
             let other = arg_name(other);
             return Err(clap::Error::raw(
-                clap::error::ErrorKind::MissingRequiredArgument,
+                clap::error::ErrorKind::ArgumentConflict,
                 format!(
                     "the argument '{other}' needs a WORKLOAD: `bench` without one runs the \
                      headline comparison, which takes only --rounds, --txns, --dir and --json\n"
@@ -102,14 +102,12 @@ impl HeadlineArgs {
                 .get_one::<u64>("rounds")
                 .copied()
                 .unwrap_or(headline::DEFAULT_ROUNDS),
-            txns: if given("txns") {
-                matches
-                    .get_one::<u64>("txns")
-                    .copied()
-                    .unwrap_or(headline::DEFAULT_TXNS)
-            } else {
-                headline::DEFAULT_TXNS
-            },
+            // Not bench's default for a workload: the headline's own.
+            txns: matches
+                .get_one::<u64>("txns")
+                .copied()
+                .filter(|_| given("txns"))
+                .unwrap_or(headline::DEFAULT_TXNS),
             dir: matches.get_one::<PathBuf>("dir").cloned(),
             json: matches.get_one::<PathBuf>("json").cloned(),
         })
