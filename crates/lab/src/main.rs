@@ -47,6 +47,11 @@ enum Command {
     /// run, each on a fresh database: TPS, latency percentiles, write calls, bytes and
     /// fsyncs per transaction, and with --fs the block device's writes, KiB and flushes
     ///
+    /// `bench` with no workload runs the headline: one-row inserts on delete, wal, onesync,
+    /// wal-normal and onesync-normal in a temporary directory, in alternating rounds (3 of
+    /// 1000 transactions per mode by default, about 30-60 s): one table of txn/s, ratio to
+    /// wal (FULL) or wal-normal (NORMAL), bytes and flushes per commit, p99.9 latency
+    ///
     /// `bench writers --workload own-rows|shared-pages|hot-rows` runs concurrent writers
     /// (threads or processes) instead: txn/s, retries and commit latency per mode
     Bench(bench::BenchCommand),
@@ -56,6 +61,10 @@ enum Command {
     /// Run the standard comparison (insert on ten modes, dbbench on WAL and onesync at FULL
     /// and NORMAL and onesync at OFF) and write report.html (SVG charts) and report.md (tables
     /// per durability class: NORMAL and OFF compared with wal-normal) into --out
+    ///
+    /// `report --results DIR` writes the headline's stamped results files instead
+    /// (headline-DATE.md, .json, .svg); `--update-readme README.md` rewrites the README's
+    /// results table from the newest of them
     Report(report::ReportArgs),
     /// Measure the store's commit rate, flushes and bytes per commit (1 and 4 threads), a raw
     /// pwrite+fdatasync baseline and recovery time; with --fs also the device's view

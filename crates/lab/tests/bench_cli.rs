@@ -265,6 +265,77 @@ fn bad_arguments_are_refused() {
 }
 
 #[test]
+fn bench_without_a_workload_runs_the_headline() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().to_str().unwrap();
+    let out = onesync(&[
+        "bench", "--rounds", "2", "--txns", "40", "--dir", dir, "--json", "-",
+    ]);
+    let rows = results(&out);
+    let names: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["delete", "wal", "onesync", "wal-normal", "onesync-normal"]
+    );
+    let baselines: Vec<&str> = rows.iter().map(|r| r["baseline"].as_str().unwrap()).collect();
+    assert_eq!(baselines, ["wal", "wal", "wal", "wal-normal", "wal-normal"]);
+    for r in &rows {
+        let rounds_tps = r["rounds_tps"].as_array().unwrap();
+        assert_eq!(rounds_tps.len(), 2, "{r}");
+        // The median of two rounds lies between them, inside or at the interval's ends.
+        let (a, b) = (rounds_tps[0].as_f64().unwrap(), rounds_tps[1].as_f64().unwrap());
+        let tps = f(r, &["tps"]);
+        assert!(tps >= a.min(b) && tps <= a.max(b), "{r}");
+        assert!(
+            f(r, &["tps_interval", "low"]) <= f(r, &["tps_interval", "high"]),
+            "{r}"
+        );
+        assert!(
+            f(r, &["bytes_per_commit"]) > 0.0 && f(r, &["p999_us"]) > 0.0,
+            "{r}"
+        );
+        if r["mode"] == r["baseline"] {
+            assert_eq!(f(r, &["ratio"]), 1.0, "{r}");
+        }
+    }
+    let by = |m: &str| rows.iter().find(|r| r["mode"] == m).unwrap();
+    assert!(f(by("wal"), &["flushes_per_commit"]) >= 0.99, "{}", by("wal"));
+    assert!(
+        f(by("wal-normal"), &["flushes_per_commit"]) < 0.1,
+        "{}",
+        by("wal-normal")
+    );
+    // The ratio is paired within each round: onesync's over wal's of the same round.
+    let (onesync_tps, wal_tps) = (&by("onesync")["rounds_tps"], &by("wal")["rounds_tps"]);
+    for round in 0..2 {
+        let paired = onesync_tps[round].as_f64().unwrap() / wal_tps[round].as_f64().unwrap();
+        let reported = by("onesync")["rounds_ratio"][round].as_f64().unwrap();
+        assert!((paired - reported).abs() < 1e-9, "{paired} {reported}");
+    }
+
+    // The human table: one row per mode, a line per class.
+    let out = onesync(&["bench", "--rounds", "1", "--txns", "20", "--dir", dir]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("synchronous=FULL") && table.contains("synchronous=NORMAL"),
+        "{table}"
+    );
+    assert!(table.lines().any(|l| l.starts_with("onesync-normal ")), "{table}");
+}
+
+#[test]
+fn the_headline_refuses_a_workload_run_option() {
+    let out = onesync(&["bench", "--mode", "wal"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("--mode") && said.contains("WORKLOAD"), "{said}");
+    let out = onesync(&["bench", "insert", "--rounds", "2"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rounds"));
+}
+
+#[test]
 fn report_writes_html_with_charts_and_markdown_tables() {
     let out_dir = tempfile::tempdir().unwrap();
     let out = onesync(&[

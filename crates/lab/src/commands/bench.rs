@@ -9,8 +9,10 @@
 //! (`workloads/`).
 //!
 //! `onesync-lab bench writers --workload ...` (concurrent writers, [`writers`]) is a subcommand
-//! beside the positional workload: [`BenchCommand`] is one or the other.
+//! beside the positional workload, and `bench` with neither runs the headline comparison
+//! ([`headline`]): [`BenchCommand`] is one of the three.
 
+pub mod headline;
 mod writer_group;
 pub mod writers;
 
@@ -34,14 +36,82 @@ use crate::schemes::Mode;
 use crate::sqlite::{check_integrity, in_transaction};
 use crate::workloads::{dbbench, Params, Workload};
 
-/// `onesync-lab bench`: either `bench WORKLOAD [OPTIONS]` (one workload, [`BenchArgs`]) or
-/// `bench writers --workload W [OPTIONS]` (concurrent writers, [`writers::WritersArgs`]).
-/// Written by hand because the positional WORKLOAD is required unless the subcommand is
-/// given (clap's derive cannot leave a flattened struct out when its arguments are missing).
+/// `onesync-lab bench`: `bench WORKLOAD [OPTIONS]` (one workload, [`BenchArgs`]), `bench writers
+/// --workload W [OPTIONS]` (concurrent writers, [`writers::WritersArgs`]), or `bench` alone
+/// (the headline, [`HeadlineArgs`]). Written by hand because the positional WORKLOAD is
+/// optional and decides which (clap's derive cannot leave a flattened struct out when its
+/// arguments are missing).
 #[derive(Debug)]
 pub enum BenchCommand {
     Workload(BenchArgs),
     Writers(writers::WritersArgs),
+    Headline(HeadlineArgs),
+}
+
+/// `bench` with no workload: the headline comparison ([`headline`]).
+#[derive(Debug, Clone)]
+pub struct HeadlineArgs {
+    pub rounds: u64,
+    pub txns: u64,
+    pub dir: Option<PathBuf>,
+    pub json: Option<PathBuf>,
+}
+
+/// The one option of the headline that a workload run does not take.
+#[derive(clap::Args, Debug)]
+struct RoundsArg {
+    /// Without a WORKLOAD: rounds of the headline; every round runs every mode once, and
+    /// each figure is the median of the rounds, with a 95% interval from 2 rounds on
+    /// [default: 3]
+    #[arg(long, value_name = "N", conflicts_with = "workload",
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    rounds: Option<u64>,
+}
+
+/// The arguments `bench` with no workload takes; any other is an error there.
+const HEADLINE_ARGUMENTS: [&str; 4] = ["rounds", "txns", "dir", "json"];
+
+/// "--mode", or the id of an argument without a long name.
+fn arg_name(arg: &clap::Arg) -> String {
+    arg.get_long()
+        .map_or_else(|| arg.get_id().to_string(), |long| format!("--{long}"))
+}
+
+impl HeadlineArgs {
+    fn from_matches(matches: &clap::ArgMatches) -> Result<HeadlineArgs, clap::Error> {
+        use clap::parser::ValueSource;
+        use clap::Args;
+        let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+        // The workload run's arguments, listed by building them once: a new one is covered.
+        let workload_arguments = BenchArgs::augment_args(clap::Command::new("bench"));
+        if let Some(other) = workload_arguments.get_arguments().find(|arg| {
+            let id = arg.get_id().as_str();
+            given(id) && !HEADLINE_ARGUMENTS.contains(&id)
+        }) {
+            let other = arg_name(other);
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "the argument '{other}' needs a WORKLOAD: `bench` without one runs the \
+                     headline comparison, which takes only --rounds, --txns, --dir and --json\n"
+                ),
+            ));
+        }
+        Ok(HeadlineArgs {
+            rounds: matches
+                .get_one::<u64>("rounds")
+                .copied()
+                .unwrap_or(headline::DEFAULT_ROUNDS),
+            // Not bench's default for a workload: the headline's own.
+            txns: matches
+                .get_one::<u64>("txns")
+                .copied()
+                .filter(|_| given("txns"))
+                .unwrap_or(headline::DEFAULT_TXNS),
+            dir: matches.get_one::<PathBuf>("dir").cloned(),
+            json: matches.get_one::<PathBuf>("json").cloned(),
+        })
+    }
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -64,8 +134,10 @@ impl clap::FromArgMatches for BenchCommand {
         {
             let BenchSubcommand::Writers(args) = BenchSubcommand::from_arg_matches_mut(matches)?;
             Ok(BenchCommand::Writers(args))
-        } else {
+        } else if matches.contains_id("workload") {
             BenchArgs::from_arg_matches_mut(matches).map(BenchCommand::Workload)
+        } else {
+            HeadlineArgs::from_matches(matches).map(BenchCommand::Headline)
         }
     }
 
@@ -78,7 +150,8 @@ impl clap::FromArgMatches for BenchCommand {
 impl clap::Args for BenchCommand {
     fn augment_args(cmd: clap::Command) -> clap::Command {
         use clap::Subcommand;
-        BenchSubcommand::augment_subcommands(BenchArgs::augment_args(cmd))
+        let cmd = RoundsArg::augment_args(BenchArgs::augment_args(cmd));
+        BenchSubcommand::augment_subcommands(cmd.mut_arg("workload", |a| a.required(false)))
             .args_conflicts_with_subcommands(true)
             .subcommand_negates_reqs(true)
     }
@@ -93,7 +166,21 @@ pub fn run_command(command: &BenchCommand) -> Result<ExitCode> {
     match command {
         BenchCommand::Workload(args) => run(args),
         BenchCommand::Writers(args) => writers::run(args),
+        BenchCommand::Headline(args) => run_headline(args),
     }
+}
+
+/// Runs `onesync-lab bench` with no workload: the headline table, or its JSON.
+fn run_headline(args: &HeadlineArgs) -> Result<ExitCode> {
+    output::check_json_path(args.json.as_deref())?;
+    let measured = headline::measure(args.rounds, args.txns, args.dir.as_deref())?;
+    output::emit(
+        args.json.as_deref(),
+        &measured,
+        &headline::table(&measured),
+        Human::Stdout,
+    )?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Where `bench` and `bench writers` run each mode: a fresh directory, or a fresh
@@ -137,7 +224,10 @@ impl Place {
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// What each transaction does
+    /// What each transaction does; without one, `bench` runs the headline: one-row inserts
+    /// on delete, wal, onesync, wal-normal and onesync-normal in a fresh temporary directory
+    /// each, 3 rounds of 1000 transactions per mode (about 30-60 s), one table of txn/s,
+    /// ratio, bytes and flushes per commit and p99.9 latency
     #[arg(value_enum)]
     pub workload: Workload,
 
@@ -146,8 +236,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "delete,wal,onesync")]
     pub mode: Vec<Mode>,
 
-    /// Measured transactions per mode
-    #[arg(long, value_name = "N", default_value_t = 10_000,
+    /// Measured transactions per mode [default: 10000; the headline: 1000 per mode per round]
+    #[arg(long, value_name = "N", default_value_t = 10_000, hide_default_value = true,
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub txns: u64,
 

@@ -5,7 +5,7 @@
 //! (1.10 and 0.91 are the same distance from 1), hence the logarithms.
 
 /// The geometric mean of paired ratios and the 95% confidence interval around it.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RatioInterval {
     pub geomean: f64,
     pub low: f64,

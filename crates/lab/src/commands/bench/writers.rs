@@ -223,7 +223,7 @@ pub fn run(args: &WritersArgs) -> Result<ExitCode> {
 /// every mode alike: where a mode runs in a round moves its rate (one writer, `--mode
 /// onesync,onesync-concurrent --rounds 11`: concurrent 0.83-0.95x serial in the rounds it
 /// ran first, 0.91-1.19x in those it ran second), and a fixed order put that on one mode.
-fn round_order(modes: usize, round: u64) -> Vec<usize> {
+pub(crate) fn round_order(modes: usize, round: u64) -> Vec<usize> {
     let start = ((round.max(1) - 1) % modes.max(1) as u64) as usize;
     (0..modes).map(|i| (start + i) % modes).collect()
 }

@@ -14,6 +14,11 @@ fn color(mode: &str) -> RGBColor {
     RGBColor(r, g, b)
 }
 
+/// The chart colour of the mode called `mode`, for charts drawn elsewhere.
+pub fn mode_color(mode: &str) -> RGBColor {
+    color(mode)
+}
+
 fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing a chart: {e:?}")
 }

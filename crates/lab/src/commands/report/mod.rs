@@ -8,19 +8,24 @@
 //! `charts.rs`) and `report.md` (the tables, one per durability class, with each mode's ratio
 //! to its class's baseline). With `--emulate PRESET,...` it compares the schemes across
 //! emulated devices instead (`emulated.rs`).
+//!
+//! `report --results DIR` writes the stamped headline results instead, and `--update-readme`
+//! and `--print-readme-table` render the README's table from them (`results.rs`, `stamp.rs`).
 
 mod charts;
 mod emulated;
+mod results;
+mod stamp;
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use charts::{bar_chart, cdf_chart, flash_color, labelled_bars, line_chart, series};
 
 use anyhow::{Context, Result};
 
-use crate::commands::bench::{self, BenchArgs, ModeResult, Place};
+use crate::commands::bench::{self, headline, BenchArgs, ModeResult, Place};
 use crate::commands::flash::{self, FlashResult};
 use crate::loopfs::{EmulateArgs, FsKind};
 use crate::schemes::Durability;
@@ -30,12 +35,39 @@ use crate::workloads::Workload;
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
     /// Directory to write report.html and report.md into (created if missing)
-    #[arg(long, value_name = "DIR")]
-    pub out: PathBuf,
+    #[arg(long, value_name = "DIR",
+          required_unless_present_any = ["results", "update_readme", "print_readme_table"],
+          conflicts_with_all = ["results", "update_readme", "print_readme_table"])]
+    pub out: Option<PathBuf>,
 
-    /// Transactions per mode [default: 3000; 1000 with --emulate]
+    /// Run the headline comparison (`bench` with no workload) in alternating rounds and write
+    /// DIR/headline-YYYY-MM-DD.md, .json and .svg, stamped with the command, commit, UTC time
+    /// and machine. With --update-readme or --print-readme-table: where to read them
+    /// [default there: docs/results]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["emulate", "no_fs", "no_flash"])]
+    pub results: Option<PathBuf>,
+
+    /// Rounds of the headline for --results (each figure the median of the rounds)
+    #[arg(long, value_name = "N", default_value_t = headline::DEFAULT_ROUNDS,
+          value_parser = clap::value_parser!(u64).range(1..=1000),
+          conflicts_with_all = ["out", "update_readme", "print_readme_table"])]
+    pub rounds: u64,
+
+    /// Rewrite the README's results table (between <!-- results:begin --> and
+    /// <!-- results:end -->) from the newest results file (by its stamp's time); runs nothing
+    #[arg(long, value_name = "README", conflicts_with = "print_readme_table")]
+    pub update_readme: Option<PathBuf>,
+
+    /// Print what --update-readme would put between the markers (links relative to the
+    /// current directory); runs nothing
+    #[arg(long)]
+    pub print_readme_table: bool,
+
+    /// Transactions per mode [default: 3000; 1000 with --emulate; with --results 1000 per
+    /// mode per round]
     #[arg(long, value_name = "N",
-          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000),
+          conflicts_with_all = ["update_readme", "print_readme_table"])]
     pub txns: Option<u64>,
 
     /// Run in a temporary directory even when a loop ext4 could be made
@@ -127,10 +159,29 @@ fn report_bench_args(
     }
 }
 
+/// Where `--update-readme` and `--print-readme-table` read the results without `--results`.
+const RESULTS_DIR: &str = "docs/results";
+
 pub fn run(args: &ReportArgs) -> Result<ExitCode> {
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let results_dir = args.results.as_deref().unwrap_or(Path::new(RESULTS_DIR));
+    if let Some(readme) = &args.update_readme {
+        results::update_readme(readme, results_dir)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.print_readme_table {
+        print!("{}", results::readme_block(results_dir, Path::new("."))?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(out) = &args.out else {
+        let txns = args.txns.unwrap_or(headline::DEFAULT_TXNS);
+        for path in results::write(results_dir, args.rounds, txns)? {
+            println!("onesync-lab report: wrote {}", path.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     if !args.emulate.is_empty() {
-        return emulated::run(&args.out, &args.emulate, args.txns.unwrap_or(1000));
+        return emulated::run(out, &args.emulate, args.txns.unwrap_or(1000));
     }
     let txns = args.txns.unwrap_or(3000);
     let fs =
@@ -158,7 +209,7 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
     );
     md.push_str(&markdown_tables(&dbbench, "###"));
     md.push_str(NOTE);
-    let md_path = args.out.join("report.md");
+    let md_path = out.join("report.md");
     std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
 
     let device = insert.iter().all(|r| r.per_txn.dev_kb.is_some());
@@ -228,7 +279,7 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
         std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
     }
     html.push_str("</body></html>\n");
-    let html_path = args.out.join("report.html");
+    let html_path = out.join("report.html");
     std::fs::write(&html_path, &html).with_context(|| format!("writing {}", html_path.display()))?;
     println!(
         "onesync report: wrote {} and {}",
