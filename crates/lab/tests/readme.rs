@@ -59,9 +59,7 @@ fn fenced_blocks(text: &str) -> Vec<(String, String, String)> {
     let mut previous = String::new();
     for line in text.lines() {
         match (line.strip_prefix("```"), current.take()) {
-            (Some(lang), None) => {
-                current = Some((lang.trim().to_owned(), String::new(), previous.clone()))
-            }
+            (Some(lang), None) => current = Some((lang.trim().to_owned(), String::new(), previous.clone())),
             (Some(_), Some(block)) => blocks.push(block),
             (None, Some((lang, mut code, before))) => {
                 code.push_str(line);
@@ -113,7 +111,11 @@ fn blocks_to_run(readme: &str) -> (Vec<String>, Vec<String>) {
             // The place must exist: a path somewhere in the reason.
             let named = place
                 .split_whitespace()
-                .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '/' && c != '.' && c != '_' && c != '-'))
+                .map(|w| {
+                    w.trim_matches(|c: char| {
+                        !c.is_alphanumeric() && c != '/' && c != '.' && c != '_' && c != '-'
+                    })
+                })
                 .any(|w| w.contains('/') && workspace().join(w).exists());
             assert!(
                 named,
@@ -165,6 +167,17 @@ fn run_block(code: &str, release: &Path) {
         println!("SKIP (this README block): no sqlite3 CLI (apt-get install sqlite3)\n{code}");
         return;
     }
+    for program in ["onesync-lab", "onesync"] {
+        let named = code
+            .split(|c: char| c.is_whitespace() || c == '/' || c == '(' || c == ';' || c == '&')
+            .any(|word| word == program);
+        assert!(
+            !named || release.join(program).is_file(),
+            "this README block runs `{program}`, which is not in {} (build the workspace \
+             first: cargo build --release):\n{code}",
+            release.display()
+        );
+    }
     let mut script = code;
     if let Some(rest) = code.strip_prefix(BUILD_PREFIX) {
         let out = Command::new(env!("CARGO"))
@@ -179,17 +192,6 @@ fn run_block(code: &str, release: &Path) {
             String::from_utf8_lossy(&out.stderr)
         );
         script = rest;
-    }
-    for program in ["onesync-lab", "onesync"] {
-        let named = script
-            .split(|c: char| c.is_whitespace() || c == '/' || c == '(' || c == ';' || c == '&')
-            .any(|word| word == program);
-        assert!(
-            !named || release.join(program).is_file(),
-            "this README block runs `{program}`, which is not in {} (build the workspace \
-             first: cargo build --release):\n{code}",
-            release.display()
-        );
     }
     let dir = tempfile::tempdir().unwrap();
     let target = release.parent().expect("target/release has a parent");
@@ -213,10 +215,7 @@ fn run_block(code: &str, release: &Path) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    println!(
-        "README block ok:\n{code}{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    println!("README block ok:\n{code}{}", String::from_utf8_lossy(&out.stdout));
 }
 
 fn have(program: &str) -> bool {
@@ -316,17 +315,16 @@ fn figure_with_unit(lower: &str, units: &[&str]) -> bool {
 fn hex_word_at(s: &str) -> Option<usize> {
     let len = s.bytes().take_while(u8::is_ascii_hexdigit).count();
     let word = &s[..len];
-    let ends = s[len..]
-        .chars()
-        .next()
-        .is_none_or(|c| !c.is_ascii_alphanumeric());
+    let ends = s[len..].chars().next().is_none_or(|c| !c.is_ascii_alphanumeric());
     let mixed = word.bytes().any(|b| b.is_ascii_digit()) && word.bytes().any(|b| b.is_ascii_alphabetic());
     ((7..=40).contains(&len) && ends && mixed).then_some(len)
 }
 
 /// Whether `s` holds a measured figure: a number followed by a rate or a time unit.
 fn has_figure(s: &str) -> bool {
-    let units = ["tx/s", "txn/s", "tps", "µs", "us ", "ms", "x serial", "× ", "mib/s", "mb/s"];
+    let units = [
+        "tx/s", "txn/s", "tps", "µs", "us ", "ms", "x serial", "× ", "mib/s", "mb/s",
+    ];
     let lower = s.to_ascii_lowercase();
     lower.bytes().any(|b| b.is_ascii_digit()) && units.iter().any(|u| lower.contains(u))
 }
