@@ -21,12 +21,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// The store's copy-on-write mapping allocates and frees nodes on every commit, in every
-/// process that follows it: `bench writers --processes 16` spent 15% of its CPU in glibc's
-/// malloc and free (`perf record -a`; SQLite's own calls included, which stay with glibc),
-/// and mimalloc gives it 2.5-5.6% more commits (three sets of alternating runs, 23 of 26
-/// pairs; 16 threads level to +1%). Transparent huge pages are off: with them the 16
-/// processes ran 13% slower than with glibc, the cross-process write lock held up to twice
-/// as long per commit. `libonesync.so` keeps the allocator of the process that loads it.
+/// process that follows it, and glibc's malloc and free were a visible share of the lab's
+/// CPU with many writer processes (`perf record -a -- onesync-lab bench writers --processes
+/// 16`). Transparent huge pages stay off: with them the cross-process write lock was held
+/// longer per commit. `libonesync.so` keeps the allocator of the process that loads it.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -15,7 +15,7 @@ const TESTED_READMES: &[&str] = &[
 ];
 
 /// What marks the block this test runs itself.
-const CLI_BLOCK_MARK: &str = "cargo build --release -p onesync-vfs";
+const CLI_BLOCK_MARK: &str = "-cmd '.load target/release/libonesync'";
 
 fn section(readme: &str) -> &str {
     let start = readme

@@ -3,8 +3,9 @@
 //! Every file SQLite opens through this VFS is a [`DbBackend`]: the journals
 //! are in-memory files, everything else is a [`PassThrough`] to the VFS that
 //! was the default at registration. The main database file is opened through
-//! a [`MainDbFactory`], the seam where a later backend (e.g. a page store that
-//! provides `SQLITE_IOCAP_BATCH_ATOMIC`) replaces the pass-through.
+//! a [`MainDbFactory`], the seam where a backend replaces the pass-through: the
+//! store backend (`store_db`, `vfs=onesync`) and the F2FS atomic-write backend
+//! (`f2fs.rs`, `vfs=onesync-f2fs`).
 
 use std::ffi::c_int;
 

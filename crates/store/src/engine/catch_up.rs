@@ -33,8 +33,8 @@ impl WriterClaim {
 impl Drop for WriterClaim {
     /// Let the claim go; if that let the lock go and other processes write, hand the core
     /// to the process the unlock woke: with more writers than cores it otherwise waits for
-    /// a turn behind the others, the lock free meanwhile (16 processes on 2 cores: free 41%
-    /// of the time while processes waited for it, a hand-over taking 55 µs at the median).
+    /// a turn behind the others, the lock free meanwhile (`onesync-lab bench writers
+    /// --processes 16` on fewer cores shows it).
     /// Here, not in `release_writer_claim`, which also runs holding `meta` (`with_writer`).
     fn drop(&mut self) {
         if self.shared.release_writer_claim() && self.shared.others_write() {
@@ -325,8 +325,8 @@ impl Shared {
             if covered > meta.state.seq {
                 // Behind the checkpoint: follow the records up to it while they are still
                 // there (a follower a few commits behind read the whole mapping instead,
-                // as every process but the checkpoint's writer did: 2% of what 16
-                // processes spent); once they may be gone, load it. A checkpoint is
+                // as every process but the checkpoint's writer did); once they may be
+                // gone, load it. A checkpoint is
                 // written only once everything it covers is durable.
                 // A read that fails on the old chain only sends it to the checkpoint.
                 let followed = self.follow_to(meta, covered, capacity).unwrap_or(None);

@@ -339,8 +339,8 @@ impl Shared {
         let _ = s.publish_durable(covers);
         drop(flushing);
         // The processes waiting for this flush were just woken: let them have the core, as
-        // after letting the write lock go (16 processes on 2 cores, five alternating runs
-        // of 6,000 transactions: median 4,346 against 4,208 tx/s).
+        // after letting the write lock go, when there are more writers than cores
+        // (`onesync-lab bench writers --processes 16 --mode onesync-concurrent`).
         if self.others_write() {
             std::thread::yield_now();
         }

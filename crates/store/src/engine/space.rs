@@ -213,11 +213,10 @@ impl Shared {
     /// would free enough to be worth it: a quarter of the step it spares, and what is asked
     /// for. Each such checkpoint writes the whole mapping inside the commit's locks, and
     /// takes a run of slots for it, often by growing the file after all. When commits
-    /// mostly add pages (`bench writers --workload own-rows --threads 16 --txns 40000`), it
-    /// freed a few scattered slots each time, and these checkpoints, with the steps they
-    /// grew inside the locks, took 12.6% of the CPU samples (`perf record -a -g`); deciding
-    /// so, that run commits
-    /// 3.7% more (3 of 3 alternating pairs; 12,000 transactions +2.6%, 4 of 4).
+    /// mostly add pages, it freed a few scattered slots each time, and these checkpoints,
+    /// with the steps they grew inside the locks, were a large share of the CPU (`perf
+    /// record -a -g -- onesync-lab bench writers --workload own-rows --threads 16 --txns
+    /// 40000`).
     fn reclaim_pays(&self, meta: &Meta, at_least: u64) -> bool {
         let base = self.space_base(meta);
         let spared = self.opts.growth_slots(base, at_least);
@@ -290,9 +289,9 @@ impl Shared {
     /// Before a commit of about `slots` slots queues for the locks: if the free room might
     /// not hold it and a step is being grown ahead, wait for that step (at most
     /// `GROWTH_WAIT`) rather than grow another inside the locks, where every other commit
-    /// and every new transaction of this process waits for its zeros and flush (16 threads:
-    /// such steps, while one was grown ahead, kept both cores idle 40 ms of a 0.5 s run,
-    /// `perf record -e sched:sched_switch -a -g` of `bench writers --threads 16 --txns 3000`);
+    /// and every new transaction of this process waits for its zeros and flush, the cores
+    /// idle meanwhile (`perf record -e sched:sched_switch -a -g -- onesync-lab bench writers
+    /// --threads 16`);
     /// then grow a step that is due and not under way, also outside the locks. A failure to
     /// grow here is met again, and reported, inside the commit.
     pub(super) fn room_before_commit(&self, slots: u64) {
@@ -331,10 +330,9 @@ impl Shared {
     /// A window must hold a record and its pages and one slot more (`sequence`), and the
     /// next commit may be larger than this one (an embedded page makes its record two
     /// slots), or several may sequence before the next check: twice that, so that no
-    /// commit grows the file inside its locks. Asking for a run of `slots` only, 20 of 26
-    /// steps of `growth::a_store_grows_ahead_of_its_commits_not_inside_them` were grown
-    /// inside them (`bench writers --threads 16 --txns 6000`: 13 of 25 against 7, each
-    /// stalling every writer; +1.9–4.0% tx/s).
+    /// commit grows the file inside its locks. Asking for a run of `slots` only, most steps
+    /// of `growth::a_store_grows_ahead_of_its_commits_not_inside_them` were grown inside
+    /// them, each stalling every writer.
     fn grow_ahead_due(&self, meta: &Meta, slots: u64, reserve: u64) -> bool {
         let base = self.space_base(meta);
         let large = self.opts.reclaims_before_growing(base);
@@ -432,12 +430,9 @@ impl Shared {
 /// Zeros to write from: static, so a growth step costs no buffer to allocate and clear
 /// (a step's last slot alone, claimed under the write lock, cleared a megabyte each time).
 /// Its size is that of each write of a step's zeros: 128 KiB, where 1 MiB writes held up
-/// the commits writing and flushing beside them. At 16 writers on loop ext4, alternating
-/// runs of `onesync bench writers --workload own-rows --threads 16|--processes 16 --fs ext4
-/// --txns 3000 --mode onesync-concurrent`: 16 threads median 7,348 against 6,306 tx/s (6 of
-/// 6 pairs) and 7,542 against 6,485 (5 of 6); 16 processes 4,783 against 3,812 (5 of 6).
-/// Summed over a run's threads, time blocked in fdatasync fell from 185 to 97 ms, and in
-/// the inode's lock from 17 to 3 ms (`perf record -e sched:sched_switch -g`).
+/// the commits writing and flushing beside them (blocked in fdatasync and in the inode's
+/// lock: `perf record -e sched:sched_switch -g -- onesync-lab bench writers --workload
+/// own-rows --threads 16 --fs ext4 --mode onesync-concurrent`).
 static ZEROS: [u8; 128 << 10] = [0; 128 << 10];
 
 pub(crate) fn write_zeros(io: &dyn StorageIo, from: u64, to: u64) -> Result<()> {

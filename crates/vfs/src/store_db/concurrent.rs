@@ -77,12 +77,11 @@ const COMMIT_RACE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2)
 /// The most pages SQLite's cache is kept with from one transaction to the next. They are
 /// checked one by one only when another commit came meanwhile (then up to 2048 page
 /// versions, about once each time a lone writer stops being alone); past this SQLite
-/// empties its cache and reads what it needs again. At 128, a lone writer inserting 100
-/// rows per transaction had its cache emptied every ~40 transactions, and glibc gave the
-/// freed pages back and faulted them in again: 17,000 page faults against serial's 5,600
-/// over 6,000 transactions (`perf stat`), and 0.947x serial's tx/s (`onesync bench writers
-/// --workload own-rows --threads 1 --fs ext4 --txns 3000 --rounds 20 --mode
-/// onesync,onesync-concurrent`, geometric mean of the rounds); 0.990x at 2048.
+/// empties its cache and reads what it needs again. A small bound (128) had a lone writer
+/// inserting 100 rows per transaction empty its cache every few dozen transactions and
+/// fault the freed pages in again, well behind a serial writer; measure with `onesync-lab
+/// bench writers --workload own-rows --threads 1 --fs ext4 --rounds 20 --mode
+/// onesync,onesync-concurrent`.
 const CACHE_PAGES_KEPT_MAX: usize = 2048;
 
 /// Page 1 fields every commit may change: the change counter (24..28), the page count
@@ -460,8 +459,8 @@ impl StoreDb {
                     // flushes them, and every retry conflicted with them again (`explore
                     // --scenario concurrent-growth`: B refused five times over). Then make
                     // them durable here. Not at every refusal: waiting for a flush at each
-                    // one cost hot rows a third of their rate (16 threads: 10,875 and 10,075
-                    // against 16,863 and 16,143 tx/s).
+                    // one costs hot rows much of their rate (`onesync-lab bench writers
+                    // --workload hot-rows --threads 16 --mode onesync-concurrent`).
                     let stalled = REFUSED_ON.with(|r| r.replace(Some(base.seq()))) == Some(base.seq());
                     let flush = stalled && sabotage != Some(Sabotage::StalledRetryUnflushed);
                     if flush && latest.seq() > self.store.store.durable_seq() {

@@ -75,12 +75,11 @@ pub(crate) struct StoreDb {
     pub(super) cache_state: Option<u64>,
     /// In concurrent mode, the store pages SQLite may hold in its cache: every page read or
     /// written through this handle since SQLite last emptied its cache. A hash set: every
-    /// xRead and xWrite inserts into it (up to `CACHE_PAGES_KEPT_MAX` pages), and as a
-    /// `BTreeSet` those inserts were most of what a lone concurrent writer spent beyond a
+    /// xRead and xWrite inserts into it (up to `CACHE_PAGES_KEPT_MAX` pages), and as an
+    /// ordered set those inserts were most of what a lone concurrent writer spent beyond a
     /// serial one (`perf record`); order matters nowhere (a conflict names any page that
-    /// conflicts). One writer, `onesync bench writers --workload own-rows --threads 1 --fs
-    /// ext4 --txns 2000 --rounds 40|50 --mode onesync,onesync-concurrent`, six runs each,
-    /// rounds pooled: concurrent 0.988x serial with the `BTreeSet`, 1.006x with this.
+    /// conflicts). Measure: `onesync-lab bench writers --workload own-rows --threads 1 --fs
+    /// ext4 --rounds 40 --mode onesync,onesync-concurrent`.
     pub(super) cache_pages: HashSet<u64>,
     /// SQLite kept its cache for this read transaction: every page of `cache_pages` counts
     /// as read by it (invariant 2), without being copied into `shared_reads`.

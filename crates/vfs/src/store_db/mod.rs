@@ -15,16 +15,23 @@
 //!   over `main` and an attached `aux` commits as one store commit.
 //! * The commit is sequenced at `xSync` (one database), at
 //!   `SQLITE_FCNTL_COMMIT_ATOMIC_WRITE`, or at `SQLITE_FCNTL_COMMIT_PHASETWO`
-//!   (several databases, `synchronous=OFF`), and is durable before SQLite
-//!   returns from COMMIT: waited for at PHASETWO, or, when SQLite is known to
-//!   unlock right after (locking_mode NORMAL) and someone may want the lock,
-//!   after the lock is released, so the next writer runs during the flush.
+//!   (several databases, `synchronous=OFF`). At `synchronous=FULL` and `EXTRA`
+//!   it is durable before SQLite returns from COMMIT: waited for at PHASETWO,
+//!   or, when SQLite is known to unlock right after (locking_mode NORMAL) and
+//!   someone may want the lock, after the lock is released, so the next writer
+//!   runs during the flush. At `NORMAL` and `OFF` it is shown to readers once
+//!   written and made durable later (the store's deferred flush).
 //!
 //! The files: `registry.rs` the per-process open stores and their sharing,
 //! `connections.rs` which handles belong to which SQLite connection and its
 //! locking mode, `locking.rs` SQLite's lock levels over the store, `commit.rs`
 //! sequencing and making a connection's store transaction durable, `file.rs`
-//! the main database file's methods (`DbBackend`).
+//! the main database file's methods (`DbBackend`), `main_file.rs` whether a
+//! main database is a store or a plain file, `refusals.rs` why an open was
+//! refused, told to the application, `concurrent.rs` concurrent write
+//! transactions (`concurrent=1`) and their validation at COMMIT, `relocate.rs`
+//! renumbering the pages a concurrent transaction appended so that two that
+//! grew the file both commit.
 
 mod commit;
 mod concurrent;

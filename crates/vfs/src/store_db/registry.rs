@@ -175,14 +175,9 @@ pub(super) fn store_options(read_only: bool) -> Options {
         // Negative controls of crash tests only (ONESYNC_SABOTAGE); never set otherwise.
         sabotage: onesync_store::Sabotage::from_env(),
         // Growth steps of at most 8 MiB, not the store's 64 MiB: a step's zeros are flushed
-        // ahead of need, and a commit's flush can queue behind that flush; at 16 threads on
-        // loop ext4 (alternating single runs of `onesync bench writers --workload own-rows
-        // --threads 16|--processes 16 --fs ext4 --txns 9000 --mode onesync-concurrent`, a
-        // database of about 100 MB) steps of up to 64 MiB
-        // gave 5,721 tx/s and p99.9 134 ms, 8 MiB 6,996 tx/s and 17 ms; 16 processes 3,970
-        // and 151 ms against 5,174 and 15 ms. At `--txns 3000` 16 threads ran 2.5% slower
-        // (three pairs; more checkpoints before growth: files from 8 MiB on reuse slots
-        // first where that pays), 16 processes and one writer level.
+        // ahead of need, and a commit's flush can queue behind that flush, so a smaller step
+        // bounds the tail latency (`onesync-lab bench writers --workload own-rows --threads
+        // 16 --fs ext4 --txns 9000 --mode onesync-concurrent` compares the two).
         max_growth_step: 8 << 20,
         ..Options::default()
     }

@@ -220,9 +220,8 @@ pub fn run(args: &WritersArgs) -> Result<ExitCode> {
 
 /// The order the modes run in round `round` (from 1): as listed in the first, then each
 /// round starting one mode later, so that running first (or after a given mode) falls on
-/// every mode alike: where a mode runs in a round moves its rate (one writer, `--mode
-/// onesync,onesync-concurrent --rounds 11`: concurrent 0.83-0.95x serial in the rounds it
-/// ran first, 0.91-1.19x in those it ran second), and a fixed order put that on one mode.
+/// every mode alike: where a mode runs in a round moves its rate (see it with `--mode
+/// onesync,onesync-concurrent --rounds 11`), and a fixed order put that on one mode.
 pub(crate) fn round_order(modes: usize, round: u64) -> Vec<usize> {
     let start = ((round.max(1) - 1) % modes.max(1) as u64) as usize;
     (0..modes).map(|i| (start + i) % modes).collect()
