@@ -37,7 +37,7 @@ pub fn build(ws: &Workspace, out: &Path) -> Result<PathBuf> {
 /// in the workspace build (same target directory, so after `cargo build --release` nothing
 /// compiles again).
 fn static_library(ws: &Workspace) -> Result<PathBuf> {
-    let archive = ws.loadable_extension()?.with_file_name("libonesync.a");
+    let archive = ws.release_build()?.join("libonesync.a");
     if !archive.is_file() {
         bail!("the workspace build left no {}", archive.display());
     }
