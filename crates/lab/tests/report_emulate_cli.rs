@@ -1,4 +1,4 @@
-//! `onesync report --emulate PRESET`: the comparison across emulated devices, run as a user
+//! `onesync-lab report --emulate PRESET`: the comparison across emulated devices, run as a user
 //! would on a tiny workload (needs root and /dev/fuse for the emulated device, and mkfs.ext4).
 
 use std::time::Instant;

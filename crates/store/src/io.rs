@@ -2,7 +2,7 @@
 //! implementation is a file; [`crate::sim`] provides one that models power cuts.
 //!
 //! # Test hook: the write log (`ONESYNC_IO_LOG`)
-//! For crash tests against the real kernel (the lab's `onesync explore`). If the environment
+//! For crash tests against the real kernel (the lab's `onesync-lab explore`). If the environment
 //! variable `ONESYNC_IO_LOG` names a file when a [`FileIo`] is created, that `FileIo` appends
 //! to it (opened `O_APPEND`, so the records of every process sharing the log are in one
 //! global order, each record one `write(2)`):

@@ -1,4 +1,4 @@
-//! The `onesync-f2fs` VFS off F2FS (this host has none; the VM tests it on F2FS: `onesync vm
+//! The `onesync-f2fs` VFS off F2FS (this host has none; the VM tests it on F2FS: `onesync-lab vm
 //! test`): it refuses with a clear error, creates nothing and leaves existing files as they were.
 
 use onesync_vfs::{api_table_from_sys, f2fs_atomic_write_support, register_static, F2FS_VFS_NAME};

@@ -1,4 +1,4 @@
-//! `onesync report --emulate nvme-plp,nvme,emmc`: the comparison across devices. For each
+//! `onesync-lab report --emulate nvme-plp,nvme,emmc`: the comparison across devices. For each
 //! preset, `bench insert` on the crash-safe modes (FULL, then NORMAL and OFF) and `bench
 //! dbbench` (4 threads, WAL and onesync at FULL and NORMAL), each mode on a fresh ext4 on an
 //! emulated device with that preset's flush latency, write latency and bandwidth
@@ -66,7 +66,7 @@ pub fn run(out: &Path, presets: &[Preset], txns: u64) -> Result<ExitCode> {
                 emulate.clone(),
             )
         };
-        eprintln!("onesync report: {} ({})", preset.name(), preset.model());
+        eprintln!("onesync-lab report: {} ({})", preset.name(), preset.model());
         let insert = bench::measure(&bench_args(Workload::Insert, insert_modes()))
             .with_context(|| format!("insert on {}", preset.name()))?;
         let dbbench = bench::measure(&bench_args(Workload::Dbbench, DBBENCH_MODES.to_vec()))
@@ -91,7 +91,7 @@ pub fn run(out: &Path, presets: &[Preset], txns: u64) -> Result<ExitCode> {
     std::fs::write(&html_path, html(&runs, txns, &load)?)
         .with_context(|| format!("writing {}", html_path.display()))?;
     println!(
-        "onesync report: wrote {} and {}",
+        "onesync-lab report: wrote {} and {}",
         html_path.display(),
         md_path.display()
     );
@@ -123,7 +123,7 @@ const NOTE: &str = "NORMAL and OFF commits (wal-normal, onesync-normal, onesync-
 
 fn markdown(runs: &[Run], txns: u64, load: &str) -> String {
     let mut md =
-        format!("# onesync report: the schemes across devices\n\n{txns} transactions per mode; {load}.\n\n");
+        format!("# onesync-lab report: the schemes across devices\n\n{txns} transactions per mode; {load}.\n\n");
     for run in runs {
         let _ = write!(
             md,
@@ -189,11 +189,11 @@ fn html(runs: &[Run], txns: u64, load: &str) -> Result<String> {
         )?);
     }
     let mut html = format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>onesync report: devices</title>\n\
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>onesync-lab report: devices</title>\n\
          <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}}\
          table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}\
          th:first-child,td:first-child{{text-align:left}}</style></head><body>\n\
-         <h1>onesync report: the schemes across devices</h1>\n<p>Each mode on a fresh ext4 on an \
+         <h1>onesync-lab report: the schemes across devices</h1>\n<p>Each mode on a fresh ext4 on an \
          emulated device per preset: {}. {txns} transactions per mode; {load}. Higher is better \
          for transactions per second, lower for latency. {NOTE}</p>\n",
         presets.join(", ")

@@ -1,4 +1,4 @@
-//! `onesync report --out DIR`: the standard comparison, as pictures and tables.
+//! `onesync-lab report --out DIR`: the standard comparison, as pictures and tables.
 //!
 //! It runs `bench insert` on every mode but wal-delayed, maw and batch-atomic, and `bench
 //! dbbench` (4 threads) on WAL and onesync at FULL and at NORMAL (and onesync at OFF), on a
@@ -199,7 +199,7 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
     };
 
     let mut md = format!(
-        "# onesync report\n\nEvery mode ran the same workload in the same run, on {place}.\n\n\
+        "# onesync-lab report\n\nEvery mode ran the same workload in the same run, on {place}.\n\n\
          ## insert ({txns} transactions per mode: one 100-byte INSERT each)\n\n"
     );
     md.push_str(&markdown_tables(&insert, "###"));
@@ -257,11 +257,11 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
         tps_chart("dbbench, 4 threads", &dbbench, normal, "NORMAL and OFF")?,
     ];
     let mut html = format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>onesync report</title>\n\
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>onesync-lab report</title>\n\
          <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}}\
          table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}\
          th:first-child,td:first-child{{text-align:left}}</style></head><body>\n\
-         <h1>onesync report</h1>\n<p>Every mode ran the same workload in the same run, on {place}. \
+         <h1>onesync-lab report</h1>\n<p>Every mode ran the same workload in the same run, on {place}. \
          Higher is better for transactions per second; lower is better for bytes, flushes and \
          latency. {NOTE}</p>\n"
     );
@@ -282,7 +282,7 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
     let html_path = out.join("report.html");
     std::fs::write(&html_path, &html).with_context(|| format!("writing {}", html_path.display()))?;
     println!(
-        "onesync report: wrote {} and {}",
+        "onesync-lab report: wrote {} and {}",
         html_path.display(),
         md_path.display()
     );
