@@ -27,10 +27,11 @@ pub const MODES: [Mode; 5] = [
     Mode::OnesyncNormal,
 ];
 
-/// Rounds by default: three give a median and an interval, and the run stays under a minute.
-pub const DEFAULT_ROUNDS: u64 = 3;
-/// Transactions per mode per round by default (delete's three flushes a commit dominate).
-pub const DEFAULT_TXNS: u64 = 1000;
+/// Rounds by default: five give a median and a usable interval, and the run stays about a
+/// minute where a flush costs a millisecond (delete's three flushes a commit dominate).
+pub const DEFAULT_ROUNDS: u64 = 5;
+/// Transactions per mode per round by default.
+pub const DEFAULT_TXNS: u64 = 2000;
 
 /// What a headline run measured: every mode's summary over the rounds.
 #[derive(Serialize, Deserialize, Debug, Clone)]
