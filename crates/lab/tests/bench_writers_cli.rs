@@ -221,7 +221,11 @@ fn bench_parses_a_workload_or_the_writers_subcommand() {
     // the workload.
     let out = onesync(&["bench", "--seed", "1"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("WORKLOAD"), "{}", said(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("WORKLOAD"),
+        "{}",
+        said(&out)
+    );
     // The subcommand needs its --workload, and takes only its own.
     let out = onesync(&["bench", "writers"]);
     assert!(!out.status.success());

@@ -28,24 +28,20 @@ pub unsafe extern "C" fn sqlite3_onesyncmvbtvtab_init(
     err_msg: *mut *mut c_char,
     api: *const sqlite3_api_routines,
 ) -> c_int {
+    // SAFETY: SQLite's own arguments, passed on: the loading connection gets the module as a
+    // connection opened later would.
+    let code = unsafe { loaded_connection_init(db, err_msg, api) };
+    if code != ffi::SQLITE_OK {
+        return code;
+    }
     guard(SQLITE_ERROR, || {
-        // SAFETY: SQLite passes its own routine table (or null, handled).
+        // SAFETY: SQLite passes its own routine table (the call above checked it is there).
         let Some(table) = (unsafe { ApiTable::from_routines(api) }) else {
             return SQLITE_ERROR;
         };
-        if !db.is_null() {
-            // SAFETY: `db` is the connection loading us, of the SQLite behind `table`.
-            let code = unsafe { register_or_report(&table, db, err_msg) };
-            if code != ffi::SQLITE_OK {
-                return code;
-            }
-        }
-        if let Some(auto_extension) = table.auto_extension() {
-            // SAFETY: this SQLite's `sqlite3_auto_extension`, given an entry point with the
-            // signature SQLite calls it with; the library stays loaded
-            // (SQLITE_OK_LOAD_PERMANENTLY). Registering twice is a no-op.
-            unsafe { auto_extension(loaded_connection_init as *const c_void) };
-        }
+        // The library stays loaded (SQLITE_OK_LOAD_PERMANENTLY). Without
+        // `sqlite3_auto_extension` only the loading connection has the module.
+        let _ = table.run_on_new_connections(loaded_connection_init);
         SQLITE_OK_LOAD_PERMANENTLY
     })
 }
@@ -101,23 +97,8 @@ pub fn register_mvbt_for_new_connections(api: &ApiTable) -> Result<(), RegisterE
             message: "the API table lacks the virtual table routines".into(),
         });
     }
-    let Some(auto_extension) = api.auto_extension() else {
-        return Err(RegisterError {
-            code: SQLITE_ERROR,
-            message: "the API table lacks sqlite3_auto_extension".into(),
-        });
-    };
-    // SAFETY: the host's `sqlite3_auto_extension`, given an entry point with the
-    // signature SQLite calls it with; this crate is linked into the host, so the
-    // function stays valid. Registering the same entry point twice is a no-op.
-    let code = unsafe { auto_extension(host_connection_init as *const c_void) };
-    if code != ffi::SQLITE_OK {
-        return Err(RegisterError {
-            code,
-            message: format!("sqlite3_auto_extension failed ({code})"),
-        });
-    }
-    Ok(())
+    // This crate is linked into the host, so the function stays valid.
+    api.run_on_new_connections(host_connection_init)
 }
 
 /// Run by the host's SQLite for each connection it opens after

@@ -9,12 +9,13 @@
 use std::ffi::{c_char, c_int, CStr, CString};
 
 use super::ffi::{
-    sqlite3_api_routines, AutoExtensionFn, CreateModuleV2Fn, DbFilenameFn, DeclareVtabFn, FreeFn,
-    LibversionNumberFn, LogFn, MallocFn, ResultBlobFn, ResultDoubleFn, ResultInt64Fn, ResultNullFn,
+    sqlite3_api_routines, AutoExtensionFn, ConnectionInitFn, CreateModuleV2Fn, DbFilenameFn, DeclareVtabFn,
+    FreeFn, LibversionNumberFn, LogFn, MallocFn, ResultBlobFn, ResultDoubleFn, ResultInt64Fn, ResultNullFn,
     ResultTextFn, UriParameterFn, ValueBlobFn, ValueBytesFn, ValueDoubleFn, ValueInt64Fn, ValueTextFn,
     ValueTypeFn, VfsFindFn, VfsRegisterFn, VtabConfigFn, VtabOnConflictFn,
 };
 use super::handles::{Connection, SqliteName};
+use super::traits::RegisterError;
 
 /// `sqlite3_vtab_config`, as a loading SQLite hands it over (variadic) or as
 /// a host wrapper that passes one `int` (Rust cannot define a variadic function).
@@ -166,6 +167,29 @@ impl ApiTable {
     /// `sqlite3_auto_extension` of this SQLite, if the table has it.
     pub fn auto_extension(&self) -> Option<AutoExtensionFn> {
         self.auto_extension
+    }
+
+    /// Has this SQLite run `init` on every connection it opens from now on
+    /// (`sqlite3_auto_extension`; the same function registered twice runs once). `init` is
+    /// a function of this program or of an extension that stays loaded
+    /// (`SQLITE_OK_LOAD_PERMANENTLY`), so it stays valid while SQLite may call it.
+    pub fn run_on_new_connections(&self, init: ConnectionInitFn) -> Result<(), RegisterError> {
+        let Some(auto_extension) = self.auto_extension else {
+            return Err(RegisterError {
+                code: super::ffi::SQLITE_ERROR,
+                message: "the API table lacks sqlite3_auto_extension".into(),
+            });
+        };
+        // SAFETY: this SQLite's `sqlite3_auto_extension` (the table's contract), given an
+        // entry point with the signature SQLite calls it with, which stays valid (above).
+        let code = unsafe { auto_extension(init as *const std::ffi::c_void) };
+        if code != super::ffi::SQLITE_OK {
+            return Err(RegisterError {
+                code,
+                message: format!("sqlite3_auto_extension failed ({code})"),
+            });
+        }
+        Ok(())
     }
 
     /// `sqlite3_libversion_number()` of the SQLite behind this table.

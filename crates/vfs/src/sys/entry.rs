@@ -146,11 +146,9 @@ unsafe fn load(
             // SAFETY: SQLite's arguments, with its own table.
             return unsafe { check_new_connection(&table, db, err_msg) };
         }
-        if let Some(auto_extension) = table.auto_extension {
-            // SAFETY: this SQLite's `sqlite3_auto_extension`, given an entry
-            // point with the signature SQLite calls it with; the library stays
-            // loaded (SQLITE_OK_LOAD_PERMANENTLY). Registering twice is a no-op.
-            unsafe { auto_extension(onesync_connection_init as *const c_void) };
+        // The library stays loaded (SQLITE_OK_LOAD_PERMANENTLY). A SQLite without
+        // `sqlite3_auto_extension` loads the VFS all the same, without the check.
+        if table.run_on_new_connections(onesync_connection_init).is_ok() {
             crate::note_refusal_hook_registered();
         }
         SQLITE_OK_LOAD_PERMANENTLY
@@ -168,22 +166,8 @@ static HOST_API: std::sync::OnceLock<ApiTable> = std::sync::OnceLock::new();
 /// Idempotent; the first table given is the one used.
 pub fn register_open_refusal_hook(api: &ApiTable) -> Result<(), RegisterError> {
     let api = *HOST_API.get_or_init(|| *api);
-    let Some(auto_extension) = api.auto_extension else {
-        return Err(RegisterError {
-            code: SQLITE_ERROR,
-            message: "the API table lacks sqlite3_auto_extension".into(),
-        });
-    };
-    // SAFETY: the host's `sqlite3_auto_extension`, given an entry point with the
-    // signature SQLite calls it with; this crate is linked into the host, so the
-    // function stays valid. Registering the same entry point twice is a no-op.
-    let code = unsafe { auto_extension(host_connection_init as *const c_void) };
-    if code != ffi::SQLITE_OK {
-        return Err(RegisterError {
-            code,
-            message: format!("sqlite3_auto_extension failed ({code})"),
-        });
-    }
+    // This crate is linked into the host, so the function stays valid.
+    api.run_on_new_connections(host_connection_init)?;
     crate::note_refusal_hook_registered();
     Ok(())
 }

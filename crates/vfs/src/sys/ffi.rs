@@ -141,6 +141,10 @@ pub type DbFilenameFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *con
 /// `sqlite3_auto_extension`; its argument is a `void(*)(void)` in C, taken
 /// here as an untyped pointer (an entry point cast to it).
 pub type AutoExtensionFn = unsafe extern "C" fn(*const c_void) -> c_int;
+/// An extension's entry point, as SQLite calls it: (connection, error message out-pointer,
+/// routine table).
+pub type ConnectionInitFn =
+    unsafe extern "C" fn(*mut c_void, *mut *mut c_char, *const sqlite3_api_routines) -> c_int;
 /// `sqlite3_value_type`.
 pub type ValueTypeFn = unsafe extern "C" fn(*mut sqlite3_value) -> c_int;
 /// `sqlite3_value_int64`.

@@ -122,8 +122,9 @@ const NOTE: &str = "NORMAL and OFF commits (wal-normal, onesync-normal, onesync-
                     to every request.";
 
 fn markdown(runs: &[Run], txns: u64, load: &str) -> String {
-    let mut md =
-        format!("# onesync-lab report: the schemes across devices\n\n{txns} transactions per mode; {load}.\n\n");
+    let mut md = format!(
+        "# onesync-lab report: the schemes across devices\n\n{txns} transactions per mode; {load}.\n\n"
+    );
     for run in runs {
         let _ = write!(
             md,
