@@ -107,8 +107,8 @@ pub(crate) fn is_store_journal(journal: &[u8]) -> bool {
 }
 
 /// Whether `name` is the WAL file name of a store open in this process. A store never has
-/// one (it refuses journal_mode=WAL), so SQLite's look for it before every read transaction
-/// needs no `stat`.
+/// one (SQLite's journal for a store is in memory whatever journal_mode says), so SQLite's
+/// look for it before every read transaction needs no `stat`.
 pub(crate) fn is_store_wal(name: &[u8]) -> bool {
     name.strip_suffix(b"-wal")
         .is_some_and(|db| matches!(owner_of_database(db), Some(Owner::Store(_))))

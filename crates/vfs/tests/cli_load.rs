@@ -140,3 +140,39 @@ fn a_refusal_reaches_stderr_only_when_asked() {
         "asked, the reason is on stderr"
     );
 }
+
+/// The stock CLI's `PRAGMA journal_mode=WAL` on a store, as ORMs run it at start-up: answered
+/// `wal`, no error, and the connection keeps answering `wal` (crates/vfs/README.md,
+/// "journal_mode").
+#[test]
+fn journal_mode_wal_on_a_store_answers_wal_in_the_stock_cli() {
+    if !have("sqlite3", &["--version"]) {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.onesync");
+    let script = format!(
+        ".bail on\n\
+         .load {lib}\n\
+         .open 'file:{db}?vfs=onesync'\n\
+         PRAGMA journal_mode=WAL;\n\
+         CREATE TABLE t(a);\n\
+         INSERT INTO t VALUES (1);\n\
+         PRAGMA journal_mode;\n\
+         PRAGMA journal_mode=OFF;\n\
+         BEGIN; INSERT INTO t VALUES (2); ROLLBACK;\n\
+         SELECT count(*) FROM t;\n\
+         PRAGMA journal_mode=DELETE;\n\
+         PRAGMA journal_mode=off;\n",
+        lib = cdylib().with_extension("").display(),
+        db = db.display(),
+    );
+    let stdout = common::sqlite3_script(&script);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        ["wal", "wal", "wal", "1", "delete", "delete"],
+        "stdout:\n{stdout}"
+    );
+}

@@ -682,51 +682,57 @@ fn attached_database_and_a_two_database_transaction() {
     );
 }
 
+/// `PRAGMA journal_mode` never fails on a store (crates/vfs/README.md, "journal_mode"): WAL
+/// is answered `wal` and remembered; OFF gets the mode in effect; other modes and unknown
+/// names are SQLite's, as stock.
 #[test]
-fn wal_and_off_are_refused_on_onesync_with_a_clear_error() {
+fn journal_mode_wal_is_answered_wal_and_off_the_mode_in_effect() {
     let mut p = Pair::new();
-    p.all(&["CREATE TABLE t(a)", "INSERT INTO t VALUES (1)"]);
-    let aux = p.sides[1].attach_target("aux");
+    p.all(&["CREATE TABLE t(a UNIQUE)", "INSERT INTO t VALUES (1)"]);
+    // Names stock does not know are a query, on both; so is OFF on a store.
+    p.expect("PRAGMA journal_mode = wal2", "['delete']");
     let conn = p.onesync();
-    conn.execute("ATTACH ?1 AS aux", [&aux]).unwrap();
-    conn.execute_batch("CREATE TABLE aux.t(a)").unwrap();
-    for pragma in [
-        "PRAGMA journal_mode = WAL",
-        "PRAGMA journal_mode = wal",
-        "PRAGMA journal_mode = 'Wal'",
-        "PRAGMA main.journal_mode = OFF",
-        "PRAGMA journal_mode = off",
-        "PRAGMA aux.journal_mode = WAL",
-        "PRAGMA aux.journal_mode = OFF",
-    ] {
-        let got = outcome(conn, pragma);
-        let mode = if pragma.to_ascii_lowercase().contains("wal") {
-            "wal"
-        } else {
-            "off"
-        };
-        assert!(
-            got.starts_with("ERROR 1 ")
-                && got.contains(&format!("journal_mode={mode} is not supported"))
-                && got.contains("DELETE, TRUNCATE, PERSIST or MEMORY"),
-            "{pragma}: {got}"
-        );
-        // Nothing changed: still a rollback journal, ROLLBACK still works.
-        assert_eq!(
-            outcome(conn, "PRAGMA main.journal_mode"),
-            "['delete']",
-            "after {pragma}"
-        );
-        assert_eq!(
-            outcome(conn, "PRAGMA aux.journal_mode"),
-            "['delete']",
-            "after {pragma}"
-        );
-        conn.execute_batch("BEGIN; INSERT INTO t VALUES (2); INSERT INTO aux.t VALUES (2); ROLLBACK;")
+    let rollbacks_work = |after: &str| {
+        conn.execute_batch("BEGIN; INSERT INTO t VALUES (2); ROLLBACK;")
             .unwrap();
-        assert_eq!(outcome(conn, "SELECT count(*) FROM t"), "[1]", "after {pragma}");
+        // One statement, failing at its third row: its first two are undone too.
+        let got = outcome(conn, "INSERT INTO t VALUES (3), (4), (1)");
+        assert!(got.starts_with("ERROR 2067 "), "after {after}: {got}");
+        assert_eq!(outcome(conn, "SELECT count(*) FROM t"), "[1]", "after {after}");
+    };
+    for (pragma, answer) in [
+        ("PRAGMA journal_mode = OFF", "delete"),
+        ("PRAGMA journal_mode = WAL", "wal"),
+        ("PRAGMA journal_mode", "wal"),
+        ("PRAGMA main.journal_mode", "wal"),
+        ("PRAGMA journal_mode = off", "wal"),
+        ("PRAGMA journal_mode = wal2", "wal"),
+        ("PRAGMA journal_mode = delete", "delete"),
+        ("PRAGMA journal_mode", "delete"),
+        ("PRAGMA main.journal_mode = 'Wal'", "wal"),
+        ("PRAGMA journal_mode = memory", "memory"),
+        ("PRAGMA journal_mode = Off", "memory"),
+        ("PRAGMA journal_mode", "memory"),
+        ("PRAGMA journal_mode = w", "wal"),
+        ("PRAGMA journal_mode = persist", "persist"),
+        ("PRAGMA journal_mode = o", "persist"),
+        ("PRAGMA journal_mode = DELETE", "delete"),
+    ] {
+        assert_eq!(outcome(conn, pragma), format!("['{answer}']"), "{pragma}");
+        rollbacks_work(pragma);
     }
-    // A fresh, empty onesync database refuses too (before its first write).
+    // After WAL, a second connection reads while this one writes, and the write commits.
+    assert_eq!(outcome(conn, "PRAGMA journal_mode = WAL"), "['wal']");
+    let reader = p.sides[1].open();
+    assert_eq!(outcome(&reader, "PRAGMA journal_mode = WAL"), "['wal']");
+    reader.execute_batch("BEGIN; SELECT count(*) FROM t;").unwrap();
+    conn.execute_batch("BEGIN; INSERT INTO t VALUES (5); INSERT INTO t VALUES (6); COMMIT;")
+        .unwrap();
+    assert_eq!(outcome(&reader, "SELECT count(*) FROM t"), "[1] [in txn]");
+    reader.execute_batch("COMMIT").unwrap();
+    assert_eq!(outcome(&reader, "SELECT count(*) FROM t"), "[3]");
+    drop(reader);
+    // A fresh, empty store answers the same, before its first write.
     let dir = tempfile::tempdir().unwrap();
     let fresh = Side {
         label: "onesync (fresh)",
@@ -734,13 +740,75 @@ fn wal_and_off_are_refused_on_onesync_with_a_clear_error() {
         path: dir.path().join("fresh.db"),
     }
     .open();
-    for mode in ["WAL", "OFF"] {
-        let got = outcome(&fresh, &format!("PRAGMA journal_mode = {mode}"));
-        assert!(got.contains("not supported"), "fresh db, {mode}: {got}");
-    }
-    assert_eq!(outcome(&fresh, "PRAGMA journal_mode"), "['delete']");
-    // The stock VFS takes WAL (the difference is on purpose).
+    assert_eq!(outcome(&fresh, "PRAGMA journal_mode = OFF"), "['delete']");
+    assert_eq!(outcome(&fresh, "PRAGMA journal_mode = WAL"), "['wal']");
+    assert_eq!(outcome(&fresh, "PRAGMA journal_mode"), "['wal']");
+    drop(fresh);
+    // The stock VFS takes WAL and OFF (the difference is on purpose).
     assert_eq!(outcome(&p.conns()[0], "PRAGMA journal_mode = WAL"), "['wal']");
+    assert_eq!(outcome(&p.conns()[0], "PRAGMA journal_mode = OFF"), "['off']");
+    assert_eq!(
+        outcome(&p.conns()[0], "PRAGMA journal_mode = DELETE"),
+        "['delete']"
+    );
+    p.integrity();
+}
+
+/// An ATTACHed store: SQLite sends a pragma's file control to one file (the named schema's,
+/// else main's), so each store answers for itself.
+#[test]
+fn journal_mode_on_attached_stores_and_plain_files() {
+    let mut p = Pair::new();
+    p.all(&["CREATE TABLE t(a)"]);
+    let aux = p.sides[1].attach_target("aux");
+    let conn = p.onesync();
+    conn.execute("ATTACH ?1 AS aux", [&aux]).unwrap();
+    conn.execute_batch("CREATE TABLE aux.t(a)").unwrap();
+    // Without a schema name: main's store answers; aux keeps its mode (stock switches both).
+    assert_eq!(outcome(conn, "PRAGMA journal_mode = WAL"), "['wal']");
+    assert_eq!(outcome(conn, "PRAGMA aux.journal_mode"), "['delete']");
+    assert_eq!(outcome(conn, "PRAGMA aux.journal_mode = WAL"), "['wal']");
+    assert_eq!(outcome(conn, "PRAGMA aux.journal_mode = OFF"), "['wal']");
+    assert_eq!(outcome(conn, "PRAGMA aux.journal_mode = MEMORY"), "['memory']");
+    assert_eq!(outcome(conn, "PRAGMA aux.journal_mode = OFF"), "['memory']");
+    assert_eq!(outcome(conn, "PRAGMA main.journal_mode"), "['wal']");
+    conn.execute_batch("BEGIN; INSERT INTO t VALUES (1); INSERT INTO aux.t VALUES (1); COMMIT;")
+        .unwrap();
+    conn.execute_batch("BEGIN; INSERT INTO t VALUES (2); INSERT INTO aux.t VALUES (2); ROLLBACK;")
+        .unwrap();
+    assert_eq!(outcome(conn, "SELECT count(*) FROM t"), "[1]");
+    assert_eq!(outcome(conn, "SELECT count(*) FROM aux.t"), "[1]");
+
+    // A plain main file with a store attached: the pragma without a schema name is main's
+    // (SQLite runs it on every database); naming the store gets the store's answer.
+    let plain = Connection::open(p.dir.path().join("plain.db")).unwrap();
+    plain.execute("ATTACH ?1 AS s", [&aux]).unwrap();
+    for (pragma, answer) in [
+        ("PRAGMA s.journal_mode = WAL", "wal"),
+        ("PRAGMA s.journal_mode = OFF", "wal"),
+        ("PRAGMA s.journal_mode", "wal"),
+        ("PRAGMA s.journal_mode = DELETE", "delete"),
+        ("PRAGMA s.journal_mode = OFF", "delete"),
+    ] {
+        assert_eq!(outcome(&plain, pragma), format!("['{answer}']"), "{pragma}");
+    }
+    // SQLite runs these itself, on every database: the store, whose pager cannot take WAL,
+    // stays as it is, and takes OFF as stock does (its commits stay atomic).
+    for (pragma, answer) in [
+        ("PRAGMA journal_mode = WAL", "wal"),
+        ("PRAGMA s.journal_mode", "delete"),
+        ("PRAGMA journal_mode = OFF", "off"),
+        ("PRAGMA s.journal_mode", "off"),
+        ("PRAGMA journal_mode = DELETE", "delete"),
+        ("PRAGMA s.journal_mode", "delete"),
+    ] {
+        assert_eq!(
+            outcome(&plain, pragma),
+            format!("['{answer}']"),
+            "plain main: {pragma}"
+        );
+    }
+    drop(plain);
     p.integrity();
 }
 

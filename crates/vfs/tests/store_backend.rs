@@ -91,26 +91,21 @@ fn attached_database_in_the_same_store_commits_together() {
 }
 
 #[test]
-fn wal_and_off_are_refused_others_allowed() {
+fn wal_is_answered_wal_off_the_mode_in_effect_others_allowed() {
     let dir = tempfile::tempdir().unwrap();
     let conn = open(&dir.path().join("w.db"));
     conn.execute_batch("CREATE TABLE t(a)").unwrap();
-    for mode in ["WAL", "OFF"] {
-        let err = conn
-            .query_row(&format!("PRAGMA journal_mode = {mode}"), [], |r| {
-                r.get::<_, String>(0)
-            })
-            .unwrap_err();
-        assert!(err.to_string().contains("not supported"), "{mode}: {err}");
-    }
+    let answer = |pragma: &str| -> String { conn.query_row(pragma, [], |r| r.get(0)).unwrap() };
+    assert_eq!(answer("PRAGMA journal_mode = OFF"), "delete");
+    assert_eq!(answer("PRAGMA journal_mode = WAL"), "wal");
+    assert_eq!(answer("PRAGMA journal_mode = OFF"), "wal");
+    conn.execute("INSERT INTO t VALUES ('wal')", []).unwrap();
+    assert!(!dir.path().join("w.db-wal").exists(), "a store has no WAL file");
     for mode in ["truncate", "persist", "memory", "delete"] {
-        let got: String = conn
-            .query_row(&format!("PRAGMA journal_mode = {mode}"), [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(got, mode);
+        assert_eq!(answer(&format!("PRAGMA journal_mode = {mode}")), mode);
         conn.execute("INSERT INTO t VALUES (?1)", [mode]).unwrap();
     }
-    assert_eq!(count(&conn, "SELECT count(*) FROM t"), 4);
+    assert_eq!(count(&conn, "SELECT count(*) FROM t"), 5);
 }
 
 #[test]

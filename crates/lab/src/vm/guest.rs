@@ -324,8 +324,16 @@ fn synchronous_off(dir: &Path) -> Result<()> {
 
 fn refusals(dir: &Path) -> Result<()> {
     let (db, conn) = new_table(dir)?;
-    let wal = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0));
-    ensure!(wal.is_err(), "journal_mode=WAL was accepted: {wal:?}");
+    // WAL would bypass the atomic write: answered with the mode in effect, as stock SQLite
+    // answers a change it cannot make, and the file stays in rollback mode.
+    let wal = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))?;
+    ensure!(
+        wal == "delete",
+        "journal_mode=WAL was answered {wal:?}, not the mode in effect"
+    );
+    conn.execute_batch("INSERT INTO t(v) VALUES (x'01')")?;
+    let wal_file = PathBuf::from(format!("{}-wal", db.display()));
+    ensure!(!wal_file.exists(), "journal_mode=WAL made {}", wal_file.display());
     drop(conn);
     // A hot journal left by a stock SQLite: the backend must not open over it.
     let journal = PathBuf::from(format!("{}-journal", db.display()));

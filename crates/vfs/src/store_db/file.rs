@@ -13,7 +13,7 @@ use crate::backend::{DbBackend, FileControl, FileControlCall, IoResult, LockLeve
 use crate::ffi::{
     SQLITE_ERROR, SQLITE_IOCAP_BATCH_ATOMIC, SQLITE_IOCAP_POWERSAFE_OVERWRITE, SQLITE_IOCAP_SAFE_APPEND,
     SQLITE_IOERR, SQLITE_IOERR_FSYNC, SQLITE_IOERR_LOCK, SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ,
-    SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_WRITE, SQLITE_NOTFOUND, SQLITE_OK,
+    SQLITE_IOERR_TRUNCATE, SQLITE_IOERR_WRITE, SQLITE_NOTFOUND, SQLITE_NOTICE, SQLITE_OK,
 };
 use crate::names::{self, NameClaim, Owner};
 use crate::sys::api::ApiTable;
@@ -84,6 +84,10 @@ pub(crate) struct StoreDb {
     /// SQLite kept its cache for this read transaction: every page of `cache_pages` counts
     /// as read by it (invariant 2), without being copied into `shared_reads`.
     pub(super) cache_pages_read: bool,
+    /// This connection asked for `journal_mode=WAL` and was answered `wal`, and has asked
+    /// for no other mode since: `PRAGMA journal_mode` answers `wal` (crates/vfs/README.md,
+    /// "journal_mode").
+    pub(super) answers_wal: bool,
 }
 
 impl StoreDb {
@@ -117,6 +121,7 @@ impl StoreDb {
                 cache_state: None,
                 cache_pages: HashSet::new(),
                 cache_pages_read: false,
+                answers_wal: false,
             },
             read_only,
         ))
@@ -235,14 +240,7 @@ impl StoreDb {
         let reply = |text: String| call.reply(&self.api, &text);
         let (name, value) = (&call.name, &call.value);
         match (name.as_deref(), value.as_deref()) {
-            (Some("journal_mode"), Some(mode @ ("wal" | "off"))) => {
-                reply(format!(
-                    "onesync: journal_mode={mode} is not supported: the onesync store commits \
-                     atomically itself and keeps the rollback journal in memory; use DELETE, \
-                     TRUNCATE, PERSIST or MEMORY"
-                ));
-                SQLITE_ERROR
-            }
+            (Some("journal_mode"), _) => self.journal_mode(call),
             (Some("synchronous"), value) => {
                 // Noted, then left to SQLite: NORMAL and OFF commits are shown at once and
                 // made durable later (crates/vfs/README.md, "synchronous").
@@ -316,6 +314,54 @@ impl StoreDb {
                 SQLITE_OK
             }
             _ => SQLITE_NOTFOUND,
+        }
+    }
+}
+
+impl StoreDb {
+    /// `PRAGMA journal_mode`: never an error. The store gives what apps ask WAL for
+    /// (readers never block the writer, an atomic commit with one flush) whatever the mode,
+    /// so WAL is answered `wal` and remembered; OFF, which would give up SQLite's ROLLBACK
+    /// for nothing here, is answered as stock answers a change it cannot make: the mode in
+    /// effect. Other modes and unknown names are SQLite's.
+    fn journal_mode(&mut self, call: &Pragma<'_>) -> c_int {
+        match call.journal_mode_change() {
+            Some("wal") => {
+                self.answers_wal = true;
+                self.api.log(
+                    SQLITE_NOTICE,
+                    "onesync: journal_mode=WAL answered as wal: the store gives WAL's promises \
+                     (readers never block the writer, each commit atomic with one flush); \
+                     SQLite's rollback journal stays in memory",
+                );
+                call.reply(&self.api, "wal");
+                SQLITE_OK
+            }
+            Some("off") => {
+                self.api.log(
+                    SQLITE_NOTICE,
+                    "onesync: journal_mode=OFF answered with the mode in effect: the store \
+                     commits atomically with one flush whatever the mode, and without a journal \
+                     SQLite could not roll back a statement or a transaction",
+                );
+                if self.answers_wal {
+                    call.reply(&self.api, "wal");
+                    SQLITE_OK
+                } else {
+                    call.make_sqlite_run_it_as_a_query();
+                    SQLITE_NOTFOUND
+                }
+            }
+            Some(_) => {
+                self.answers_wal = false;
+                SQLITE_NOTFOUND
+            }
+            // A query, or a name SQLite does not know (which it runs as a query).
+            None if self.answers_wal => {
+                call.reply(&self.api, "wal");
+                SQLITE_OK
+            }
+            None => SQLITE_NOTFOUND,
         }
     }
 }

@@ -670,7 +670,7 @@ impl DbBackend for MainFile {
 
     fn has_shm(&self) -> bool {
         // Asked once, at open: a file that may still turn out plain gets the methods
-        // (a store's fail, and journal_mode=WAL is refused for stores anyway).
+        // (a store's fail; a store answers a journal_mode=WAL request made to it itself).
         match self {
             MainFile::Pending(_) => true,
             MainFile::Store(db) => db.has_shm(),

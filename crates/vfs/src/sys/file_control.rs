@@ -43,6 +43,8 @@ pub struct Pragma<'a> {
     pub name: Option<String>,
     pub value: Option<String>,
     slot: *mut *mut c_char,
+    /// SQLite's own copy of the value (null without one).
+    value_text: *mut c_char,
     /// The slot is SQLite's only for the call.
     _call: PhantomData<&'a mut ()>,
 }
@@ -54,6 +56,40 @@ impl Pragma<'_> {
         // this call; SQLite frees what is put there with sqlite3_free, so it comes from
         // sqlite3_malloc (the API table's routine).
         unsafe { *self.slot = api.sqlite_string(text) };
+    }
+
+    /// For `PRAGMA journal_mode=VALUE`, the journal mode SQLite would switch to: the first of
+    /// its modes that VALUE is a prefix of, as SQLite matches (`w` is `wal`; `wal2`, matching
+    /// none, is a query). `None` for a query or any other pragma.
+    pub fn journal_mode_change(&self) -> Option<&'static str> {
+        const IN_SQLITES_ORDER: [&str; 6] = ["delete", "persist", "off", "truncate", "memory", "wal"];
+        let value = self
+            .value
+            .as_deref()
+            .filter(|_| self.name.as_deref() == Some("journal_mode"))?;
+        IN_SQLITES_ORDER.into_iter().find(|mode| mode.starts_with(value))
+    }
+
+    /// Turns the pragma's value, for SQLite, into a name no journal mode has, so that SQLite,
+    /// once this call returns `SQLITE_NOTFOUND`, runs the pragma as a query and answers the
+    /// journal mode in effect: stock SQLite's own answer to a mode change it cannot make.
+    /// SQLite reads the value from the array it passed (`aFcntl[2]` is the parser's
+    /// `zRight`, in every SQLite since FCNTL_PRAGMA exists); the semantics tests check it.
+    pub fn make_sqlite_run_it_as_a_query(&self) {
+        if self.value_text.is_null() {
+            return;
+        }
+        // SAFETY: `value_text` is SQLite's NUL-terminated copy of the pragma's value
+        // (`sqlite3NameFromToken`, owned by the parser and writable), live for this call;
+        // writing '?' and then NUL within its length leaves a NUL-terminated string "?".
+        unsafe {
+            if *self.value_text != 0 {
+                if *self.value_text.add(1) != 0 {
+                    *self.value_text.add(1) = 0;
+                }
+                *self.value_text = b'?' as c_char;
+            }
+        }
     }
 }
 
@@ -123,6 +159,7 @@ unsafe fn pragma<'a>(args: *mut *mut c_char) -> Pragma<'a> {
         name: text(name),
         value: text(value),
         slot: args,
+        value_text: value,
         _call: PhantomData,
     }
 }
