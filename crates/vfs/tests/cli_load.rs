@@ -9,10 +9,28 @@ mod common;
 
 use common::{cdylib, have};
 
+/// Whether the stock `sqlite3` CLI is missing (the test then skips, saying so).
+fn no_sqlite3_cli() -> bool {
+    let missing = !have("sqlite3", &["--version"]);
+    if missing {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+    }
+    missing
+}
+
+/// Runs `commands` in the stock CLI after it loads the extension and opens `db` as a store
+/// (stopping at the first error); returns what it printed.
+fn on_a_store_in_the_stock_cli(db: &std::path::Path, commands: &str) -> String {
+    common::sqlite3_script(&format!(
+        ".bail on\n.load {}\n.open 'file:{}?vfs=onesync'\n{commands}",
+        cdylib().with_extension("").display(),
+        db.display()
+    ))
+}
+
 #[test]
 fn loads_into_the_system_sqlite3_cli() {
-    if !have("sqlite3", &["--version"]) {
-        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+    if no_sqlite3_cli() {
         return;
     }
     let lib = cdylib();
@@ -54,21 +72,12 @@ fn loads_into_the_system_sqlite3_cli() {
 #[test]
 fn a_new_store_of_two_rows_takes_at_most_a_mebibyte() {
     use std::os::unix::fs::MetadataExt;
-    if !have("sqlite3", &["--version"]) {
-        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+    if no_sqlite3_cli() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("x.onesync");
-    let script = format!(
-        ".load {lib}\n\
-         .open 'file:{db}?vfs=onesync'\n\
-         CREATE TABLE t(x);\n\
-         INSERT INTO t VALUES (1), (2);\n",
-        lib = cdylib().with_extension("").display(),
-        db = db.display(),
-    );
-    common::sqlite3_script(&script);
+    on_a_store_in_the_stock_cli(&db, "CREATE TABLE t(x);\nINSERT INTO t VALUES (1), (2);\n");
     let meta = std::fs::metadata(&db).unwrap();
     let on_disk = meta.len().max(meta.blocks() * 512);
     assert!(
@@ -146,17 +155,14 @@ fn a_refusal_reaches_stderr_only_when_asked() {
 /// "journal_mode").
 #[test]
 fn journal_mode_wal_on_a_store_answers_wal_in_the_stock_cli() {
-    if !have("sqlite3", &["--version"]) {
-        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+    if no_sqlite3_cli() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("x.onesync");
-    let script = format!(
-        ".bail on\n\
-         .load {lib}\n\
-         .open 'file:{db}?vfs=onesync'\n\
-         PRAGMA journal_mode=WAL;\n\
+    let stdout = on_a_store_in_the_stock_cli(
+        &db,
+        "PRAGMA journal_mode=WAL;\n\
          CREATE TABLE t(a);\n\
          INSERT INTO t VALUES (1);\n\
          PRAGMA journal_mode;\n\
@@ -165,10 +171,7 @@ fn journal_mode_wal_on_a_store_answers_wal_in_the_stock_cli() {
          SELECT count(*) FROM t;\n\
          PRAGMA journal_mode=DELETE;\n\
          PRAGMA journal_mode=off;\n",
-        lib = cdylib().with_extension("").display(),
-        db = db.display(),
     );
-    let stdout = common::sqlite3_script(&script);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
         lines,
