@@ -46,8 +46,8 @@ enum Command {
     /// fsyncs per transaction, and with --fs the block device's writes, KiB and flushes
     ///
     /// `bench` with no workload runs the headline: one-row inserts on delete, wal, onesync,
-    /// wal-normal and onesync-normal in a temporary directory, in alternating rounds (3 of
-    /// 1000 transactions per mode by default, about 30-60 s): one table of txn/s, ratio to
+    /// wal-normal and onesync-normal in a temporary directory, in alternating rounds (5 of
+    /// 2000 transactions per mode by default): one table of txn/s, ratio to
     /// wal (FULL) or wal-normal (NORMAL), bytes and flushes per commit, p99.9 latency
     ///
     /// `bench writers --workload own-rows|shared-pages|hot-rows` runs concurrent writers

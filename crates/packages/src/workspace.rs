@@ -71,8 +71,8 @@ impl Workspace {
         Ok(target.join("release"))
     }
 
-    /// The release `libonesync.so` stripped of its symbol table and debug info (12 MB →
-    /// about 1.5 MB), as the packages ship it; `scratch` is a directory for the copy.
+    /// The release `libonesync.so` stripped of its symbol table and debug info, as the
+    /// packages ship it; `scratch` is a directory for the copy.
     pub fn stripped_extension(&self, scratch: &Path) -> Result<Stripped> {
         let built = self.release_build()?.join("libonesync.so");
         // `strip --strip-all` keeps .dynsym, so the entry points SQLite looks up remain.
