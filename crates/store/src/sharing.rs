@@ -47,6 +47,11 @@
 //!   announcement only chooses how to wait: durability is still only what an entry says,
 //!   so a waiter still not covered once let go (the flusher died or failed) takes `FLUSH`
 //!   exclusive and flushes itself.
+//! * Commits shown before they are durable (`synchronous=NORMAL`/`OFF`): once a commit is
+//!   written, its process raises the *shown* word to it before the commit is reported,
+//!   and a reader of any process shows every commit up to that word. The word only rises
+//!   (see [`Sharing::publish_shown`]), so a commit reported shown stays shown to every new
+//!   reader whatever order overlapping publications land in.
 //! * The written word also spares followers a read: a process following the chain checks
 //!   that a record's pages hold what it says (its writer may still be writing them, or have
 //!   died) only past the written word; below it every write returned.
@@ -98,6 +103,9 @@ pub const READER_ENTRIES: u64 = 126;
 const SHM_LEN: u64 = SHM_ENTRIES + ENTRY_LEN * READER_ENTRIES;
 /// Reader entry `i` is owned by whoever holds the lock on this byte of the side file.
 const SHM_ENTRY_LOCKS: i64 = 1 << 20;
+/// Held (exclusive) on the side file while a process without a mapping raises the shown
+/// word (`Sharing::publish_shown`).
+const SHM_SHOWN_LOCK: i64 = SHM_ENTRY_LOCKS - 1;
 
 pub const NO_PIN: u64 = u64::MAX;
 
@@ -685,11 +693,29 @@ impl Sharing {
 
     /// Record that commits up to `seq` are written and shown to readers before they are
     /// durable (`synchronous=NORMAL`/`OFF`), so other processes' readers show them too.
+    /// The word only rises: two processes' commits at NORMAL overlap (`concurrent=1`), and a
+    /// publication of the earlier one landing after the later one's must not take the later
+    /// one back, which other processes' new readers would then miss although its COMMIT
+    /// returned (until the next flush made it durable).
     pub fn publish_shown(&self, seq: u64) -> Result<()> {
         let Some(side) = &self.side else {
             return Ok(());
         };
-        side.write_words(SHM_SHOWN, &[seq], "publishing commits shown before durable")
+        const DURING: &str = "publishing commits shown before durable";
+        if let Some(word) = side.mapped_words(SHM_SHOWN, 1, DURING)? {
+            word[0].fetch_max(seq, Ordering::AcqRel);
+            return Ok(());
+        }
+        // Without a mapping, the read and the write are one step under a lock of the side
+        // file (held only for them).
+        set_lock(&side.file, Kind::Exclusive, SHM_SHOWN_LOCK, true).map_err(io_err(DURING))?;
+        let raised = match side.read_words(SHM_SHOWN, 1, DURING) {
+            Ok(words) if words[0] >= seq => Ok(()),
+            Ok(_) => side.write_words(SHM_SHOWN, &[seq], DURING),
+            Err(e) => Err(e),
+        };
+        let _ = set_lock(&side.file, Kind::Unlock, SHM_SHOWN_LOCK, false);
+        raised
     }
 
     /// Up to where some process showed commits before they were durable (0 for a read-only
