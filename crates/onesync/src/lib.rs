@@ -5,7 +5,7 @@
 //! ```no_run
 //! let conn = rusqlite::Connection::open_in_memory()?;
 //! onesync::register(&conn)?;
-//! let db = onesync::open("app.onesync")?; // or `file:app.onesync?vfs=onesync`
+//! let db = onesync::open("app.onesync")?; // or `file:app.onesync?onesync_sync_interval_ms=5`
 //! db.execute_batch("CREATE TABLE IF NOT EXISTS t(x); INSERT INTO t VALUES (1);")?;
 //! # Ok::<(), onesync::Error>(())
 //! ```
@@ -53,15 +53,73 @@ pub fn register_default(conn: &Connection) -> Result<(), Error> {
 }
 
 /// Opens (creating it if missing) the store at `path` with the `onesync` VFS, registering
-/// it first if needed. A path needs no escaping (`#`, `?`, spaces are fine); for URI
-/// parameters open `file:PATH?vfs=onesync&...` with rusqlite yourself after [`register`].
+/// it first if needed. A path needs no escaping (`#`, `?`, spaces are fine): it is opened
+/// as the URI `file:PATH?vfs=onesync` (percent-encoded), so every refusal carries the
+/// reason that URI gets from SQLite (a directory, a missing directory, a plain SQLite
+/// file), and an existing empty file becomes a store as it does there (SQLite treats an
+/// empty file as a new database). A path that begins with `file:` is a URI, as SQLite
+/// reads it with URIs on (rusqlite's default): it is opened as given, with `vfs=onesync`
+/// added if it names no VFS (URI parameters such as `onesync_sync_interval_ms=N` go there);
+/// one naming another VFS is refused (`SQLITE_CANTOPEN`). Name a file that begins with
+/// `file:` as `./file:...`.
 pub fn open(path: impl AsRef<Path>) -> Result<Connection, Error> {
     register_vfs()?;
-    Ok(Connection::open_with_flags_and_vfs(
-        path,
-        OpenFlags::default(),
-        VFS_NAME,
+    let uri = store_uri(path.as_ref())?;
+    Ok(Connection::open_with_flags(
+        uri,
+        OpenFlags::default() | OpenFlags::SQLITE_OPEN_URI,
     )?)
+}
+
+/// The URI [`open`] opens for `path` (see there).
+fn store_uri(path: &Path) -> Result<String, Error> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.starts_with(b"file:") {
+        let uri = String::from_utf8_lossy(bytes).into_owned();
+        return uri_naming_onesync(uri);
+    }
+    // Two leading slashes would read as `file://authority/`: one means the same path.
+    let start = bytes.iter().take_while(|&&b| b == b'/').count().saturating_sub(1);
+    let mut uri = String::from("file:");
+    for &b in &bytes[start..] {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?vfs=onesync");
+    Ok(uri)
+}
+
+/// A URI given to [`open`]: as it is if it names the `onesync` VFS, with `vfs=onesync`
+/// added if it names none; refused if it names another.
+fn uri_naming_onesync(uri: String) -> Result<String, Error> {
+    let (body, fragment) = match uri.find('#') {
+        Some(at) => uri.split_at(at),
+        None => (uri.as_str(), ""),
+    };
+    let query = body.split_once('?').map_or("", |(_, q)| q);
+    let vfs = query
+        .split('&')
+        .filter_map(|param| param.split_once('=').or(Some((param, ""))))
+        .find(|(key, _)| *key == "vfs")
+        .map(|(_, value)| value);
+    match vfs {
+        Some(VFS_NAME) => Ok(uri.clone()),
+        None => {
+            let joint = if body.contains('?') { "&" } else { "?" };
+            Ok(format!("{body}{joint}vfs={VFS_NAME}{fragment}"))
+        }
+        Some(other) => Err(Error::Sqlite(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+            Some(format!(
+                "onesync: {uri} names the VFS {other:?}: onesync::open opens onesync stores \
+                 (vfs=onesync); open other databases with rusqlite's Connection::open"
+            )),
+        ))),
+    }
 }
 
 /// The routine table of rusqlite's SQLite.
