@@ -31,7 +31,10 @@ function load(db, options = {}) {
   return db;
 }
 
-/** 'missing', 'empty', 'store', 'plain' or 'other', from a file's first 16 bytes. */
+/**
+ * 'missing', 'directory', 'empty', 'store', 'plain' or 'other': what `file` is (a
+ * file's kind from its first 16 bytes).
+ */
 function fileKind(file) {
   let fd;
   try {
@@ -41,6 +44,7 @@ function fileKind(file) {
     throw e;
   }
   try {
+    if (fs.fstatSync(fd).isDirectory()) return 'directory';
     const head = Buffer.alloc(16);
     const n = fs.readSync(fd, head, 0, 16, 0);
     if (n === 0) return 'empty';
@@ -52,15 +56,61 @@ function fileKind(file) {
   }
 }
 
+/**
+ * The error SQLite gives the URI form `file:PATH?vfs=onesync` for `file` (its code and
+ * the VFS's reason, crates/vfs/README.md "When an open is refused"), or null where that
+ * form opens it. better-sqlite3 reads no URIs, so the VFS cannot tell that this open
+ * names it: the reasons are given here.
+ */
+function refusal(file, kind) {
+  const full = path.resolve(file);
+  const notAStore = (what) =>
+    `onesync: ${full} is not a onesync store (${what}); nothing was written to it. ` +
+    `Open a plain SQLite database with new Database(), or copy it into a store: ` +
+    `onesync import ${full} NEW.onesync, or VACUUM INTO 'file:NEW.onesync?vfs=onesync' ` +
+    `from a connection that can use URIs`;
+  switch (kind) {
+    case 'directory':
+      return [`onesync: ${full} is a directory`, 'SQLITE_CANTOPEN'];
+    case 'missing': {
+      // better-sqlite3's SQLite reads no URIs (unless SQLITE_USE_URI=1 was in the
+      // environment when it loaded): a URI would be a file of that name. Refused as the
+      // VFS refuses one it is given so, rather than create it.
+      if (/^file:/.test(file)) {
+        return [
+          `onesync: ${file} looks like a URI, but better-sqlite3's SQLite reads no URIs, so ` +
+            `it would be a file of that name: give open() the store's path (URI parameters ` +
+            `have pragmas: PRAGMA onesync_sync_interval_ms = N)`,
+          'SQLITE_CANTOPEN',
+        ];
+      }
+      const dir = path.dirname(full);
+      const isDir = fs.existsSync(dir) && fs.statSync(dir).isDirectory();
+      return isDir
+        ? null
+        : [`onesync: cannot create ${full}: the directory ${dir} does not exist`, 'SQLITE_CANTOPEN'];
+    }
+    case 'plain':
+      return [notAStore('it is a plain SQLite database'), 'SQLITE_NOTADB'];
+    case 'other':
+      return [notAStore('it is neither a store nor a SQLite database'), 'SQLITE_NOTADB'];
+    default:
+      return null;
+  }
+}
+
 let madeDefault = false;
 
 /**
  * A better-sqlite3 Database on the onesync store at `file` (created if missing);
  * `options` are better-sqlite3's. Makes onesync the default VFS of better-sqlite3's
  * SQLite (as load(db, {default: true}) does), loading it through a private in-memory
- * connection that is closed at once. Refuses a plain SQLite file, which would otherwise
- * open as plain: `onesync import` (the Python package's CLI) or
- * `VACUUM INTO` makes a store of it.
+ * connection that is closed at once. Refuses what the URI form `file:PATH?vfs=onesync`
+ * refuses, with SQLite's code and the VFS's reason (a better-sqlite3 SqliteError): a
+ * directory, a missing directory, a plain SQLite file (which would otherwise open as
+ * plain: `onesync import` or `VACUUM INTO` makes a store of it) or any other file that is
+ * no store. An existing empty file becomes a store, as through the URI form (SQLite treats
+ * an empty file as a new database).
  */
 function open(file, options) {
   if (typeof file !== 'string' || file === '' || file === ':memory:') {
@@ -76,12 +126,9 @@ function open(file, options) {
     }
     madeDefault = true;
   }
-  if (fileKind(file) === 'plain') {
-    throw new Error(
-      `onesync: ${file} is not a onesync store (it is a plain SQLite database); ` +
-        `open it with new Database(), or copy it into a store: ` +
-        `VACUUM INTO 'file:NEW.onesync?vfs=onesync' from a connection that can use URIs`,
-    );
+  const refused = refusal(file, fileKind(file));
+  if (refused) {
+    throw new Database.SqliteError(...refused);
   }
   const db = new Database(file, options);
   // Another VFS made the default after ours would have opened a plain file: say so.

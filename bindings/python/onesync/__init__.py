@@ -151,14 +151,45 @@ def store_uri(path, **params):
     return f"file:{quoted}?{query}"
 
 
+def _uri_naming_onesync(uri, params):
+    """A URI given to :func:`connect`: with ``vfs=onesync`` added if it names no VFS and
+    ``params`` appended; refused if it names another VFS."""
+    body, hash_, fragment = uri.partition("#")
+    query = body.partition("?")[2]
+    named = [v for k, _, v in (p.partition("=") for p in query.split("&") if p) if k == "vfs"]
+    if named and named[0] != "onesync":
+        error = sqlite3.OperationalError(
+            f"onesync: {uri} names the VFS {named[0]!r}: onesync.connect opens onesync "
+            "stores (vfs=onesync); open other databases with sqlite3.connect"
+        )
+        # As SQLite's own errors carry them (Python 3.11+ reads them there).
+        error.sqlite_errorcode, error.sqlite_errorname = 14, "SQLITE_CANTOPEN"
+        raise error
+    extra = {} if named else {"vfs": "onesync"}
+    extra.update(params)
+    if extra:
+        body += ("&" if "?" in body else "?") + urllib.parse.urlencode(extra)
+    return body + hash_ + fragment
+
+
 def connect(path, *, uri_params=None, **kwargs):
     """A ``sqlite3.Connection`` to the onesync store at ``path`` (created if missing).
 
-    Works whether or not this Python's sqlite3 can load extensions. ``uri_params``
-    are added to the URI (see :func:`store_uri`); ``kwargs`` go to
-    ``sqlite3.connect`` (``uri`` is always on). Opening a file that is not a store,
-    e.g. a plain SQLite database, raises ``sqlite3.DatabaseError`` saying so.
+    Works whether or not this Python's sqlite3 can load extensions. ``path`` is opened as
+    the URI ``file:PATH?vfs=onesync`` (see :func:`store_uri`), so every refusal carries
+    the reason SQLite gives that URI (a directory, a missing directory, a plain SQLite
+    database: ``sqlite3.DatabaseError`` saying so), and an existing empty file becomes a
+    store as it does there (SQLite treats an empty file as a new database). A ``path``
+    that begins with ``file:`` is a URI, as SQLite reads it with ``uri=True``: opened as
+    given, with ``vfs=onesync`` added if it names no VFS; one naming another VFS raises
+    ``sqlite3.OperationalError`` (name a file beginning with ``file:`` as ``./file:...``).
+    ``uri_params`` are added to the URI (see :func:`store_uri`); ``kwargs`` go to
+    ``sqlite3.connect`` (``uri`` is always on).
     """
     register()
     kwargs["uri"] = True
-    return sqlite3.connect(store_uri(path, **(uri_params or {})), **kwargs)
+    params = uri_params or {}
+    name = os.fsdecode(os.fspath(path))
+    if name.startswith("file:"):
+        return sqlite3.connect(_uri_naming_onesync(name, params), **kwargs)
+    return sqlite3.connect(store_uri(path, **params), **kwargs)

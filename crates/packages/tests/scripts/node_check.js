@@ -2,7 +2,9 @@
 // Run by tests/node.rs in a fresh project with better-sqlite3 and the onesync tarball
 // installed: `node node_check.js open|load DIR`. Each way commits to a store, reopens it
 // and reads back, with no SQLITE_USE_URI in the environment; a plain SQLite file made
-// before onesync was loaded still opens as plain in the same process; open() refuses it.
+// before onesync was loaded still opens as plain in the same process; open() refuses it,
+// a directory, a missing directory, another file and a URI with the URI form's code and
+// reason, and makes an empty file a store.
 
 const assert = require('node:assert');
 const fs = require('node:fs');
@@ -60,6 +62,36 @@ p.exec('INSERT INTO p VALUES (43)');
 p.close();
 assert.strictEqual(magic(plain), SQLITE);
 if (mode === 'open') {
-  assert.throws(() => onesync.open(plain), /plain SQLite database/);
+  // What the URI form file:PATH?vfs=onesync refuses, open() refuses with the same code and
+  // the VFS's reason (crates/vfs/README.md, "When an open is refused"), creating nothing.
+  const refused = (file, code, reason) =>
+    assert.throws(
+      () => onesync.open(file),
+      (e) => e instanceof Database.SqliteError && e.code === code && e.message.includes(reason),
+    );
+  refused(plain, 'SQLITE_NOTADB', 'is not a onesync store (it is a plain SQLite database)');
+  refused(dir, 'SQLITE_CANTOPEN', `onesync: ${path.resolve(dir)} is a directory`);
+  const nodir = path.join(dir, 'nodir');
+  refused(
+    path.join(nodir, 'x.onesync'),
+    'SQLITE_CANTOPEN',
+    `cannot create ${path.resolve(nodir, 'x.onesync')}: the directory ${path.resolve(nodir)} does not exist`,
+  );
+  assert.ok(!fs.existsSync(nodir));
+  const other = path.join(dir, 'other.txt');
+  fs.writeFileSync(other, 'not a database at all');
+  refused(other, 'SQLITE_NOTADB', 'it is neither a store nor a SQLite database');
+  assert.strictEqual(fs.readFileSync(other, 'latin1'), 'not a database at all');
+  // A URI is a file name to better-sqlite3: refused, not created.
+  const before = fs.readdirSync(process.cwd()).length;
+  refused('file:uri.onesync?vfs=onesync', 'SQLITE_CANTOPEN', 'looks like a URI');
+  assert.strictEqual(fs.readdirSync(process.cwd()).length, before);
+  // An empty file becomes a store, as through the URI form.
+  const empty = path.join(dir, 'empty.db');
+  fs.writeFileSync(empty, '');
+  const e = onesync.open(empty);
+  e.exec('CREATE TABLE t(x); INSERT INTO t VALUES (1)');
+  e.close();
+  assert.strictEqual(magic(empty), STORE);
 }
 console.log(`node ${mode}: ok (last_seq ${first})`);

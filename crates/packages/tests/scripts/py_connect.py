@@ -2,7 +2,9 @@
 path that needs percent-encoding commits, reopens and reads back; the store's counters
 show the commits; a plain SQLite file is refused and left as it was; load(default=True)
 where sqlite3 cannot load extensions (through sqlite3_auto_extension) makes new files
-stores and leaves plain ones plain. Argument: a scratch directory."""
+stores and leaves plain ones plain. A directory, a missing directory and a plain file are
+refused with the URI form's reason; an empty file becomes a store as through the URI form;
+a URI is opened as a URI. Argument: a scratch directory."""
 
 import json
 import os
@@ -55,6 +57,65 @@ except sqlite3.DatabaseError as e:
 else:
     sys.exit("onesync.connect opened a plain SQLite database")
 assert open(plain, "rb").read() == before, "the refused plain file was changed"
+
+
+
+def error_of(open_it):
+    try:
+        open_it()
+    except sqlite3.Error as e:
+        return e
+    sys.exit("opened where the URI form refuses")
+
+
+def uri_form(p):
+    return lambda: sqlite3.connect(f"file:{p}?vfs=onesync", uri=True)
+
+
+# What the URI form refuses, connect refuses with the same reason and code.
+for bad, reason in [
+    (scratch, f"onesync: {scratch} is a directory"),
+    (os.path.join(scratch, "nodir", "x.onesync"),
+     f"cannot create {scratch}/nodir/x.onesync: the directory {scratch}/nodir does not exist"),
+    (plain, "plain SQLite database"),
+]:
+    e, u = error_of(lambda: onesync.connect(bad)), error_of(uri_form(bad))
+    assert reason in str(e), (e, reason)
+    assert (type(e), str(e)) == (type(u), str(u)), (e, u)
+    assert getattr(e, "sqlite_errorcode", None) == getattr(u, "sqlite_errorcode", None), (e, u)
+assert not os.path.exists(os.path.join(scratch, "nodir"))
+
+# An empty file becomes a store, through connect as through the URI form (SQLite treats an
+# empty file as a new database).
+for name, open_it in [("empty-connect.db", onesync.connect), ("empty-uri.db", lambda p: uri_form(p)())]:
+    empty = os.path.join(scratch, name)
+    open(empty, "wb").close()
+    c = open_it(empty)
+    with c:
+        c.execute("CREATE TABLE t(x)")
+    c.close()
+    with open(empty, "rb") as f:
+        assert f.read(16) == onesync.STORE_MAGIC, name
+
+# A URI is a URI (as sqlite3.connect(..., uri=True) reads it), never a file of that name.
+uris = os.path.join(scratch, "uris")
+os.mkdir(uris)
+target = os.path.join(uris, "a b.onesync")
+for uri in [f"file:{uris}/a%20b.onesync?vfs=onesync", f"file:{uris}/a%20b.onesync"]:
+    c = onesync.connect(uri)
+    with c:
+        c.execute("CREATE TABLE IF NOT EXISTS t(x)")
+    c.close()
+c = onesync.connect(f"file:{uris}/a%20b.onesync", uri_params={"onesync_sync_interval_ms": 5})
+assert c.execute("PRAGMA onesync_sync_interval_ms").fetchone() == ("5",)
+c.close()
+assert os.listdir(uris) == ["a b.onesync"], os.listdir(uris)
+with open(target, "rb") as f:
+    assert f.read(16) == onesync.STORE_MAGIC
+e = error_of(lambda: onesync.connect(f"file:{uris}/other.db?vfs=unix"))
+assert isinstance(e, sqlite3.OperationalError) and "names the VFS 'unix'" in str(e), e
+assert os.listdir(uris) == ["a b.onesync"], os.listdir(uris)
+print("refusals and URIs as the URI form: ok")
 
 check_default_vfs(scratch, plain)
 print("connect: ok")
