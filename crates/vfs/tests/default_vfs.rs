@@ -183,3 +183,96 @@ print(sorted(os.listdir(".")))
     );
     assert!(stdout.trim_end().ends_with("[]"), "nothing created: {stdout}");
 }
+
+/// The CLI with `script` on its standard input, after loading the extension with `entry`
+/// (none: stock SQLite); returns (stdout, stderr).
+fn cli_script(entry: Option<&str>, dir: &Path, script: &str) -> (String, String) {
+    let lib = cdylib().with_extension("");
+    let mut args = vec![":memory:".to_owned()];
+    if let Some(entry) = entry {
+        args.push("-cmd".into());
+        args.push(format!(".load {} {entry}", lib.display()));
+    }
+    let mut child = Command::new("sqlite3")
+        .args(&args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// What stock SQLite and onesync as the default VFS print for `script`, each in a fresh
+/// directory.
+fn stock_and_onesync(script: &str) -> [(String, String); 2] {
+    [None, Some("sqlite3_onesync_default_init")].map(|entry| {
+        let dir = tempfile::tempdir().unwrap();
+        cli_script(entry, dir.path(), script)
+    })
+}
+
+/// A database in a missing directory fails at open, and an ATTACH of one names the file, as
+/// stock SQLite says (SQLite's TCL suite: `oserror-1.3.1`, `attach3-11.0`).
+#[test]
+fn a_missing_directory_fails_as_in_stock_sqlite() {
+    if !have("sqlite3", &["--version"]) {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+        return;
+    }
+    let script =
+        ".open /onesync-no-such-dir/x.db\n.open main.db\nATTACH '/onesync-no-such-dir/nofile.x' AS a;\n";
+    let [stock, onesync] = stock_and_onesync(script);
+    assert!(
+        stock
+            .1
+            .contains("unable to open database: /onesync-no-such-dir/nofile.x"),
+        "{stock:?}"
+    );
+    assert_eq!(onesync, stock);
+}
+
+/// An empty file another connection has open as a plain database (an ATTACH of a new file
+/// creates it empty) stays that plain file when a second connection opens it as its main
+/// database: what the second writes, the first reads, and writes in turn (SQLite's TCL
+/// suite: `temptrigger-6.2`). It was once made a store by a rename, under the first
+/// connection, whose writes then went to a file nobody opened.
+#[test]
+fn an_empty_file_another_connection_has_open_stays_that_plain_file() {
+    if !have("sqlite3", &["--version"]) {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+        return;
+    }
+    let script = "ATTACH 'side.db' AS aux;\n.connection 1\n.open side.db\nCREATE TABLE t1(a, b, c);\n\
+                  .connection 0\nSELECT name FROM aux.sqlite_master;\nINSERT INTO aux.t1 VALUES (1, 2, 3);\n\
+                  .connection 1\nSELECT * FROM t1;\n";
+    let [stock, onesync] = stock_and_onesync(script);
+    assert_eq!(stock, ("t1\n1|2|3\n".to_owned(), String::new()));
+    assert_eq!(onesync, stock);
+}
+
+/// A store renamed while open takes no more writes, as the unix VFS makes SQLite refuse them
+/// for a plain file: they would go to a file nobody opens by that name (SQLite's TCL suite:
+/// `pager4-1.3`).
+#[test]
+fn a_store_renamed_while_open_takes_no_more_writes() {
+    if !have("sqlite3", &["--version"]) {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+        return;
+    }
+    let script = ".open app.db\nCREATE TABLE t(a); INSERT INTO t VALUES (1);\n.shell mv app.db moved.db\n\
+                  INSERT INTO t VALUES (2);\nSELECT count(*) FROM t;\n";
+    let [stock, onesync] = stock_and_onesync(script);
+    assert!(
+        stock.1.contains("attempt to write a readonly database"),
+        "{stock:?}"
+    );
+    assert_eq!(onesync, stock);
+}

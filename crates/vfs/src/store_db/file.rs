@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::ffi::c_int;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -185,6 +187,18 @@ pub(super) fn read_bytes(
 }
 
 impl StoreDb {
+    /// Whether the store's file no longer has the name it was opened by (renamed or
+    /// deleted): SQLite then refuses writes (`SQLITE_READONLY_DBMOVED`), as the unix VFS
+    /// makes it do for a plain file, since commits would go to a file nobody opens by that
+    /// name. A store on a host's medium (no inode) never moves.
+    fn has_moved(&self) -> bool {
+        let names::StoreKey::Inode { dev, ino } = &self.store.key.0 else {
+            return false;
+        };
+        let path = Path::new(std::ffi::OsStr::from_bytes(self.name.bytes()));
+        std::fs::metadata(path).map_or(true, |m| m.dev() != *dev || m.ino() != *ino)
+    }
+
     pub(super) fn file_in_snapshot(&self) -> Option<(&Snapshot, Option<FileId>)> {
         self.snapshot.as_ref().map(|s| (s, s.file(&self.logical)))
     }
@@ -706,6 +720,10 @@ impl DbBackend for StoreDb {
                         m.wrote = false;
                     }
                 }
+                SQLITE_OK
+            }
+            FileControl::HasMoved => {
+                call.answer_has_moved(self.has_moved());
                 SQLITE_OK
             }
             FileControl::Other(_) => SQLITE_NOTFOUND,

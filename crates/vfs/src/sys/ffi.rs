@@ -465,6 +465,8 @@ pub const SQLITE_FCNTL_PRAGMA: c_int = 14;
 pub const SQLITE_FCNTL_SYNC: c_int = 21;
 pub const SQLITE_FCNTL_COMMIT_PHASETWO: c_int = 22;
 pub const SQLITE_FCNTL_PDB: c_int = 30;
+/// Asks whether the database file was renamed or deleted since it was opened (an `int*`).
+pub const SQLITE_FCNTL_HAS_MOVED: c_int = 20;
 pub const SQLITE_FCNTL_BEGIN_ATOMIC_WRITE: c_int = 31;
 pub const SQLITE_FCNTL_COMMIT_ATOMIC_WRITE: c_int = 32;
 pub const SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE: c_int = 33;

@@ -7,7 +7,8 @@ use std::marker::PhantomData;
 use super::api::ApiTable;
 use super::ffi::{
     SQLITE_FCNTL_BEGIN_ATOMIC_WRITE, SQLITE_FCNTL_COMMIT_ATOMIC_WRITE, SQLITE_FCNTL_COMMIT_PHASETWO,
-    SQLITE_FCNTL_PDB, SQLITE_FCNTL_PRAGMA, SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE, SQLITE_FCNTL_SYNC,
+    SQLITE_FCNTL_HAS_MOVED, SQLITE_FCNTL_PDB, SQLITE_FCNTL_PRAGMA, SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE,
+    SQLITE_FCNTL_SYNC,
 };
 use super::handles::Connection;
 
@@ -29,6 +30,8 @@ pub enum FileControl<'a> {
     CommitAtomic,
     /// `SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE`.
     RollbackAtomic,
+    /// `SQLITE_FCNTL_HAS_MOVED`: answer with [`FileControlCall::answer_has_moved`].
+    HasMoved,
     /// Any other op (size hints, busy handler, mmap size, ...), or one of the above without
     /// its argument.
     Other(c_int),
@@ -131,12 +134,22 @@ impl<'a> FileControlCall<'a> {
             SQLITE_FCNTL_BEGIN_ATOMIC_WRITE => FileControl::BeginAtomic,
             SQLITE_FCNTL_COMMIT_ATOMIC_WRITE => FileControl::CommitAtomic,
             SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE => FileControl::RollbackAtomic,
+            SQLITE_FCNTL_HAS_MOVED if !arg.is_null() => FileControl::HasMoved,
             _ => FileControl::Other(op),
         };
         Self { control, op, arg }
     }
 
     /// SQLite's op and argument, to forward to another VFS's file.
+    /// Answers `SQLITE_FCNTL_HAS_MOVED` (does nothing for another control).
+    pub fn answer_has_moved(&self, moved: bool) {
+        if matches!(self.control, FileControl::HasMoved) {
+            // SAFETY: for SQLITE_FCNTL_HAS_MOVED SQLite passes a non-null `int*` (checked
+            // in `decode`) that lives for the call.
+            unsafe { *self.arg.cast::<c_int>() = c_int::from(moved) };
+        }
+    }
+
     pub(crate) fn raw(&self) -> (c_int, *mut c_void) {
         (self.op, self.arg)
     }
