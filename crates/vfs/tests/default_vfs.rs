@@ -276,3 +276,19 @@ fn a_store_renamed_while_open_takes_no_more_writes() {
     );
     assert_eq!(onesync, stock);
 }
+
+/// `nolock=1` (SQLite calls neither xLock nor xUnlock) on a store: writes commit, and a later
+/// connection reads them (SQLite's TCL suite: `nolock-1.2`, once "disk I/O error").
+#[test]
+fn a_store_opened_with_nolock_takes_writes() {
+    if !have("sqlite3", &["--version"]) {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+        return;
+    }
+    let script = ".open file:app.db?nolock=1\nCREATE TABLE t(a); INSERT INTO t VALUES (1);\n\
+                  BEGIN; INSERT INTO t VALUES (2); ROLLBACK;\nINSERT INTO t VALUES (3);\n\
+                  SELECT group_concat(a) FROM t;\n.open app.db\nSELECT group_concat(a) FROM t;\n";
+    let [stock, onesync] = stock_and_onesync(script);
+    assert_eq!(stock, ("1,3\n1,3\n".to_owned(), String::new()));
+    assert_eq!(onesync, stock);
+}

@@ -199,6 +199,19 @@ impl StoreDb {
         std::fs::metadata(path).map_or(true, |m| m.dev() != *dev || m.ino() != *ino)
     }
 
+    /// With `nolock=1` (no xUnlock from SQLite), lets go of the write transaction the first
+    /// write took, once it has committed; otherwise nothing. A transaction rolled back keeps
+    /// it until the next commit or the close (SQLite sends no PHASETWO for a rollback).
+    fn end_nolock_transaction(&mut self) -> c_int {
+        if !self.nolock {
+            return SQLITE_OK;
+        }
+        match self.unlock_to(LockLevel::None) {
+            Ok(()) => SQLITE_OK,
+            Err(code) => code,
+        }
+    }
+
     pub(super) fn file_in_snapshot(&self) -> Option<(&Snapshot, Option<FileId>)> {
         self.snapshot.as_ref().map(|s| (s, s.file(&self.logical)))
     }
@@ -467,6 +480,12 @@ impl DbBackend for StoreDb {
     }
 
     fn write(&mut self, buf: &[u8], offset: u64) -> IoResult<()> {
+        if self.nolock && self.level < LockLevel::Reserved {
+            // `nolock=1`: SQLite calls neither xLock nor xUnlock, and writes as if it held
+            // the locks; the store writes only inside a write transaction, so the first
+            // write takes one (ended at PHASETWO, `end_nolock_transaction`).
+            self.lock(LockLevel::Reserved)?;
+        }
         if self.concurrent_write.is_some() {
             return self.concurrent_write_bytes(buf, offset);
         }
@@ -659,11 +678,11 @@ impl DbBackend for StoreDb {
                 let pending = self.concurrent_write.as_mut().and_then(|cw| cw.pending.take());
                 match pending.map(|p| p.wait()) {
                     Some(Err(e)) => commit_err(&self.api, "making a commit durable")(e),
-                    _ => SQLITE_OK,
+                    _ => self.end_nolock_transaction(),
                 }
             }
             FileControl::CommitPhaseTwo => match self.commit_phase_two() {
-                Ok(()) => SQLITE_OK,
+                Ok(()) => self.end_nolock_transaction(),
                 Err(code) => code,
             },
             FileControl::Pragma(ref pragma) => self.pragma(pragma),
@@ -723,7 +742,21 @@ impl DbBackend for StoreDb {
                 SQLITE_OK
             }
             FileControl::HasMoved => {
-                call.answer_has_moved(self.has_moved());
+                call.answer(c_int::from(self.has_moved()));
+                SQLITE_OK
+            }
+            FileControl::TempFilename => {
+                call.answer_text(&self.api, &temp_file_name());
+                SQLITE_OK
+            }
+            FileControl::LastErrno => {
+                // The store's system calls report their errors (with errno) to sqlite3_log
+                // where they fail; none is kept per handle.
+                call.answer(0);
+                SQLITE_OK
+            }
+            FileControl::LockState => {
+                call.answer(self.level.raw());
                 SQLITE_OK
             }
             FileControl::Other(_) => SQLITE_NOTFOUND,
@@ -762,4 +795,28 @@ impl DbBackend for StoreDb {
         registry_release(&self.store);
         result
     }
+}
+
+/// A name for a temporary file, as the unix VFS makes one (`SQLITE_FCNTL_TEMPFILENAME`, which
+/// the CLI's `.excel` and `.edit` ask the main database for): `etilqs_` and random hex
+/// digits in the first writable directory of `SQLITE_TMPDIR`, `TMPDIR`, `/var/tmp`,
+/// `/usr/tmp`, `/tmp`, `.`.
+fn temp_file_name() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let from_env = ["SQLITE_TMPDIR", "TMPDIR"]
+        .into_iter()
+        .filter_map(std::env::var_os);
+    let fixed = ["/var/tmp", "/usr/tmp", "/tmp", "."].into_iter().map(Into::into);
+    let dir = from_env
+        .chain(fixed)
+        .map(std::path::PathBuf::from)
+        .find(|d| d.is_dir() && nix::unistd::access(d.as_path(), nix::unistd::AccessFlags::W_OK).is_ok())
+        .unwrap_or_else(|| ".".into());
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{}/etilqs_{:016x}", dir.display(), hasher.finish())
 }
