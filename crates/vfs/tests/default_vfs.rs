@@ -236,6 +236,7 @@ fn a_missing_directory_fails_as_in_stock_sqlite() {
             .contains("unable to open database: /onesync-no-such-dir/nofile.x"),
         "{stock:?}"
     );
+    assert_eq!(stock.0, "1\n1,3\n", "renamed back, it takes writes again");
     assert_eq!(onesync, stock);
 }
 
@@ -260,7 +261,7 @@ fn an_empty_file_another_connection_has_open_stays_that_plain_file() {
 
 /// A store renamed while open takes no more writes, as the unix VFS makes SQLite refuse them
 /// for a plain file: they would go to a file nobody opens by that name (SQLite's TCL suite:
-/// `pager4-1.3`).
+/// `pager4-1.3`); renamed back, it takes them again.
 #[test]
 fn a_store_renamed_while_open_takes_no_more_writes() {
     if !have("sqlite3", &["--version"]) {
@@ -268,7 +269,8 @@ fn a_store_renamed_while_open_takes_no_more_writes() {
         return;
     }
     let script = ".open app.db\nCREATE TABLE t(a); INSERT INTO t VALUES (1);\n.shell mv app.db moved.db\n\
-                  INSERT INTO t VALUES (2);\nSELECT count(*) FROM t;\n";
+                  INSERT INTO t VALUES (2);\nSELECT count(*) FROM t;\n.shell mv moved.db app.db\n\
+                  INSERT INTO t VALUES (3);\nSELECT group_concat(a) FROM t;\n";
     let [stock, onesync] = stock_and_onesync(script);
     assert!(
         stock.1.contains("attempt to write a readonly database"),

@@ -90,6 +90,19 @@ pub(crate) struct StoreDb {
     /// for no other mode since: `PRAGMA journal_mode` answers `wal` (crates/vfs/README.md,
     /// "journal_mode").
     pub(super) answers_wal: bool,
+    /// Whether the store's name still leads to it (`SQLITE_FCNTL_HAS_MOVED`), kept up to
+    /// date by watching the file; `None` before the first question.
+    pub(super) moved: Option<MovedWatch>,
+}
+
+/// The answer to `SQLITE_FCNTL_HAS_MOVED`, and an inotify watch on the store file that says
+/// when to look again (a rename, an unlink, a change of links), so that the question SQLite
+/// asks at every write transaction costs one non-blocking read, not a `stat` of the path.
+/// Without a watch (inotify unavailable, or its per-user limit reached) every question
+/// looks at the path.
+pub(crate) struct MovedWatch {
+    watch: Option<nix::sys::inotify::Inotify>,
+    moved: bool,
 }
 
 impl StoreDb {
@@ -124,6 +137,7 @@ impl StoreDb {
                 cache_pages: HashSet::new(),
                 cache_pages_read: false,
                 answers_wal: false,
+                moved: None,
             },
             read_only,
         ))
@@ -191,12 +205,42 @@ impl StoreDb {
     /// deleted): SQLite then refuses writes (`SQLITE_READONLY_DBMOVED`), as the unix VFS
     /// makes it do for a plain file, since commits would go to a file nobody opens by that
     /// name. A store on a host's medium (no inode) never moves.
-    fn has_moved(&self) -> bool {
-        let names::StoreKey::Inode { dev, ino } = &self.store.key.0 else {
+    fn has_moved(&mut self) -> bool {
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let names::StoreKey::Inode { dev, ino } = self.store.key.0.clone() else {
             return false;
         };
-        let path = Path::new(std::ffi::OsStr::from_bytes(self.name.bytes()));
-        std::fs::metadata(path).map_or(true, |m| m.dev() != *dev || m.ino() != *ino)
+        let path = Path::new(std::ffi::OsStr::from_bytes(self.name.bytes())).to_owned();
+        let look = || std::fs::metadata(&path).map_or(true, |m| m.dev() != dev || m.ino() != ino);
+        match &mut self.moved {
+            Some(known) => {
+                let changed = match &known.watch {
+                    // Err: no event (EAGAIN); anything else, look.
+                    Some(watch) => watch
+                        .read_events()
+                        .map_or_else(|e| e != nix::errno::Errno::EAGAIN, |events| !events.is_empty()),
+                    None => true,
+                };
+                if changed {
+                    known.moved = look();
+                }
+                known.moved
+            }
+            None => {
+                // Watched before looking, so that no change after the look is missed.
+                let watch = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+                    .ok()
+                    .filter(|watch| {
+                        let events = AddWatchFlags::IN_MOVE_SELF
+                            | AddWatchFlags::IN_DELETE_SELF
+                            | AddWatchFlags::IN_ATTRIB;
+                        watch.add_watch(&path, events).is_ok()
+                    });
+                let moved = look();
+                self.moved = Some(MovedWatch { watch, moved });
+                moved
+            }
+        }
     }
 
     /// With `nolock=1` (no xUnlock from SQLite), lets go of the write transaction the first
