@@ -48,3 +48,9 @@ pub(crate) fn open_refusal(api: &ApiTable, db: backend::Connection) -> Option<(s
 pub(crate) fn note_refusal_hook_registered() {
     store_db::note_hook_registered()
 }
+
+/// Makes sure the per-connection entry point runs for a connection with a refusal to tell
+/// at open (`sys/entry.rs`).
+pub(crate) fn rearm_refusal_hook() {
+    sys::entry::rearm_refusal_hook()
+}

@@ -183,3 +183,114 @@ print(sorted(os.listdir(".")))
     );
     assert!(stdout.trim_end().ends_with("[]"), "nothing created: {stdout}");
 }
+
+/// The CLI with `script` on its standard input, after loading the extension with `entry`
+/// (none: stock SQLite); returns (stdout, stderr).
+fn cli_script(entry: Option<&str>, dir: &Path, script: &str) -> (String, String) {
+    let lib = cdylib().with_extension("");
+    let mut args = vec![":memory:".to_owned()];
+    if let Some(entry) = entry {
+        args.push("-cmd".into());
+        args.push(format!(".load {} {entry}", lib.display()));
+    }
+    let mut child = Command::new("sqlite3")
+        .args(&args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// What stock SQLite and onesync as the default VFS print for `script`, each in a fresh
+/// directory.
+fn stock_and_onesync(script: &str) -> [(String, String); 2] {
+    [None, Some("sqlite3_onesync_default_init")].map(|entry| {
+        let dir = tempfile::tempdir().unwrap();
+        cli_script(entry, dir.path(), script)
+    })
+}
+
+/// A database in a missing directory fails at open, and an ATTACH of one names the file, as
+/// stock SQLite says (SQLite's TCL suite: `oserror-1.3.1`, `attach3-11.0`).
+#[test]
+fn a_missing_directory_fails_as_in_stock_sqlite() {
+    if !have("sqlite3", &["--version"]) {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+        return;
+    }
+    let script =
+        ".open /onesync-no-such-dir/x.db\n.open main.db\nATTACH '/onesync-no-such-dir/nofile.x' AS a;\n";
+    let [stock, onesync] = stock_and_onesync(script);
+    assert!(
+        stock
+            .1
+            .contains("unable to open database: /onesync-no-such-dir/nofile.x"),
+        "{stock:?}"
+    );
+    assert_eq!(onesync, stock);
+}
+
+/// An empty file another connection has open as a plain database (an ATTACH of a new file
+/// creates it empty) stays that plain file when a second connection opens it as its main
+/// database: what the second writes, the first reads, and writes in turn (SQLite's TCL
+/// suite: `temptrigger-6.2`). It was once made a store by a rename, under the first
+/// connection, whose writes then went to a file nobody opened.
+#[test]
+fn an_empty_file_another_connection_has_open_stays_that_plain_file() {
+    if !have("sqlite3", &["--version"]) {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+        return;
+    }
+    let script = "ATTACH 'side.db' AS aux;\n.connection 1\n.open side.db\nCREATE TABLE t1(a, b, c);\n\
+                  .connection 0\nSELECT name FROM aux.sqlite_master;\nINSERT INTO aux.t1 VALUES (1, 2, 3);\n\
+                  .connection 1\nSELECT * FROM t1;\n";
+    let [stock, onesync] = stock_and_onesync(script);
+    assert_eq!(stock, ("t1\n1|2|3\n".to_owned(), String::new()));
+    assert_eq!(onesync, stock);
+}
+
+/// A store renamed while open takes no more writes, as the unix VFS makes SQLite refuse them
+/// for a plain file: they would go to a file nobody opens by that name (SQLite's TCL suite:
+/// `pager4-1.3`); renamed back, it takes them again.
+#[test]
+fn a_store_renamed_while_open_takes_no_more_writes() {
+    if !have("sqlite3", &["--version"]) {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+        return;
+    }
+    let script = ".open app.db\nCREATE TABLE t(a); INSERT INTO t VALUES (1);\n.shell mv app.db moved.db\n\
+                  INSERT INTO t VALUES (2);\nSELECT count(*) FROM t;\n.shell mv moved.db app.db\n\
+                  INSERT INTO t VALUES (3);\nSELECT group_concat(a) FROM t;\n";
+    let [stock, onesync] = stock_and_onesync(script);
+    assert!(
+        stock.1.contains("attempt to write a readonly database"),
+        "{stock:?}"
+    );
+    assert_eq!(stock.0, "1\n1,3\n", "renamed back, it takes writes again");
+    assert_eq!(onesync, stock);
+}
+
+/// `nolock=1` (SQLite calls neither xLock nor xUnlock) on a store: writes commit, and a later
+/// connection reads them (SQLite's TCL suite: `nolock-1.2`, once "disk I/O error").
+#[test]
+fn a_store_opened_with_nolock_takes_writes() {
+    if !have("sqlite3", &["--version"]) {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+        return;
+    }
+    let script = ".open file:app.db?nolock=1\nCREATE TABLE t(a); INSERT INTO t VALUES (1);\n\
+                  BEGIN; INSERT INTO t VALUES (2); ROLLBACK;\nINSERT INTO t VALUES (3);\n\
+                  SELECT group_concat(a) FROM t;\n.open app.db\nSELECT group_concat(a) FROM t;\n";
+    let [stock, onesync] = stock_and_onesync(script);
+    assert_eq!(stock, ("1,3\n1,3\n".to_owned(), String::new()));
+    assert_eq!(onesync, stock);
+}

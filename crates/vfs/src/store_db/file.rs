@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::ffi::c_int;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -88,6 +90,19 @@ pub(crate) struct StoreDb {
     /// for no other mode since: `PRAGMA journal_mode` answers `wal` (crates/vfs/README.md,
     /// "journal_mode").
     pub(super) answers_wal: bool,
+    /// Whether the store's name still leads to it (`SQLITE_FCNTL_HAS_MOVED`), kept up to
+    /// date by watching the file; `None` before the first question.
+    pub(super) moved: Option<MovedWatch>,
+}
+
+/// The answer to `SQLITE_FCNTL_HAS_MOVED`, and an inotify watch on the store file that says
+/// when to look again (a rename, an unlink, a change of links), so that the question SQLite
+/// asks at every write transaction costs one non-blocking read, not a `stat` of the path.
+/// Without a watch (inotify unavailable, or its per-user limit reached) every question
+/// looks at the path.
+pub(crate) struct MovedWatch {
+    watch: Option<nix::sys::inotify::Inotify>,
+    moved: bool,
 }
 
 impl StoreDb {
@@ -122,6 +137,7 @@ impl StoreDb {
                 cache_pages: HashSet::new(),
                 cache_pages_read: false,
                 answers_wal: false,
+                moved: None,
             },
             read_only,
         ))
@@ -185,6 +201,61 @@ pub(super) fn read_bytes(
 }
 
 impl StoreDb {
+    /// Whether the store's file no longer has the name it was opened by (renamed or
+    /// deleted): SQLite then refuses writes (`SQLITE_READONLY_DBMOVED`), as the unix VFS
+    /// makes it do for a plain file, since commits would go to a file nobody opens by that
+    /// name. A store on a host's medium (no inode) never moves.
+    fn has_moved(&mut self) -> bool {
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let names::StoreKey::Inode { dev, ino } = self.store.key.0.clone() else {
+            return false;
+        };
+        let path = Path::new(std::ffi::OsStr::from_bytes(self.name.bytes())).to_owned();
+        let look = || std::fs::metadata(&path).map_or(true, |m| m.dev() != dev || m.ino() != ino);
+        match &mut self.moved {
+            Some(known) => {
+                let changed = match &known.watch {
+                    // Err: no event (EAGAIN); anything else, look.
+                    Some(watch) => watch
+                        .read_events()
+                        .map_or_else(|e| e != nix::errno::Errno::EAGAIN, |events| !events.is_empty()),
+                    None => true,
+                };
+                if changed {
+                    known.moved = look();
+                }
+                known.moved
+            }
+            None => {
+                // Watched before looking, so that no change after the look is missed.
+                let watch = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+                    .ok()
+                    .filter(|watch| {
+                        let events = AddWatchFlags::IN_MOVE_SELF
+                            | AddWatchFlags::IN_DELETE_SELF
+                            | AddWatchFlags::IN_ATTRIB;
+                        watch.add_watch(&path, events).is_ok()
+                    });
+                let moved = look();
+                self.moved = Some(MovedWatch { watch, moved });
+                moved
+            }
+        }
+    }
+
+    /// With `nolock=1` (no xUnlock from SQLite), lets go of the write transaction the first
+    /// write took, once it has committed; otherwise nothing. A transaction rolled back keeps
+    /// it until the next commit or the close (SQLite sends no PHASETWO for a rollback).
+    fn end_nolock_transaction(&mut self) -> c_int {
+        if !self.nolock {
+            return SQLITE_OK;
+        }
+        match self.unlock_to(LockLevel::None) {
+            Ok(()) => SQLITE_OK,
+            Err(code) => code,
+        }
+    }
+
     pub(super) fn file_in_snapshot(&self) -> Option<(&Snapshot, Option<FileId>)> {
         self.snapshot.as_ref().map(|s| (s, s.file(&self.logical)))
     }
@@ -453,6 +524,12 @@ impl DbBackend for StoreDb {
     }
 
     fn write(&mut self, buf: &[u8], offset: u64) -> IoResult<()> {
+        if self.nolock && self.level < LockLevel::Reserved {
+            // `nolock=1`: SQLite calls neither xLock nor xUnlock, and writes as if it held
+            // the locks; the store writes only inside a write transaction, so the first
+            // write takes one (ended at PHASETWO, `end_nolock_transaction`).
+            self.lock(LockLevel::Reserved)?;
+        }
         if self.concurrent_write.is_some() {
             return self.concurrent_write_bytes(buf, offset);
         }
@@ -645,11 +722,11 @@ impl DbBackend for StoreDb {
                 let pending = self.concurrent_write.as_mut().and_then(|cw| cw.pending.take());
                 match pending.map(|p| p.wait()) {
                     Some(Err(e)) => commit_err(&self.api, "making a commit durable")(e),
-                    _ => SQLITE_OK,
+                    _ => self.end_nolock_transaction(),
                 }
             }
             FileControl::CommitPhaseTwo => match self.commit_phase_two() {
-                Ok(()) => SQLITE_OK,
+                Ok(()) => self.end_nolock_transaction(),
                 Err(code) => code,
             },
             FileControl::Pragma(ref pragma) => self.pragma(pragma),
@@ -708,6 +785,24 @@ impl DbBackend for StoreDb {
                 }
                 SQLITE_OK
             }
+            FileControl::HasMoved => {
+                call.answer(c_int::from(self.has_moved()));
+                SQLITE_OK
+            }
+            FileControl::TempFilename => {
+                call.answer_text(&self.api, &temp_file_name());
+                SQLITE_OK
+            }
+            FileControl::LastErrno => {
+                // The store's system calls report their errors (with errno) to sqlite3_log
+                // where they fail; none is kept per handle.
+                call.answer(0);
+                SQLITE_OK
+            }
+            FileControl::LockState => {
+                call.answer(self.level.raw());
+                SQLITE_OK
+            }
             FileControl::Other(_) => SQLITE_NOTFOUND,
         }
     }
@@ -744,4 +839,28 @@ impl DbBackend for StoreDb {
         registry_release(&self.store);
         result
     }
+}
+
+/// A name for a temporary file, as the unix VFS makes one (`SQLITE_FCNTL_TEMPFILENAME`, which
+/// the CLI's `.excel` and `.edit` ask the main database for): `etilqs_` and random hex
+/// digits in the first writable directory of `SQLITE_TMPDIR`, `TMPDIR`, `/var/tmp`,
+/// `/usr/tmp`, `/tmp`, `.`.
+fn temp_file_name() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let from_env = ["SQLITE_TMPDIR", "TMPDIR"]
+        .into_iter()
+        .filter_map(std::env::var_os);
+    let fixed = ["/var/tmp", "/usr/tmp", "/tmp", "."].into_iter().map(Into::into);
+    let dir = from_env
+        .chain(fixed)
+        .map(std::path::PathBuf::from)
+        .find(|d| d.is_dir() && nix::unistd::access(d.as_path(), nix::unistd::AccessFlags::W_OK).is_ok())
+        .unwrap_or_else(|| ".".into());
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{}/etilqs_{:016x}", dir.display(), hasher.finish())
 }

@@ -387,13 +387,32 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     match probe {
         Probe::Store => store(r.store()),
         Probe::Missing if explicit && (!r.create() || !parent_exists(&r.path)) => refused(r.refuse_missing()),
-        // Fails as stock SQLite does (a database that is not to be a store).
-        Probe::Missing if !r.create() => plain(),
+        // Fails as stock SQLite does, at xOpen with its code and log (a database that is not
+        // to be a store, or one whose directory is missing: neither a store nor a plain
+        // file can be created there, and this keeps the failure at open whether or not a
+        // per-connection entry point runs).
+        Probe::Missing if !r.create() || !parent_exists(&r.path) => plain(),
         Probe::Missing if explicit => store(r.store()),
         // An empty database, whatever it becomes, when it cannot be written: read-only
         // as asked, or as stock SQLite falls back to.
         Probe::Empty if r.read_only() || !writable(&r.path) => plain(),
+        // Another connection of this process has it open as a plain file (an ATTACH of a
+        // new file creates it empty): replacing it by a store would leave that connection
+        // writing a file nobody reads.
+        Probe::Empty if explicit && open_as_plain_file(&r) => refused(r.refuse((
+            SQLITE_CANTOPEN,
+            format!(
+                "onesync: {} is an empty SQLite database that another connection of this \
+                 process has open as a plain file; it cannot become a onesync store while it is \
+                 open (open it without vfs=onesync to share it as a plain file)",
+                r.path.display()
+            ),
+        ))),
         Probe::Empty if explicit => store(r.store_from_empty()),
+        // Not named as a store, onesync only SQLite's default: an existing empty file is an
+        // empty SQLite database (as stock), which other connections, of this process or
+        // others, may have open; it stays a plain file.
+        Probe::Empty if by_default => plain(),
         Probe::Sqlite | Probe::Other | Probe::Directory if explicit => refused(r.refuse_content(probe)),
         Probe::Sqlite | Probe::Other | Probe::Directory if by_default => plain(),
         // Stock SQLite refuses it at open, with its own code.
@@ -427,6 +446,11 @@ fn looks_like_an_unparsed_uri(path: &Path) -> bool {
     let whole = path.as_os_str().as_bytes();
     let last = whole.rsplit(|&b| b == b'/').next().unwrap_or(whole);
     whole.windows(5).any(|w| w == b"file:") && last.contains(&b'?')
+}
+
+/// Whether a connection of this process has the file SQLite names `r` open as a plain file.
+fn open_as_plain_file(r: &Request) -> bool {
+    names::owner_of_database(r.name().bytes()) == Some(Owner::Plain)
 }
 
 fn parent_exists(path: &Path) -> bool {
@@ -526,6 +550,16 @@ impl MainFile {
                 drop(file);
                 MainFile::Failed(Failed::new(r.refuse_content(pending.probe)))
             }
+            // Open as a plain file by another connection of this process (an empty file, or
+            // one created since the open): it stays one (see `open_as_plain_file`).
+            (true, None) if r.path.exists() && open_as_plain_file(r) => match r.plain() {
+                Ok((db, _)) => MainFile::Plain(Box::new(db)),
+                Err(code) => MainFile::Failed(Failed::new(Refusal {
+                    code,
+                    message: format!("onesync: cannot open {}", r.path.display()),
+                    when: When::AtFirstUse,
+                })),
+            },
             (true, None) => {
                 let result = if r.path.exists() {
                     r.store_from_empty()

@@ -24,6 +24,7 @@
 
 use std::ffi::c_int;
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -82,6 +83,7 @@ static NOTED: Mutex<Vec<Noted>> = Mutex::new(Vec::new());
 /// The refused main database `handle` belongs to connection `conn`.
 pub(crate) fn note(conn: usize, handle: u64, refusal: &Refusal) {
     if refusal.when == When::AtOpen {
+        crate::rearm_refusal_hook();
         lock(&NOTED).push(Noted {
             conn,
             handle,
@@ -113,6 +115,14 @@ pub(crate) fn open_refusal(api: &ApiTable, db: Connection) -> Option<(c_int, Str
         return None;
     }
     let path = api.main_db_filename(db)?;
+    // A store this VFS has open under that name: a connection in shared-cache mode shares
+    // the other connection's file (SQLite opens nothing, so this VFS never sees it).
+    if matches!(
+        crate::names::owner_of_database(path.as_os_str().as_bytes()),
+        Some(crate::names::Owner::Store(_))
+    ) {
+        return None;
+    }
     is_store_file(&path).then(|| (SQLITE_NOTADB, opened_without_vfs_message(&path)))
 }
 

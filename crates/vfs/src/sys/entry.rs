@@ -5,6 +5,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use super::api::ApiTable;
+use super::ffi::ConnectionInitFn;
 use super::ffi::{self, sqlite3_api_routines, SQLITE_ERROR, SQLITE_OK_LOAD_PERMANENTLY};
 use super::guard::guard;
 use super::handles::Connection;
@@ -142,14 +143,14 @@ unsafe fn load(
             }
         }
         if !how.by_load_extension {
-            crate::note_refusal_hook_registered();
+            remember_refusal_hook(table, onesync_connection_init);
             // SAFETY: SQLite's arguments, with its own table.
             return unsafe { check_new_connection(&table, db, err_msg) };
         }
         // The library stays loaded (SQLITE_OK_LOAD_PERMANENTLY). A SQLite without
         // `sqlite3_auto_extension` loads the VFS all the same, without the check.
         if table.run_on_new_connections(onesync_connection_init).is_ok() {
-            crate::note_refusal_hook_registered();
+            remember_refusal_hook(table, onesync_connection_init);
         }
         SQLITE_OK_LOAD_PERMANENTLY
     })
@@ -168,8 +169,28 @@ pub fn register_open_refusal_hook(api: &ApiTable) -> Result<(), RegisterError> {
     let api = *HOST_API.get_or_init(|| *api);
     // This crate is linked into the host, so the function stays valid.
     api.run_on_new_connections(host_connection_init)?;
-    crate::note_refusal_hook_registered();
+    remember_refusal_hook(api, host_connection_init);
     Ok(())
+}
+
+/// The per-connection entry point that tells refusals, and the SQLite it was registered with.
+static REFUSAL_HOOK: std::sync::Mutex<Option<(ApiTable, ConnectionInitFn)>> = std::sync::Mutex::new(None);
+
+fn remember_refusal_hook(api: ApiTable, hook: ConnectionInitFn) {
+    *REFUSAL_HOOK.lock().unwrap_or_else(|e| e.into_inner()) = Some((api, hook));
+    crate::note_refusal_hook_registered();
+}
+
+/// Makes sure the per-connection entry point runs for the connection being opened, which
+/// has a refusal to tell at open: `sqlite3_shutdown()` forgets automatic extensions, and an
+/// application that initializes SQLite again does not know to register onesync's anew
+/// (registering it again is a no-op while it is registered). Called while SQLite opens the
+/// connection, before it runs the automatic extensions.
+pub(crate) fn rearm_refusal_hook() {
+    let hook = *REFUSAL_HOOK.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((api, hook)) = hook {
+        let _ = api.run_on_new_connections(hook);
+    }
 }
 
 /// Run by the host's SQLite for each connection it opens after

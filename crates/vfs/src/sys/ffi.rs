@@ -465,6 +465,14 @@ pub const SQLITE_FCNTL_PRAGMA: c_int = 14;
 pub const SQLITE_FCNTL_SYNC: c_int = 21;
 pub const SQLITE_FCNTL_COMMIT_PHASETWO: c_int = 22;
 pub const SQLITE_FCNTL_PDB: c_int = 30;
+/// Asks whether the database file was renamed or deleted since it was opened (an `int*`).
+pub const SQLITE_FCNTL_HAS_MOVED: c_int = 20;
+/// Asks for the file's lock level (an `int*`; SQLite's debug and test builds).
+pub const SQLITE_FCNTL_LOCKSTATE: c_int = 1;
+/// Asks for the errno of the file's last failed system call (an `int*`).
+pub const SQLITE_FCNTL_LAST_ERRNO: c_int = 4;
+/// Asks for a name for a temporary file (a `char**`, set to a `sqlite3_malloc`ed string).
+pub const SQLITE_FCNTL_TEMPFILENAME: c_int = 16;
 pub const SQLITE_FCNTL_BEGIN_ATOMIC_WRITE: c_int = 31;
 pub const SQLITE_FCNTL_COMMIT_ATOMIC_WRITE: c_int = 32;
 pub const SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE: c_int = 33;

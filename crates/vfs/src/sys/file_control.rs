@@ -7,7 +7,8 @@ use std::marker::PhantomData;
 use super::api::ApiTable;
 use super::ffi::{
     SQLITE_FCNTL_BEGIN_ATOMIC_WRITE, SQLITE_FCNTL_COMMIT_ATOMIC_WRITE, SQLITE_FCNTL_COMMIT_PHASETWO,
-    SQLITE_FCNTL_PDB, SQLITE_FCNTL_PRAGMA, SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE, SQLITE_FCNTL_SYNC,
+    SQLITE_FCNTL_HAS_MOVED, SQLITE_FCNTL_LAST_ERRNO, SQLITE_FCNTL_LOCKSTATE, SQLITE_FCNTL_PDB,
+    SQLITE_FCNTL_PRAGMA, SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE, SQLITE_FCNTL_SYNC, SQLITE_FCNTL_TEMPFILENAME,
 };
 use super::handles::Connection;
 
@@ -29,6 +30,15 @@ pub enum FileControl<'a> {
     CommitAtomic,
     /// `SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE`.
     RollbackAtomic,
+    /// `SQLITE_FCNTL_HAS_MOVED`: answer with [`FileControlCall::answer`] (1: moved).
+    HasMoved,
+    /// `SQLITE_FCNTL_LOCKSTATE`: answer with [`FileControlCall::answer`] (the lock level,
+    /// 0 unlocked to 4 exclusive).
+    LockState,
+    /// `SQLITE_FCNTL_LAST_ERRNO`: answer with [`FileControlCall::answer`].
+    LastErrno,
+    /// `SQLITE_FCNTL_TEMPFILENAME`: answer with [`FileControlCall::answer_text`].
+    TempFilename,
     /// Any other op (size hints, busy handler, mmap size, ...), or one of the above without
     /// its argument.
     Other(c_int),
@@ -131,12 +141,39 @@ impl<'a> FileControlCall<'a> {
             SQLITE_FCNTL_BEGIN_ATOMIC_WRITE => FileControl::BeginAtomic,
             SQLITE_FCNTL_COMMIT_ATOMIC_WRITE => FileControl::CommitAtomic,
             SQLITE_FCNTL_ROLLBACK_ATOMIC_WRITE => FileControl::RollbackAtomic,
+            SQLITE_FCNTL_HAS_MOVED if !arg.is_null() => FileControl::HasMoved,
+            SQLITE_FCNTL_LOCKSTATE if !arg.is_null() => FileControl::LockState,
+            SQLITE_FCNTL_TEMPFILENAME if !arg.is_null() => FileControl::TempFilename,
+            SQLITE_FCNTL_LAST_ERRNO if !arg.is_null() => FileControl::LastErrno,
             _ => FileControl::Other(op),
         };
         Self { control, op, arg }
     }
 
     /// SQLite's op and argument, to forward to another VFS's file.
+    /// Answers a control whose answer is an `int` (`HasMoved`, `LockState`, `LastErrno`);
+    /// does nothing for another.
+    pub fn answer(&self, value: c_int) {
+        if matches!(
+            self.control,
+            FileControl::HasMoved | FileControl::LockState | FileControl::LastErrno
+        ) {
+            // SAFETY: for these controls SQLite passes a non-null `int*` (checked in
+            // `decode`) that lives for the call.
+            unsafe { *self.arg.cast::<c_int>() = value };
+        }
+    }
+
+    /// Answers a control whose answer is a string SQLite frees (`TempFilename`), in
+    /// SQLite's memory; does nothing for another.
+    pub fn answer_text(&self, api: &ApiTable, text: &str) {
+        if matches!(self.control, FileControl::TempFilename) {
+            // SAFETY: for this control SQLite passes a non-null `char**` (checked in
+            // `decode`) that lives for the call, and frees the string with sqlite3_free.
+            unsafe { *self.arg.cast::<*mut c_char>() = api.sqlite_string(text) };
+        }
+    }
+
     pub(crate) fn raw(&self) -> (c_int, *mut c_void) {
         (self.op, self.arg)
     }
