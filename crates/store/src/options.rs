@@ -62,9 +62,12 @@ pub struct Options {
 /// A defect that was fixed, put back on purpose (see `Options::sabotage`). Without the
 /// feature `test-hooks` nothing can set one: [`Options::sabotaged`] is always false, and the
 /// names are not in the build (no `Debug`, no `from_env`).
+///
+/// Compared by `matches!` outside the engine: a comparison through `PartialEq` would put the
+/// type's name into the build's debug information.
 #[doc(hidden)]
-#[cfg_attr(feature = "test-hooks", derive(Debug))]
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "test-hooks", derive(Debug, PartialEq, Eq))]
+#[derive(Clone, Copy)]
 pub enum Sabotage {
     /// A checkpoint publishes its generation only after writing its header, and a writer
     /// taking the write lock trusts the side file's progress alone (the defects of issues

@@ -1,7 +1,7 @@
 //! Negative controls' options. A defect put back (`Options::sabotage`) exists only in builds
-//! with the feature `test-hooks` (`cargo test -p onesync-store --features test-hooks`); the
-//! tests that need one are built only then, and the others pass `None` either way. Each test
-//! file that needs it includes it as `mod sabotage`.
+//! with the feature `test-hooks` (`cargo test --release -p onesync-store --features
+//! test-hooks,invariants`); the tests that need one are built only then, and the others pass
+//! `None` either way. Each test file that needs it includes it as `mod sabotage`.
 
 use onesync_store::{Options, Sabotage};
 
