@@ -7,6 +7,8 @@
 //! ptrace allowed); without it the tests say so and pass.
 //!
 //! Longer by hand: `onesync-lab explore --budget 0 --power-cuts all --seed S` over several seeds.
+//! Run as `onesync-lab-hooked` (`common::hooked`: the store's write log, sabotage and
+//! invariant checks); the plain `onesync-lab` refuses to explore.
 
 use std::process::Command;
 
@@ -14,7 +16,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::{json, onesync, said};
+use common::{hooked, json, onesync, said};
 
 fn strace_missing() -> bool {
     let works = Command::new("strace")
@@ -51,7 +53,7 @@ fn every_crash_point_of_the_scenario_matrix_keeps_the_contract() {
     if strace_missing() {
         return;
     }
-    let out = onesync(&[
+    let out = hooked(&[
         "explore",
         "--budget",
         "0",
@@ -96,7 +98,7 @@ fn every_crash_point_of_the_scenario_matrix_keeps_the_contract() {
 
 /// Runs a negative control; it must report failures (and then exit 0).
 fn control(name: &str) -> Value {
-    let out = onesync(&[
+    let out = hooked(&[
         "explore",
         "--negative-control",
         name,
@@ -233,7 +235,7 @@ fn strict_sync_fails_where_normal_and_off_defer_their_flush() {
             if strict {
                 args.push("--strict-sync");
             }
-            let out = onesync(&args);
+            let out = hooked(&args);
             (json(&out), out)
         };
         let (summary, out) = run(false);
@@ -260,7 +262,7 @@ fn list_a_short_run_and_an_unknown_scenario() {
     if strace_missing() {
         return;
     }
-    let out = onesync(&["explore", "--list"]);
+    let out = hooked(&["explore", "--list"]);
     let text = said(&out);
     for name in [
         "single-full",
@@ -277,7 +279,7 @@ fn list_a_short_run_and_an_unknown_scenario() {
     ] {
         assert!(text.contains(name), "{name} missing from --list: {text}");
     }
-    let out = onesync(&[
+    let out = hooked(&[
         "explore",
         "--scenario",
         "single-full",
@@ -290,7 +292,7 @@ fn list_a_short_run_and_an_unknown_scenario() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("total: 1 scenario(s), 3 crash points"), "{text}");
     // Concurrent writers: their overlapping pairs conflict (SQLITE_BUSY_SNAPSHOT) and rerun.
-    let out = onesync(&[
+    let out = hooked(&[
         "explore",
         "--scenario",
         "concurrent-writers",
@@ -307,7 +309,20 @@ fn list_a_short_run_and_an_unknown_scenario() {
     assert_eq!(summary["failure_count"], 0, "{}", failures(&summary));
     let conflicts = summary["scenarios"][0]["busy_snapshot"].as_u64().unwrap_or(0);
     assert!(conflicts > 0, "no COMMIT conflicted: {}", said(&out));
-    let out = onesync(&["explore", "--scenario", "no-such"]);
+    let out = hooked(&["explore", "--scenario", "no-such"]);
     assert!(!out.status.success());
     assert!(said(&out).contains("no scenario \"no-such\""), "{}", said(&out));
+}
+
+/// The explorer needs the store's test hooks: the plain `onesync-lab` (the workspace build)
+/// refuses, naming the build that has them.
+#[test]
+fn the_plain_lab_refuses_to_explore_and_names_the_hooked_build() {
+    let out = onesync(&["explore", "--list"]);
+    assert!(!out.status.success(), "{}", said(&out));
+    assert!(
+        said(&out).contains("--features onesync-lab/test-hooks --bin onesync-lab-hooked"),
+        "{}",
+        said(&out)
+    );
 }

@@ -4,6 +4,7 @@
 //! durable); the negative controls `off` (no journal), `memory` (journal in memory) and the
 //! store's `skipped-flush` and `flush-coverage-read-late` are caught and exit non-zero.
 //! Needs root, /dev/fuse, losetup, mkfs.ext4 and e2fsck; says why and does nothing otherwise.
+//! Run as `onesync-lab-hooked` (`common::hooked`: the store's test hooks and invariant checks).
 
 mod common;
 
@@ -69,7 +70,7 @@ fn torture_seeded(mode: &str, seed: &str, extra: &[&str]) -> (std::process::Outp
         "-",
     ];
     args.extend(extra);
-    let out = common::onesync(&args);
+    let out = common::hooked(&args);
     let summary = common::json(&out);
     (out, summary)
 }
@@ -253,7 +254,7 @@ fn bad_combinations_are_refused_with_a_reason() {
         let mut command = vec!["torture"];
         command.extend_from_slice(args);
         command.extend_from_slice(&["--power-cuts", "1"]);
-        let out = common::onesync(&command);
+        let out = common::hooked(&command);
         assert!(!out.status.success(), "{command:?} ran");
         assert!(
             common::said(&out).contains(reason),

@@ -1,4 +1,5 @@
-//! `onesync-lab torture`: simulated power cuts (and kills) on the crash-safe modes pass, and the
+//! `onesync-lab torture` (run as `onesync-lab-hooked`, with the store's invariant checks):
+//! simulated power cuts (and kills) on the crash-safe modes pass, and the
 //! negative controls (journal_mode OFF and MEMORY) are caught and exit non-zero.
 
 mod common;
@@ -12,7 +13,7 @@ use serde_json::Value;
 fn torture(args: &[&str]) -> (Output, Value) {
     let mut all = vec!["torture", "--seed", "11", "--json", "-"];
     all.extend(args);
-    let out = common::onesync(&all);
+    let out = common::hooked(&all);
     let summary = common::json(&out);
     (out, summary)
 }

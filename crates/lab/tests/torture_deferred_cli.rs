@@ -2,6 +2,8 @@
 //! prefix of the acknowledged transfers holding every one reported durable, the loss window
 //! is measured, kills lose nothing; and the negative control (flushes that skip the device
 //! flush yet report durable) is caught and exits non-zero.
+//! Run as `onesync-lab-hooked` (`common::hooked`: the store's test hooks and invariant
+//! checks); the plain `onesync-lab` refuses a negative control.
 
 mod common;
 
@@ -12,7 +14,7 @@ use serde_json::Value;
 fn torture(args: &[&str]) -> (std::process::Output, Value) {
     let mut all = vec!["torture", "--seed", "17", "--json", "-"];
     all.extend(args);
-    let out = common::onesync(&all);
+    let out = common::hooked(&all);
     let summary = common::json(&out);
     (out, summary)
 }
@@ -114,5 +116,27 @@ fn full_modes_keep_their_json() {
             "transfers_acknowledged"
         ],
         "{s}"
+    );
+}
+
+/// A negative control needs the store's test hooks: the plain `onesync-lab` (the workspace
+/// build) refuses it, naming the build that has them, rather than run a control that cannot
+/// fail.
+#[test]
+fn the_plain_lab_refuses_a_negative_control() {
+    let out = common::onesync(&[
+        "torture",
+        "--mode",
+        "onesync-normal",
+        "--negative-control",
+        "skipped-flush",
+        "--power-cuts",
+        "1",
+    ]);
+    let said = common::said(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("--features onesync-lab/test-hooks --bin onesync-lab-hooked"),
+        "{said}"
     );
 }

@@ -3,6 +3,8 @@
 //!
 //! Long versions: `ONESYNC_LONG_TESTS=1 cargo test --release -p onesync-lab --test vfs_lab_cli`
 //! runs 500 kills and asserts the 4-thread/1-thread ratio of at least 2.
+//! The kill tortures run as `onesync-lab-hooked` (`common::hooked`: the store's test hooks
+//! and invariant checks).
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -14,7 +16,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::onesync;
+use common::{hooked, hooked_exe, onesync};
 
 fn long_tests() -> bool {
     std::env::var_os("ONESYNC_LONG_TESTS").is_some_and(|v| v != "0")
@@ -69,7 +71,7 @@ fn kill_torture(kills: u64, extra: &[&str]) -> (Output, Value) {
         "-",
     ];
     args.extend(extra);
-    let output = onesync(&args);
+    let output = hooked(&args);
     let report = json_of(&output);
     (output, report)
 }
@@ -159,7 +161,7 @@ fn sigkill_of_concurrent_writers_with_two_connections_per_process() {
     assert!(number(&report, "busy_snapshot_retries") > 0.0, "{report}");
 
     let dir = tempfile::tempdir().unwrap();
-    let sabotaged = Command::new(env!("CARGO_BIN_EXE_onesync-lab"))
+    let sabotaged = Command::new(hooked_exe())
         .args([
             "vfs-kill-torture",
             "--kills",

@@ -1,8 +1,9 @@
 //! The I/O layer under the store: positioned reads and writes and a data flush. The real
 //! implementation is a file; [`crate::sim`] provides one that models power cuts.
 //!
-//! # Test hook: the write log (`ONESYNC_IO_LOG`)
-//! For crash tests against the real kernel (the lab's `onesync-lab explore`). If the environment
+//! # Test hook: the write log (`ONESYNC_IO_LOG`, feature `test-hooks`)
+//! Only in builds with the feature `test-hooks` (the lab's `onesync-lab-hooked`); without
+//! it `FileIo` reads no environment variable and logs nothing. For crash tests against the real kernel (the lab's `onesync-lab explore`). If the environment
 //! variable `ONESYNC_IO_LOG` names a file when a [`FileIo`] is created, that `FileIo` appends
 //! to it (opened `O_APPEND`, so the records of every process sharing the log are in one
 //! global order, each record one `write(2)`):
@@ -20,14 +21,18 @@
 //! is an I/O error of the call (after its write or flush was done). Unset, nothing changes.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
+#[cfg(feature = "test-hooks")]
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
+#[cfg(feature = "test-hooks")]
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::OnceLock;
 
 /// The environment variable naming the write log (see the module documentation).
+#[cfg(feature = "test-hooks")]
 pub const IO_LOG_ENV: &str = "ONESYNC_IO_LOG";
 /// Bytes of a log record before its data.
 pub const LOG_HEADER_LEN: usize = 40;
@@ -39,11 +44,13 @@ pub const LOG_SYNCED: u8 = b'S';
 pub const LOG_NOTE: u8 = b'N';
 
 /// The shared write log of this process (a test hook; see the module documentation).
+#[cfg(feature = "test-hooks")]
 pub struct IoLog {
     file: File,
     pid: u32,
 }
 
+#[cfg(feature = "test-hooks")]
 impl IoLog {
     /// The log `ONESYNC_IO_LOG` names, if set (opened for appending, created if missing).
     pub fn from_env() -> io::Result<Option<IoLog>> {
@@ -83,11 +90,13 @@ impl IoLog {
 }
 
 /// A `FileIo`'s part in the write log: the log and the file's identity.
+#[cfg(feature = "test-hooks")]
 struct LoggedFile {
     log: IoLog,
     id: (u64, u64),
 }
 
+#[cfg(feature = "test-hooks")]
 impl LoggedFile {
     /// `Ok(None)` when `ONESYNC_IO_LOG` is unset; an error message when it is set but unusable
     /// (then every write and flush fails: a crash test must not run without its record).
@@ -133,6 +142,7 @@ pub struct FileIo {
     /// filesystem refuses it (tmpfs), which has no device to differ from.
     direct: OnceLock<Option<File>>,
     /// The test hook `ONESYNC_IO_LOG`, when set.
+    #[cfg(feature = "test-hooks")]
     log: Result<Option<LoggedFile>, String>,
 }
 
@@ -142,6 +152,7 @@ const DIRECT_ALIGN: usize = 4096;
 
 impl FileIo {
     pub fn new(file: File) -> FileIo {
+        #[cfg(feature = "test-hooks")]
         let log = LoggedFile::for_file(&file);
         // The store reads single slots scattered over the file (a record at the chain's
         // head, a page): readahead only adds work. Advice only; failure changes nothing.
@@ -149,6 +160,7 @@ impl FileIo {
         FileIo {
             file,
             direct: OnceLock::new(),
+            #[cfg(feature = "test-hooks")]
             log,
         }
     }
@@ -171,6 +183,7 @@ impl FileIo {
         &self.file
     }
 
+    #[cfg(feature = "test-hooks")]
     fn log(&self) -> io::Result<Option<&LoggedFile>> {
         self.log
             .as_ref()
@@ -185,8 +198,10 @@ impl StorageIo for FileIo {
     }
 
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        #[cfg(feature = "test-hooks")]
         let log = self.log()?;
         self.file.write_all_at(data, offset)?;
+        #[cfg(feature = "test-hooks")]
         if let Some(l) = log {
             let len = data.len() as u64;
             if data.iter().all(|&b| b == 0) {
@@ -199,11 +214,14 @@ impl StorageIo for FileIo {
     }
 
     fn sync_data(&self) -> io::Result<()> {
+        #[cfg(feature = "test-hooks")]
         let log = self.log()?;
+        #[cfg(feature = "test-hooks")]
         if let Some(l) = log {
             l.log.append(LOG_SYNC_BEGIN, l.id, 0, 0, &[])?;
         }
         self.file.sync_data()?;
+        #[cfg(feature = "test-hooks")]
         if let Some(l) = log {
             l.log.append(LOG_SYNCED, l.id, 0, 0, &[])?;
         }
@@ -284,6 +302,7 @@ mod tests {
 
     /// The record layout the module documentation promises, through `IoLog` directly (the
     /// environment variable is process-wide, so tests do not set it).
+    #[cfg(feature = "test-hooks")]
     #[test]
     fn log_records_have_the_documented_layout() {
         let dir = tempfile::tempdir().unwrap();

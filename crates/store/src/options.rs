@@ -52,14 +52,22 @@ pub struct Options {
     /// maps it at its FFI boundary); without it the side file is read and written with
     /// system calls, two or three more per commit.
     pub map_side_file: Option<crate::SideFileMapper>,
-    /// Negative controls only: put a defect back, so a crash test can show that it finds it.
+    /// Negative controls only (feature `test-hooks`): put a defect back, so a crash test can
+    /// show that it finds it.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub sabotage: Option<Sabotage>,
 }
 
-/// A defect that was fixed, put back on purpose (see [`Options::sabotage`]).
+/// A defect that was fixed, put back on purpose (see `Options::sabotage`). Without the
+/// feature `test-hooks` nothing can set one: [`Options::sabotaged`] is always false, and the
+/// names are not in the build (no `Debug`, no `from_env`).
+///
+/// Compared by `matches!` outside the engine: a comparison through `PartialEq` would put the
+/// type's name into the build's debug information.
 #[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "test-hooks", derive(Debug, PartialEq, Eq))]
+#[derive(Clone, Copy)]
 pub enum Sabotage {
     /// A checkpoint publishes its generation only after writing its header, and a writer
     /// taking the write lock trusts the side file's progress alone (the defects of issues
@@ -135,6 +143,7 @@ pub enum Sabotage {
     StalledRetryUnflushed,
 }
 
+#[cfg(feature = "test-hooks")]
 impl Sabotage {
     /// The environment variable crash tests set in the processes they start.
     pub const ENV: &'static str = "ONESYNC_SABOTAGE";
@@ -190,6 +199,7 @@ impl Default for Options {
             read_only: false,
             salvage: false,
             map_side_file: None,
+            #[cfg(feature = "test-hooks")]
             sabotage: None,
         }
     }
@@ -264,6 +274,21 @@ pub(crate) const WINDOW_DIVISOR: u64 = 4;
 const MIN_GROWTH_SLOTS: u64 = 16;
 
 impl Options {
+    /// Whether the defect `s` is put back (a negative control); always false without the
+    /// feature `test-hooks`.
+    #[cfg(feature = "test-hooks")]
+    #[inline]
+    pub fn sabotaged(&self, s: Sabotage) -> bool {
+        self.sabotage == Some(s)
+    }
+
+    /// Whether the defect `s` is put back: never, without the feature `test-hooks`.
+    #[cfg(not(feature = "test-hooks"))]
+    #[inline]
+    pub fn sabotaged(&self, _: Sabotage) -> bool {
+        false
+    }
+
     /// Slots reserved ahead of the commit chain at a time, for a process allocating from
     /// `base` slots: `window_bytes`, but at most a quarter of `base` (at least 2).
     pub(crate) fn window_slots(&self, base: u64) -> u64 {

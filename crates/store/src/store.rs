@@ -368,7 +368,10 @@ impl Store {
 
     /// The defect this store was opened with on purpose (negative controls only).
     pub fn sabotage(&self) -> Option<crate::Sabotage> {
-        self.shared.opts.sabotage
+        #[cfg(feature = "test-hooks")]
+        return self.shared.opts.sabotage;
+        #[cfg(not(feature = "test-hooks"))]
+        None
     }
 
     /// Sequence number of the latest commit (durable or not yet).

@@ -626,7 +626,7 @@ impl Transaction {
                     // overlay's: laid over it, they give exactly this overlay (merging only
                     // adds bytes, and ranges are maximal runs), and every process following
                     // the record merges each one it is sent.
-                    let by_offset = self.shared().opts.sabotage == Some(Sabotage::PatchRangesByOffset);
+                    let by_offset = self.shared().opts.sabotaged(Sabotage::PatchRangesByOffset);
                     let kept = |range: &(u32, Arc<[u8]>)| {
                         entry.slot == prior_slot
                             && prior_overlay.is_some_and(|p| {
@@ -705,7 +705,7 @@ impl Transaction {
 
     /// [`Transaction::refuse_any_later_commit`]'s refusal (`latest` is past the base).
     fn later_commit(&self, latest: &State) -> Option<String> {
-        let fenced = self.only_on_base && self.shared().opts.sabotage != Some(Sabotage::FenceIgnored);
+        let fenced = self.only_on_base && !self.shared().opts.sabotaged(Sabotage::FenceIgnored);
         fenced.then(|| {
             format!(
                 "commit {} came after the state this transaction was planned on ({})",
@@ -718,7 +718,7 @@ impl Transaction {
     /// read, that another commit changed since `base`.
     fn find_unmergeable_conflict(&self, latest: &State, ops: &[Op]) -> Option<String> {
         self.find_write_conflict(latest, ops).or_else(|| {
-            if self.shared().opts.sabotage == Some(Sabotage::NoReadValidation) {
+            if self.shared().opts.sabotaged(Sabotage::NoReadValidation) {
                 return None;
             }
             crate::validation::changed_reads(

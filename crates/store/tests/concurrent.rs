@@ -12,6 +12,9 @@
 //! oracle's state after a prefix holding every acknowledged commit; its negative control
 //! (`Sabotage::SkippedFlush`) loses acknowledged commits.
 
+#[path = "support/sabotage.rs"]
+mod sabotage;
+use sabotage::with_sabotage;
 use std::sync::Arc;
 
 use onesync_store::sim::SimDisk;
@@ -23,13 +26,13 @@ const PAGE: usize = 512;
 const ACCOUNTS: u64 = 6;
 
 fn options(sabotage: Option<Sabotage>) -> Options {
-    Options {
+    let opts = Options {
         page_size: PAGE as u32,
         initial_capacity: 1 << 20,
         growth_step: 1 << 20,
-        sabotage,
         ..Options::default()
-    }
+    };
+    with_sabotage(opts, sabotage)
 }
 
 fn value_page(v: u64) -> Vec<u8> {
@@ -293,6 +296,7 @@ fn concurrent_transactions_are_serializable_in_commit_order() {
 }
 
 /// How many of 300 seeds' runs the oracle finds wrong with `sabotage`.
+#[cfg(feature = "test-hooks")]
 fn seeds_with_an_anomaly(sabotage: Sabotage) -> usize {
     (0..300)
         .filter(|&seed| {
@@ -302,6 +306,7 @@ fn seeds_with_an_anomaly(sabotage: Sabotage) -> usize {
         .count()
 }
 
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
 fn negative_control_without_read_validation_the_oracle_finds_an_anomaly() {
     let failing = seeds_with_an_anomaly(Sabotage::NoReadValidation);
@@ -309,6 +314,7 @@ fn negative_control_without_read_validation_the_oracle_finds_an_anomaly() {
     println!("{failing} of 300 seeds found an anomaly");
 }
 
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
 fn negative_control_with_the_fence_ignored_the_oracle_finds_an_anomaly() {
     let failing = seeds_with_an_anomaly(Sabotage::FenceIgnored);
@@ -363,6 +369,11 @@ fn write_skew_is_refused() {
         write_skew(None, SecondReads::Noted),
         Err(Error::Conflict(_))
     ));
+}
+
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
+#[test]
+fn negative_control_without_read_validation_write_skew_commits() {
     assert!(write_skew(Some(Sabotage::NoReadValidation), SecondReads::Noted).is_ok());
 }
 
@@ -496,6 +507,7 @@ fn a_power_cut_at_any_io_call_of_concurrent_commits_keeps_them_serializable() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
 fn negative_control_skipped_flushes_lose_acknowledged_concurrent_commits() {
     let (failures, _) = power_cuts_in_model_runs(Some(Sabotage::SkippedFlush));

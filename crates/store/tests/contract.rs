@@ -4,6 +4,9 @@
 //! its own copy of the mapping, exactly as another process has; where a process's death
 //! matters, the test leaves on disk what that death leaves.
 
+#[path = "support/sabotage.rs"]
+mod sabotage;
+use sabotage::with_sabotage;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -58,7 +61,7 @@ fn reopen_alone(path: &Path) -> Store {
 fn checkpoint_death_then_commit(sabotage: Option<Sabotage>) -> u8 {
     let dir = tempfile::tempdir().unwrap();
     let path = new_store(&dir, "s.onesync");
-    let with = Options { sabotage, ..opts() };
+    let with = with_sabotage(opts(), sabotage);
     let a = Store::open(&path, &with).unwrap();
     let b = Store::open(&path, &with).unwrap();
     put(&a, 0, 1).unwrap();
@@ -93,6 +96,7 @@ fn a_commit_after_another_process_died_mid_checkpoint_survives() {
 
 /// The negative control: with the old publication order back, the same steps lose B's
 /// commit, so the test above can fail.
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
 fn negative_control_trusting_the_side_file_loses_the_commit() {
     assert_eq!(

@@ -5,6 +5,9 @@
 //! small step, not a share of their file. Each crash test has a negative control
 //! (`Sabotage::LazyGrowth`: the new slots handed out unwritten) that must fail.
 
+#[path = "support/sabotage.rs"]
+mod sabotage;
+use sabotage::with_sabotage;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -30,16 +33,16 @@ fn on_disk(path: &Path) -> u64 {
 /// A store of 512-byte pages that starts at 8 KiB and grows in steps of 8 KiB up to a
 /// quarter of itself, so that the workload below grows it many times.
 fn small_steps(sabotage: Option<Sabotage>) -> Options {
-    Options {
+    let opts = Options {
         page_size: PS as u32,
         initial_capacity: 8 << 10,
         growth_step: 8 << 10,
         max_growth_step: 256 << 10,
         window_bytes: 4 << 10,
         checkpoint_interval: 40,
-        sabotage,
         ..Options::default()
-    }
+    };
+    with_sabotage(opts, sabotage)
 }
 
 /// The pages commit `seq` writes: a new one (so the store keeps needing room) and one
@@ -223,6 +226,7 @@ fn a_power_cut_at_any_point_of_a_growth_step_loses_no_acknowledged_commit() {
 
 /// The negative control: with the new slots handed out before anything is written there,
 /// records name windows past the file's end and recovery drops acknowledged commits.
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
 fn negative_control_lazy_growth_loses_commits_at_power_cuts() {
     let (failures, _, _) = power_cuts_in_growth(Some(Sabotage::LazyGrowth));
@@ -287,6 +291,7 @@ fn only_growth_steps_flush_a_new_file_length() {
 
 /// The negative control: with commits extending the file themselves, their flushes carry
 /// the new lengths.
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
 fn negative_control_lazy_growth_makes_commits_flush_new_lengths() {
     let (length_flushes, growths, _, _) = length_flushes(Some(Sabotage::LazyGrowth));
@@ -443,6 +448,7 @@ fn a_failed_growth_flush_acknowledges_no_unflushed_commit() {
 
 /// The negative control: with the failed growth flush not poisoning the store, the pending
 /// commit is acknowledged and a power cut loses it.
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
 fn negative_control_an_ignored_growth_flush_failure_loses_an_acknowledged_commit() {
     let (_, acknowledged, lost) = failed_growth_flush(Some(Sabotage::GrowthFlushFailureIgnored));

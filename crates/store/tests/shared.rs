@@ -5,6 +5,9 @@
 //! a model; every handle must see every commit, old snapshots must keep reading what they
 //! saw (while others reuse slots), and a final open alone must recover the model.
 
+#[path = "support/sabotage.rs"]
+mod sabotage;
+use sabotage::with_sabotage;
 use std::collections::BTreeMap;
 
 use onesync_store::{Error, Options, Sabotage, Snapshot, Store, Transaction};
@@ -228,7 +231,7 @@ fn idle_through_many_checkpoints(
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idle.onesync");
     let busy = create_with_data_file(&path);
-    let idle = Store::open(&path, &Options { sabotage, ..opts() }).unwrap();
+    let idle = Store::open(&path, &with_sabotage(opts(), sabotage)).unwrap();
     assert!(idle.try_snapshot().unwrap().file("data").is_some());
     let mut model = Model::new();
     for round in 0..500u64 {
@@ -256,6 +259,7 @@ fn an_idle_handle_catches_up_after_many_checkpoints() {
 /// Negative control: a follower that adopts what it followed when the records up to a
 /// checkpoint ran out misses commits (a release build reads a state without them; a
 /// debug build stops first at engine invariant 7, the header's checkpoint past the state).
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
 fn a_follower_adopting_a_partly_followed_chain_misses_commits() {
     let saw_every_commit = std::panic::catch_unwind(|| {
@@ -341,7 +345,7 @@ fn read_past_a_record_whose_page_is_unwritten(sabotage: Option<Sabotage>) -> Res
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("unwritten.onesync");
     let writer = create_with_data_file(&path);
-    let reader = Store::open(&path, &Options { sabotage, ..opts() }).unwrap();
+    let reader = Store::open(&path, &with_sabotage(opts(), sabotage)).unwrap();
     assert!(read_all(&reader.try_snapshot().unwrap()).is_empty());
     let mut t = writer.begin();
     let f = t.file("data").unwrap();
@@ -382,6 +386,7 @@ fn a_record_whose_pages_are_unwritten_is_not_followed() {
 
 /// Negative control: trusting every record found (`catch-up-trusts-unwritten`), the reader
 /// maps page 3 to a slot that does not hold it.
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
 fn a_reader_trusting_unwritten_records_reads_a_page_that_is_not_there() {
     let read = read_past_a_record_whose_page_is_unwritten(Some(Sabotage::CatchUpTrustsUnwritten));
@@ -416,7 +421,7 @@ fn flushes_after_an_announced_flush_that_never_ran(sabotage: Option<Sabotage>) -
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("announced.onesync");
     let _first = create_with_data_file(&path);
-    let waiter = Store::open(&path, &Options { sabotage, ..opts() }).unwrap();
+    let waiter = Store::open(&path, &with_sabotage(opts(), sabotage)).unwrap();
     let flusher = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -461,6 +466,7 @@ fn an_announced_flush_that_never_ran_leaves_the_waiter_to_flush() {
 
 /// Negative control: trusting the announcement (`announced-flush-trusted`), the commit is
 /// acknowledged durable with no flush at all after it was written.
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
 fn a_waiter_trusting_an_announced_flush_acknowledges_an_unflushed_commit() {
     let (flushes, _) = flushes_after_an_announced_flush_that_never_ran(Some(Sabotage::AnnouncedFlushTrusted));
@@ -475,7 +481,7 @@ fn shown_after_following_a_run(sabotage: Option<Sabotage>) -> (Model, Model) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.onesync");
     let writer = create_with_data_file(&path);
-    let follower = Store::open(&path, &Options { sabotage, ..opts() }).unwrap();
+    let follower = Store::open(&path, &with_sabotage(opts(), sabotage)).unwrap();
     let pending: Vec<_> = (0..3u8)
         .map(|n| {
             let mut t = writer.begin();
@@ -504,6 +510,7 @@ fn a_commit_shown_by_another_process_is_shown_exactly_from_kept_operations() {
 
 /// Negative control: showing the state kept before the operations
 /// (`kept-operations-unapplied`), the shown commit is missing.
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
 fn a_follower_leaving_out_kept_operations_misses_a_shown_commit() {
     let (_, after) = shown_after_following_a_run(Some(Sabotage::KeptOperationsUnapplied));
@@ -523,7 +530,7 @@ fn patched_page_as_followed_and_recovered(sabotage: Option<Sabotage>) -> (Vec<u8
     let path = dir.path().join("patched.onesync");
     let first = create_with_data_file(&path);
     drop(first);
-    let writer = Store::open(&path, &Options { sabotage, ..opts() }).unwrap();
+    let writer = Store::open(&path, &with_sabotage(opts(), sabotage)).unwrap();
     let follower = Store::open(&path, &opts()).unwrap();
     let mut page = vec![9u8; PS];
     let mut t = writer.begin();
@@ -568,6 +575,7 @@ fn a_page_patched_over_several_commits_is_followed_and_recovered_whole() {
 
 /// Negative control: leaving out ranges by offset alone (`patch-ranges-by-offset`), the
 /// counter rewritten in place stays old for the follower and for recovery.
+#[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
 fn patches_compared_by_offset_lose_bytes_rewritten_in_place() {
     let (followed, recovered, written) =

@@ -6,7 +6,9 @@
 //! every committed change. The negative control reruns the write-skew test in a child
 //! process with read validation switched off (ONESYNC_SABOTAGE=no-read-validation), and
 //! with caches kept across transactions but their pages not noted as read
-//! (`cached-pages-unnoted`): each must fail, finding the write skew.
+//! (`cached-pages-unnoted`): each must fail, finding the write skew. The negative controls
+//! are built only with the feature `test-hooks` (`cargo test -p onesync-vfs --features
+//! test-hooks --test concurrent_writers`): without it nothing reads ONESYNC_SABOTAGE.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -217,6 +219,7 @@ fn write_skew_through_kept_caches_is_refused() {
 
 /// Runs the write-skew `test` of this binary in a child process with `sabotage` put back:
 /// it must fail, having found the write skew.
+#[cfg(feature = "test-hooks")]
 fn assert_sabotaged_run_finds_write_skew(test: &str, sabotage: &str) {
     assert_sabotaged_run_fails(
         test,
@@ -227,6 +230,7 @@ fn assert_sabotaged_run_finds_write_skew(test: &str, sabotage: &str) {
 
 /// Runs `test` of this binary in a child process with `sabotage` put back: it must fail,
 /// printing one of `found`.
+#[cfg(feature = "test-hooks")]
 fn assert_sabotaged_run_fails(test: &str, sabotage: &str, found: &[&str]) {
     if std::env::var_os("ONESYNC_SABOTAGE").is_some() {
         return; // the child of another run
@@ -244,11 +248,13 @@ fn assert_sabotaged_run_fails(test: &str, sabotage: &str, found: &[&str]) {
     assert!(found.iter().any(|f| text.contains(f)), "{text}");
 }
 
+#[cfg(feature = "test-hooks")] // a negative control: the store reads ONESYNC_SABOTAGE only then
 #[test]
 fn negative_control_without_read_validation_write_skew_commits() {
     assert_sabotaged_run_finds_write_skew("write_skew_is_refused", "no-read-validation");
 }
 
+#[cfg(feature = "test-hooks")] // a negative control: the store reads ONESYNC_SABOTAGE only then
 #[test]
 fn negative_control_cached_pages_unnoted_write_skew_commits() {
     assert_sabotaged_run_finds_write_skew(
@@ -413,6 +419,7 @@ fn growing_transactions_of_threads_move_their_pages_and_match_their_models() {
 /// unrewritten (`relocated-pointer-missed`), SQLite finds the database malformed, or
 /// `integrity_check` or a model disagrees (each named, so that an unrelated failure does
 /// not pass for it).
+#[cfg(feature = "test-hooks")] // a negative control: the store reads ONESYNC_SABOTAGE only then
 #[test]
 fn negative_control_a_pointer_missed_when_pages_move_corrupts_the_models() {
     assert_sabotaged_run_fails(

@@ -479,6 +479,8 @@ impl Torture<'_> {
             if self.args.concurrent {
                 command.arg("--concurrent");
             }
+            // Refused without the test hooks (`torture::run`).
+            #[cfg(feature = "test-hooks")]
             if let Some(control) = self.args.negative_control {
                 command.env(onesync_store::Sabotage::ENV, control.name());
             }

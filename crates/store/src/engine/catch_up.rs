@@ -129,7 +129,7 @@ impl Shared {
         w.claims += 1;
         Self::debug_assert_writer_invariants(&w);
         drop(w);
-        if took_lock && self.opts.sabotage == Some(Sabotage::CatchUpByLocker) {
+        if took_lock && self.opts.sabotaged(Sabotage::CatchUpByLocker) {
             // The negative control widens the window the defect needs (another thread's
             // claim reaching `meta` first), so that a loaded test machine still shows it.
             std::thread::sleep(std::time::Duration::from_millis(1));
@@ -145,7 +145,7 @@ impl Shared {
     pub(super) fn catch_up_if_due(&self, meta: &mut Meta, took_lock: bool) -> Result<()> {
         let due = std::mem::take(&mut lock(&self.writer).catch_up_due);
         // The defect this replaced: only the claimant that took the lock caught up.
-        let due = if self.opts.sabotage == Some(Sabotage::CatchUpByLocker) {
+        let due = if self.opts.sabotaged(Sabotage::CatchUpByLocker) {
             took_lock
         } else {
             due
@@ -261,7 +261,7 @@ impl Shared {
         // at the chain's head as this process knows it: every writer publishes before it
         // writes, so nobody has written since (and a checkpoint would have changed the
         // generation).
-        let trust_side_file = !holding_writer || self.opts.sabotage == Some(Sabotage::CheckpointPublication);
+        let trust_side_file = !holding_writer || self.opts.sabotaged(Sabotage::CheckpointPublication);
         let mine = Some((meta.header.generation, meta.state.seq));
         if holding_writer && progress.is_some() && progress == mine && meta.last_published == mine {
             return Ok(None);
@@ -357,7 +357,7 @@ impl Shared {
         // the file, and reading them back to check would cost a read per page per process.
         // Past it, a record may be half followed by its pages (its writer is writing them,
         // or died): those are checked.
-        let written = if self.opts.sabotage == Some(Sabotage::CatchUpTrustsUnwritten) {
+        let written = if self.opts.sabotaged(Sabotage::CatchUpTrustsUnwritten) {
             u64::MAX
         } else {
             s.written()?
@@ -472,7 +472,7 @@ impl Shared {
             else {
                 // The negative control adopts what it followed: the commits whose records
                 // are gone go missing from this process.
-                if self.opts.sabotage == Some(Sabotage::CheckpointFollowedPartly) {
+                if self.opts.sabotaged(Sabotage::CheckpointFollowedPartly) {
                     return Ok(Some(state.unwrap_or_else(|| (*meta.state).clone())));
                 }
                 return Ok(None);

@@ -136,7 +136,7 @@ impl Shared {
         // a record before it is written: a writer that finds the side file unchanged since
         // its own last publication may then trust that nobody wrote since (`follow_chain`).
         // (The negative control publishes only afterwards, as before issue 17.)
-        let publish_late = self.opts.sabotage == Some(Sabotage::CheckpointPublication);
+        let publish_late = self.opts.sabotaged(Sabotage::CheckpointPublication);
         let written = written.and_then(|()| {
             if publish_late {
                 Ok(())

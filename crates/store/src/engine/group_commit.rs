@@ -164,7 +164,7 @@ impl Shared {
                 Kept::Ops(o) => ops.push((seq, o.clone())),
             }
         }
-        if self.opts.sabotage == Some(Sabotage::KeptOperationsUnapplied) {
+        if self.opts.sabotaged(Sabotage::KeptOperationsUnapplied) {
             ops.clear();
         }
         let readable = if ops.is_empty() {
@@ -176,11 +176,13 @@ impl Shared {
             let mut state = (*base.unwrap_or_else(|| meta.readable.clone())).clone();
             let mut superseded_elsewhere = Vec::new();
             for (seq, o) in &ops {
-                debug_assert_eq!(
-                    state.seq + 1,
-                    *seq,
-                    "invariant 3: operations kept right after their base"
-                );
+                if super::invariants::CHECKED {
+                    assert_eq!(
+                        state.seq + 1,
+                        *seq,
+                        "invariant 3: operations kept right after their base"
+                    );
+                }
                 if let Err(e) = state.apply(o, *seq, self.page_size, &mut superseded_elsewhere) {
                     // They applied once already, to this very state (`follow_chain`).
                     debug_assert!(
@@ -300,7 +302,7 @@ impl Shared {
     /// the flush covers them). A failure is the poison message.
     fn flush_upto(&self, target: u64) -> std::result::Result<Flushed, String> {
         let sync = || -> std::result::Result<(), String> {
-            if self.opts.sabotage == Some(Sabotage::SkippedFlush) {
+            if self.opts.sabotaged(Sabotage::SkippedFlush) {
                 return Ok(());
             }
             self.io.sync_data().map_err(|e| format!("fdatasync failed: {e}"))
@@ -316,7 +318,7 @@ impl Shared {
         }
         // A flush under way covers these commits: wait for it beside the others it covers.
         // (Once only: still not covered after it, its flusher died or failed.)
-        let trusted = self.opts.sabotage == Some(Sabotage::AnnouncedFlushTrusted);
+        let trusted = self.opts.sabotaged(Sabotage::AnnouncedFlushTrusted);
         if matches!(s.announced_flush_covers(target), Ok(true)) && s.wait_for_flush().is_ok() {
             bump(&self.counters.announced_flush_waits, 1);
             if trusted || covered() {
@@ -332,7 +334,7 @@ impl Shared {
         // An announcement that cannot be written only costs the others a shared wait.
         let _ = s.announce_flush(covers);
         sync()?;
-        if self.opts.sabotage == Some(Sabotage::FlushCoverageReadLate) {
+        if self.opts.sabotaged(Sabotage::FlushCoverageReadLate) {
             covers = s.written().unwrap_or(0).max(target);
         }
         // Told before `FLUSH` goes: the process next in line reads it first.

@@ -1,5 +1,6 @@
 //! The checks of the engine's invariants (numbered in `engine/mod.rs`), run in debug builds
-//! each time the `meta` lock is released, and the `writer` lock after a claim changes.
+//! (and release builds with the feature `invariants`) each time the `meta` lock is
+//! released, and the `writer` lock after a claim changes.
 
 use super::{FlushState, Kept, Meta, Shared, WriterClaims};
 use std::sync::TryLockError;
@@ -8,11 +9,15 @@ use std::sync::TryLockError;
 /// freed early, cheap enough for every unlock.
 const SLOTS_CHECKED: usize = 256;
 
+/// Whether this build checks the invariants: debug builds, and release builds with the
+/// feature `invariants` (the lab's hooked build, for the explorer and the tortures).
+pub(super) const CHECKED: bool = cfg!(any(debug_assertions, feature = "invariants"));
+
 impl Shared {
-    /// Panics naming the invariant if one is broken (debug builds; a no-op otherwise).
+    /// Panics naming the invariant if one is broken (where [`CHECKED`]; a no-op otherwise).
     /// The `flush` lock is looked at only if it is free: it may be held by this thread.
     pub(super) fn debug_assert_invariants(&self, meta: &Meta) {
-        if !cfg!(debug_assertions) || std::thread::panicking() {
+        if !CHECKED || std::thread::panicking() {
             return;
         }
         let flush = match self.flush.try_lock() {
@@ -27,7 +32,7 @@ impl Shared {
 
     /// Invariant 1 on its own, for sections that hold only the `flush` lock.
     pub(super) fn debug_assert_flush_invariants(f: &FlushState) {
-        if cfg!(debug_assertions) {
+        if CHECKED {
             if let Err(broken) = check_flush(f) {
                 panic!("engine {broken}");
             }
@@ -35,13 +40,16 @@ impl Shared {
     }
 
     pub(super) fn debug_assert_writer_invariants(w: &WriterClaims) {
-        debug_assert_eq!(
+        if !CHECKED {
+            return;
+        }
+        assert_eq!(
             w.held,
             w.claims > 0,
             "engine invariant 9: the write lock is held exactly while claims are out ({} claims)",
             w.claims
         );
-        debug_assert!(
+        assert!(
             w.held || !w.catch_up_due,
             "engine invariant 9: a catch-up is due only while the write lock is held"
         );
@@ -194,7 +202,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(debug_assertions, should_panic(expected = "invariant 2"))]
+    #[cfg_attr(
+        any(debug_assertions, feature = "invariants"),
+        should_panic(expected = "invariant 2")
+    )]
     fn showing_readers_more_than_writers_fires_invariant_2() {
         let store = store();
         let mut meta = store.shared.meta();
@@ -205,7 +216,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(debug_assertions, should_panic(expected = "invariant 6"))]
+    #[cfg_attr(
+        any(debug_assertions, feature = "invariants"),
+        should_panic(expected = "invariant 6")
+    )]
     fn freeing_a_waiting_slot_fires_invariant_6() {
         let store = store();
         let mut meta = store.shared.meta();
@@ -217,7 +231,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(debug_assertions, should_panic(expected = "invariant 4"))]
+    #[cfg_attr(
+        any(debug_assertions, feature = "invariants"),
+        should_panic(expected = "invariant 4")
+    )]
     fn showing_readers_a_commit_not_durable_fires_invariant_4() {
         let store = store();
         let mut meta = store.shared.meta();

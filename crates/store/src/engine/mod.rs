@@ -6,8 +6,9 @@
 //! # Invariants
 //!
 //! Numbered as [`Shared::debug_assert_invariants`] cites them. Every one holds whenever the
-//! `meta` lock is free; "checked" ones are asserted in debug builds each time it is released
-//! (the [`MetaGuard`] does it), the others are kept by the code named.
+//! `meta` lock is free; "checked" ones are asserted in debug builds (and release builds with
+//! the feature `invariants`) each time it is released (the [`MetaGuard`] does it), the
+//! others are kept by the code named.
 //!
 //! 1. **`durable <= written_upto <= sequenced <= meta.state.seq`** (`FlushState`). A
 //!    commit is sequenced (given its place in the chain) before it is written, and written
@@ -362,7 +363,7 @@ pub(crate) enum View {
     Written,
 }
 
-/// The `meta` lock; releasing it checks the invariants (debug builds).
+/// The `meta` lock; releasing it checks the invariants (debug builds, or feature `invariants`).
 pub(crate) struct MetaGuard<'a> {
     shared: &'a Shared,
     meta: MutexGuard<'a, Meta>,

@@ -376,7 +376,7 @@ impl Shared {
         }
         let step = self.opts.growth_slots(self.space_base(meta), at_least);
         let new = old + step;
-        if self.opts.sabotage != Some(Sabotage::LazyGrowth) {
+        if !self.opts.sabotaged(Sabotage::LazyGrowth) {
             write_zeros(
                 self.io.as_ref(),
                 slot_offset(new - 1, self.page_size),
@@ -389,7 +389,7 @@ impl Shared {
 
     /// Write the zeros of a claimed step `old..new` but its last slot (`claim_growth`'s).
     fn fill_growth(&self, old: u64, new: u64) -> Result<()> {
-        if self.opts.sabotage == Some(Sabotage::LazyGrowth) {
+        if self.opts.sabotaged(Sabotage::LazyGrowth) {
             return Ok(());
         }
         write_zeros(
@@ -401,13 +401,13 @@ impl Shared {
 
     /// Flush a growth step's zeros and the file's new length.
     fn flush_growth(&self) -> Result<()> {
-        if self.opts.sabotage == Some(Sabotage::LazyGrowth) {
+        if self.opts.sabotaged(Sabotage::LazyGrowth) {
             return Ok(());
         }
         if let Err(e) = self.io.sync_data() {
             // Like any failed flush ("fsyncgate"): the kernel may have dropped the
             // unflushed pages of commits written meanwhile, and will not say so again.
-            if self.opts.sabotage != Some(Sabotage::GrowthFlushFailureIgnored) {
+            if !self.opts.sabotaged(Sabotage::GrowthFlushFailureIgnored) {
                 self.poison(format!("flushing a growth step failed: {e}"));
             }
             return Err(Error::io("flushing the grown store file", e));
@@ -418,7 +418,7 @@ impl Shared {
 
     /// The flushed step `old..new` becomes free slots of this process.
     fn hand_out_growth(&self, meta: &mut Meta, old: u64, new: u64) {
-        if self.opts.sabotage != Some(Sabotage::LazyGrowth) {
+        if !self.opts.sabotaged(Sabotage::LazyGrowth) {
             bump(&self.counters.bytes_preallocated, (new - old) * self.page_size);
         }
         bump(&self.counters.growths, 1);

@@ -178,7 +178,8 @@ impl StoreDb {
                 && self.cache_state == snapshot_seq
                 && self.cache_pages.len() <= CACHE_PAGES_KEPT_MAX;
             if keep {
-                self.cache_pages_read = self.store.store.sabotage() != Some(Sabotage::CachedPagesUnnoted);
+                self.cache_pages_read =
+                    !matches!(self.store.store.sabotage(), Some(Sabotage::CachedPagesUnnoted));
             } else {
                 buf[15] ^= 0xff;
                 self.cache_pages.clear();
@@ -462,7 +463,7 @@ impl StoreDb {
                     // one costs hot rows much of their rate (`onesync-lab bench writers
                     // --workload hot-rows --threads 16 --mode onesync-concurrent`).
                     let stalled = REFUSED_ON.with(|r| r.replace(Some(base.seq()))) == Some(base.seq());
-                    let flush = stalled && sabotage != Some(Sabotage::StalledRetryUnflushed);
+                    let flush = stalled && !matches!(sabotage, Some(Sabotage::StalledRetryUnflushed));
                     if flush && latest.seq() > self.store.store.durable_seq() {
                         // A failed flush poisons the store; the retry then reports it.
                         let _ = self.store.store.flush();
@@ -588,8 +589,8 @@ fn plan_commit<'a>(
     let unchanged = |p: u64| base.page_version(base_id, p) == latest.page_version(latest_id, p);
     // Page 1 is merged below; pages past the base's end are this transaction's own.
     // Negative controls only: without these checks lost updates and write skew commit.
-    let validate_writes = sabotage != Some(Sabotage::UnvalidatedSnapshot);
-    let validate_reads = validate_writes && sabotage != Some(Sabotage::NoReadValidation);
+    let validate_writes = !matches!(sabotage, Some(Sabotage::UnvalidatedSnapshot));
+    let validate_reads = validate_writes && !matches!(sabotage, Some(Sabotage::NoReadValidation));
     let all_reads = || cw.reads.iter().chain(cached.into_iter().flatten());
     if moved {
         let reads = all_reads().filter(|_| validate_reads);
@@ -684,7 +685,7 @@ fn plan_commit<'a>(
                     };
                     let found = relocation
                         .insert(analyze_appended(&written, &read_base, b as u32).map_err(cant_move)?);
-                    if sabotage == Some(Sabotage::RelocatedPointerMissed) {
+                    if matches!(sabotage, Some(Sabotage::RelocatedPointerMissed)) {
                         found.forget_one_field();
                     }
                     found

@@ -172,7 +172,9 @@ pub(super) fn store_options(read_only: bool) -> Options {
         embed_limit: EMBED_LIMIT,
         read_only,
         map_side_file: Some(crate::sys::shared_map::side_file_mapper()),
-        // Negative controls of crash tests only (ONESYNC_SABOTAGE); never set otherwise.
+        // Negative controls of crash tests only (ONESYNC_SABOTAGE): builds with the feature
+        // `test-hooks`, never libonesync.so.
+        #[cfg(feature = "test-hooks")]
         sabotage: onesync_store::Sabotage::from_env(),
         // Growth steps of at most 8 MiB, not the store's 64 MiB: a step's zeros are flushed
         // ahead of need, and a commit's flush can queue behind that flush, so a smaller step

@@ -294,6 +294,8 @@ struct Shared<'a> {
 }
 
 pub fn run(args: &ExploreArgs) -> Result<ExitCode> {
+    // The store's write log (`ONESYNC_IO_LOG`) and sabotage are test hooks.
+    crate::needs_test_hooks("explore")?;
     if args.list {
         for s in scenario::all() {
             println!("{:<20} {}", s.name, s.about);

@@ -201,6 +201,8 @@ fn spawn(
     if p.concurrent {
         command.arg("--concurrent");
     }
+    // The explorer runs only with the test hooks (`explore::run` refuses otherwise).
+    #[cfg(feature = "test-hooks")]
     match p.backend {
         Backend::Onesync => command.env(onesync_store::io::IO_LOG_ENV, dir.join(IO_LOG)),
         Backend::StockJournalOff => command.env_remove(onesync_store::io::IO_LOG_ENV),
@@ -210,10 +212,13 @@ fn spawn(
         Some(bytes) => command.env(super::MAX_GROWTH_STEP_ENV, bytes.to_string()),
         None => command.env_remove(super::MAX_GROWTH_STEP_ENV),
     };
+    #[cfg(feature = "test-hooks")]
     match scenario.sabotage {
         Some(s) => command.env(onesync_store::Sabotage::ENV, s),
         None => command.env_remove(onesync_store::Sabotage::ENV),
     };
+    #[cfg(not(feature = "test-hooks"))]
+    let _ = scenario.sabotage;
     let stderr = File::create(dir.join(format!("{}.stderr", p.name)))?;
     let mut child = command
         .stdin(Stdio::piped())

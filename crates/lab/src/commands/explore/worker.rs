@@ -15,6 +15,7 @@ use std::io::BufRead;
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
+#[cfg(feature = "test-hooks")]
 use onesync_store::io::IoLog;
 use onesync_store::{Options, Store};
 use rand::rngs::SmallRng;
@@ -75,6 +76,7 @@ impl WorkerArgs {
 struct Worker<'a> {
     args: &'a WorkerArgs,
     conn: Option<Connection>,
+    #[cfg(feature = "test-hooks")]
     log: Option<IoLog>,
     rng: SmallRng,
     transfers: u64,
@@ -87,6 +89,7 @@ pub fn run(args: &WorkerArgs) -> Result<()> {
     let mut worker = Worker {
         args,
         conn: None,
+        #[cfg(feature = "test-hooks")]
         log: IoLog::from_env().context("opening the write log")?,
         rng: SmallRng::seed_from_u64(args.seed ^ u64::from(args.name)),
         transfers: 0,
@@ -150,6 +153,7 @@ impl Worker<'_> {
             "commit-grow" => self.commit_grow(),
             "checkpoint" => {
                 let base = Options {
+                    #[cfg(feature = "test-hooks")]
                     sabotage: onesync_store::Sabotage::from_env(),
                     ..Options::default()
                 };
@@ -204,6 +208,7 @@ impl Worker<'_> {
 
     /// Writes `line` into the write log's order, then to the explorer.
     fn report(&self, line: &str) -> Result<()> {
+        #[cfg(feature = "test-hooks")]
         if let Some(log) = &self.log {
             log.note(line).context("noting in the write log")?;
         }

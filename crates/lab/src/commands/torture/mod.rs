@@ -201,6 +201,9 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
     if sabotage.is_some() && scheme.storage() != Storage::Store {
         bail!("--negative-control sabotages the onesync store: use a onesync mode");
     }
+    if sabotage.is_some() {
+        crate::needs_test_hooks("torture --negative-control")?;
+    }
     if args.fs.is_some() {
         return kernel_torture::run(args);
     }
@@ -346,6 +349,8 @@ enum Medium {
 
 impl Sim {
     fn new(scheme: &'static dyn Scheme, sabotage: Option<Sabotage>) -> Result<Sim> {
+        #[cfg(not(feature = "test-hooks"))]
+        let _ = sabotage; // always None: `run` refuses a negative control without the hooks
         let api = onesync_vfs::api_table_from_sys!(rusqlite::ffi);
         let clock = Arc::new(CutClock::default());
         if scheme.storage() == Storage::Store {
@@ -358,6 +363,7 @@ impl Sim {
                     let opts = &Options {
                         initial_capacity: 1 << 20,
                         growth_step: 1 << 20,
+                        #[cfg(feature = "test-hooks")]
                         sabotage: sabotage.or(opts.sabotage),
                         ..opts.clone()
                     };
