@@ -61,6 +61,11 @@ pub struct Options {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sabotage {
+    /// A checkpoint that moves pages down the file to shrink it writes the copies and the
+    /// header naming them with no flush between: a power cut may keep the header and lose
+    /// a copy, whose checksum recovery does not check (a checkpoint's pages are trusted).
+    #[cfg(feature = "test-hooks")]
+    MovedPagesUnflushed,
     /// A checkpoint publishes its generation only after writing its header, and a writer
     /// taking the write lock trusts the side file's progress alone (the defects of issues
     /// 14 and 17): a process that died between writing a checkpoint's header and
@@ -215,6 +220,9 @@ pub struct Stats {
     pub bytes_preallocated: u64,
     /// Times the file grew (each wrote zeros and flushed once).
     pub growths: u64,
+    /// Bytes of free slots at the file's end given back to the filesystem (truncated
+    /// after a checkpoint freed them).
+    pub bytes_returned: u64,
     /// Of `growths`, those made inside a commit's or checkpoint's locks, every other
     /// commit waiting for their zeros and flush (the rest grew ahead, outside them).
     pub growths_holding_locks: u64,
