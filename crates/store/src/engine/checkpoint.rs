@@ -320,16 +320,14 @@ impl Shared {
         {
             return Ok(moved);
         }
-        let capacity = meta.alloc.capacity();
         let (head, end) = (meta.head, meta.window_end);
         let window = end.saturating_sub(head);
         // Slots that wait for readers will be free (the store is cut only after they are).
-        let used = capacity - meta.alloc.free_count() - window - meta.awaiting_readers.len() as u64;
-        let room = used + self.opts.growth_slots(used, 0);
+        let room = self.live_slots(meta) + self.opts.growth_slots(0, 0);
         // The window: a new one at the lowest free run, if that is lower, sized for the
-        // store as it will be (a window taken when the file was large may be a quarter of
-        // it).
-        let want = window.min(self.opts.window_slots(room)).max(2);
+        // store as it will be (a window taken when the file was large, or after a large
+        // commit, may be a quarter of it or as large as that commit).
+        let want = window.min(self.compacted_window(meta));
         if window > want || end > room {
             moved.old_window = Some((head, end));
             match meta.alloc.take_run(want) {

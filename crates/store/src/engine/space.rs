@@ -432,7 +432,7 @@ impl Shared {
         if self.opts.read_only || !meta.owns_all_slots || meta.growing_ahead {
             return Ok(());
         }
-        let Some(slack) = self.worth_giving_back(meta, meta.alloc.free_count()) else {
+        let Some(slack) = self.worth_giving_back(meta) else {
             return Ok(());
         };
         let _init = match &self.sharing {
@@ -474,23 +474,41 @@ impl Shared {
         Ok(())
     }
 
-    /// The room kept free when the file shrinks (the step a growth would add to a store of
-    /// its live slots: a store that shrinks and grows back does not alternate the two),
-    /// if `free` slots leave at least that much to give back beyond the reserve.
-    fn worth_giving_back(&self, meta: &Meta, free: u64) -> Option<u64> {
-        let live = meta.alloc.capacity() - free;
-        let slack = self.opts.growth_slots(live, 0);
-        (free >= self.reserve(meta) + 2 * slack).then_some(slack)
+    /// The room kept free when the file shrinks beyond the reserve: the smallest growth
+    /// step (`growth_step`), so that a store that shrinks and grows back by a little does
+    /// not alternate the two, and the overhead stays fixed, not a share of the store. Some
+    /// if the free slots, with the part of the chain's window a compacted store would not
+    /// keep, leave at least twice that to give back.
+    fn worth_giving_back(&self, meta: &Meta) -> Option<u64> {
+        let slack = self.opts.growth_slots(0, 0);
+        let window = meta.window_end.saturating_sub(meta.head);
+        let reclaimable = meta.alloc.free_count() + window.saturating_sub(self.compacted_window(meta));
+        (reclaimable >= self.reserve(meta) + 2 * slack).then_some(slack)
+    }
+
+    /// Live slots but the chain's window and the slots waiting for readers (free soon).
+    pub(super) fn live_slots(&self, meta: &Meta) -> u64 {
+        let window = meta.window_end.saturating_sub(meta.head);
+        (meta.alloc.capacity() - meta.alloc.free_count())
+            .saturating_sub(window + meta.awaiting_readers.len() as u64)
+    }
+
+    /// The window a compacting checkpoint gives the chain: sized for the store it leaves,
+    /// and at most the smallest growth step, so that the fixed overhead stays small (a
+    /// commit that needs more takes a new window, as any does).
+    pub(super) fn compacted_window(&self, meta: &Meta) -> u64 {
+        let live = self.live_slots(meta);
+        let slack = self.opts.growth_slots(0, 0);
+        self.opts.window_slots(live + slack).min(slack).max(2)
     }
 
     /// About the slots a compacting checkpoint would leave: the live ones but the
     /// window, a window sized for them, the reserve and a growth step free.
     fn compacted_size(&self, meta: &Meta) -> u64 {
-        let window = meta.window_end.saturating_sub(meta.head);
-        let used =
-            meta.alloc.capacity() - meta.alloc.free_count() - window - meta.awaiting_readers.len() as u64;
-        let room = used + self.opts.growth_slots(used, 0);
-        room + self.opts.window_slots(room) + self.reserve(meta)
+        self.live_slots(meta)
+            + self.compacted_window(meta)
+            + self.opts.growth_slots(0, 0)
+            + self.reserve(meta)
     }
 
     /// Where to cut the file: after its last live slot, keeping the reserve and `slack`
