@@ -109,6 +109,8 @@ impl Shared {
                 if meta.commits_since_checkpoint > 0 {
                     self.checkpoint_giving_back(meta)?;
                 } else {
+                    // Slots readers held at the last checkpoint may be free by now.
+                    self.release_unread(meta);
                     self.give_back_space(meta)?;
                 }
                 Ok(())
