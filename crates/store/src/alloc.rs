@@ -50,6 +50,32 @@ impl SlotAllocator {
         self.capacity = self.capacity.max(capacity);
     }
 
+    /// The free slots at the end of `0..capacity`: the first of the run that ends there
+    /// (`capacity` itself when the last slot is in use).
+    pub fn free_tail_start(&self) -> u64 {
+        match self.free.iter().next_back() {
+            Some((&start, &len)) if start + len == self.capacity => start,
+            _ => self.capacity,
+        }
+    }
+
+    /// The file was cut to `capacity` slots: forget the free slots past it. Every slot
+    /// cut must be free (`free_tail_start` at most `capacity`); returns how many were cut.
+    pub fn shrink_to(&mut self, capacity: u64) -> u64 {
+        if capacity >= self.capacity || self.free_tail_start() > capacity {
+            return 0;
+        }
+        let start = self.free_tail_start();
+        let cut = self.capacity - capacity;
+        self.remove_run(start);
+        if capacity > start {
+            self.insert_run(start, capacity - start);
+        }
+        self.free_count -= cut;
+        self.capacity = capacity;
+        cut
+    }
+
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -175,6 +201,21 @@ mod tests {
         assert_eq!(a.by_length, by_length);
         assert_eq!(a.free_count(), model.len() as u64);
         assert_eq!(a.largest_run(), runs.iter().map(|r| r.1).max().unwrap_or(0));
+    }
+
+    #[test]
+    fn shrinking_cuts_only_the_free_tail() {
+        let mut a = SlotAllocator::new(10, [2, 5]);
+        assert_eq!(a.free_tail_start(), 6);
+        assert_eq!(a.shrink_to(5), 0, "slot 5 is in use");
+        assert_eq!(a.shrink_to(8), 2);
+        assert_eq!((a.capacity(), a.free_count(), a.largest_run()), (8, 6, 2));
+        let model: BTreeSet<u64> = [0, 1, 3, 4, 6, 7].into_iter().collect();
+        check_against(&a, &model);
+        assert_eq!(a.shrink_to(6), 2);
+        assert_eq!(a.free_tail_start(), 6);
+        let model: BTreeSet<u64> = [0, 1, 3, 4].into_iter().collect();
+        check_against(&a, &model);
     }
 
     proptest! {

@@ -126,6 +126,12 @@ pub trait StorageIo: Send + Sync {
     fn sync_data(&self) -> io::Result<()>;
     /// Current length in bytes.
     fn size(&self) -> io::Result<u64>;
+    /// Cut the medium to `len` bytes (only ever shorter), giving the space past it back to
+    /// the filesystem. Durable with the next `sync_data`. Media that cannot shrink keep
+    /// the default, which refuses, and the store then keeps its length.
+    fn set_len(&self, _len: u64) -> io::Result<()> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
     /// Fill `buf` from `offset` with what the device holds, not a cache of it. After a
     /// failed flush Linux keeps the lost writes in the page cache, marked clean, so a
     /// plain read would show a commit that never reached the disk; recovery reads the
@@ -230,6 +236,10 @@ impl StorageIo for FileIo {
 
     fn size(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
     }
 
     fn read_durable_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

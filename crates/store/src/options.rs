@@ -69,6 +69,10 @@ pub struct Options {
 #[cfg_attr(feature = "test-hooks", derive(Debug, PartialEq, Eq))]
 #[derive(Clone, Copy)]
 pub enum Sabotage {
+    /// A checkpoint that moves pages down the file to shrink it writes the copies and the
+    /// header naming them with no flush between: a power cut may keep the header and lose
+    /// a copy, whose checksum recovery does not check (a checkpoint's pages are trusted).
+    MovedPagesUnflushed,
     /// A checkpoint publishes its generation only after writing its header, and a writer
     /// taking the write lock trusts the side file's progress alone (the defects of issues
     /// 14 and 17): a process that died between writing a checkpoint's header and
@@ -153,11 +157,13 @@ impl Sabotage {
     /// `catch-up-by-locker`, `unvalidated-snapshot`, `flush-coverage-read-late`,
     /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`, `announced-flush-trusted`,
     /// `patch-ranges-by-offset`, `kept-operations-unapplied`, `checkpoint-followed-partly`,
-    /// `fence-ignored`, `relocated-pointer-missed`, `stalled-retry-unflushed`), if any.
+    /// `fence-ignored`, `relocated-pointer-missed`, `stalled-retry-unflushed`,
+    /// `moved-pages-unflushed`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
             Ok("skipped-flush") => Some(Sabotage::SkippedFlush),
+            Ok("moved-pages-unflushed") => Some(Sabotage::MovedPagesUnflushed),
             Ok("lazy-growth") => Some(Sabotage::LazyGrowth),
             Ok("growth-flush-failure-ignored") => Some(Sabotage::GrowthFlushFailureIgnored),
             Ok("no-read-validation") => Some(Sabotage::NoReadValidation),
@@ -225,6 +231,9 @@ pub struct Stats {
     pub bytes_preallocated: u64,
     /// Times the file grew (each wrote zeros and flushed once).
     pub growths: u64,
+    /// Bytes of free slots at the file's end given back to the filesystem (truncated
+    /// after a checkpoint freed them).
+    pub bytes_returned: u64,
     /// Of `growths`, those made inside a commit's or checkpoint's locks, every other
     /// commit waiting for their zeros and flush (the rest grew ahead, outside them).
     pub growths_holding_locks: u64,

@@ -121,6 +121,14 @@ pub(crate) fn recover(io: &dyn StorageIo, salvage: bool) -> Result<Recovered> {
                 return replay(io, *header, state, capacity, fell_back, salvage)
                     .map(|r| Recovered { copies_agree, ..r });
             }
+            // An older header (the newer copy damaged) may name slots the store has since
+            // given back to the filesystem (`give_back_space` cuts only after both copies
+            // name the newer checkpoint): that header is stale, not the file short.
+            Err(Error::Truncated(why)) if i > 0 || damaged_copy => {
+                last_error = Some(Error::Corrupt(format!(
+                    "the intact header copy is older than the file ({why})"
+                )));
+            }
             Err(e @ (Error::Truncated(_) | Error::Io { .. })) => return Err(e),
             Err(e) => last_error = Some(e),
         }

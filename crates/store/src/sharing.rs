@@ -496,6 +496,22 @@ impl Sharing {
         }
     }
 
+    /// Take `INIT` without waiting, and only if no other process, read-write or
+    /// read-only, has the store open: then none can arrive or read while it is held.
+    /// `None` if another process holds `INIT` or has the store open.
+    pub fn try_lock_init_alone(&self) -> Result<Option<InitGuard>> {
+        if self.read_only() {
+            return Ok(None);
+        }
+        let file = self.file.try_clone().map_err(io_err("locking the store file"))?;
+        if !set_lock(&file, Kind::Exclusive, INIT, false).map_err(io_err("locking the store file"))? {
+            return Ok(None);
+        }
+        let guard = InitGuard { file };
+        let readers = locked_elsewhere(&self.file, READ_ONLY).map_err(io_err("locking the store file"))?;
+        Ok((self.alone() && !readers).then_some(guard))
+    }
+
     pub fn lock_writer(&self) -> Result<()> {
         set_lock(&self.file, Kind::Exclusive, WRITE, true)
             .map_err(io_err("locking the store for writing"))?;

@@ -36,6 +36,9 @@ struct SimState {
     /// The medium's length as of the last successful flush.
     flushed_len: u64,
     syncs_of_new_length: u64,
+    /// The shortest length the medium was cut to since the last flush: at a power cut the
+    /// cut is kept or lost, as a whole.
+    pending_cut: Option<u64>,
 }
 
 /// What happened to one unflushed write at a power cut.
@@ -154,6 +157,11 @@ impl SimDisk {
         for (offset, data) in pending {
             apply_unflushed_write(&mut image, offset, &data, rng);
         }
+        if let Some(len) = s.pending_cut.take() {
+            if rng.random_bool(0.5) {
+                image.truncate(len as usize);
+            }
+        }
         SimDisk::from_image(image)
     }
 
@@ -259,10 +267,24 @@ impl StorageIo for SimDisk {
         for (offset, data) in s.pending.drain(..) {
             write_into(&mut s.durable, offset, &data);
         }
+        // Every write is durable now, and so is the length reads see.
+        s.durable.truncate(s.current.len());
+        s.pending_cut = None;
         s.syncs += 1;
         if s.current.len() as u64 > s.flushed_len {
             s.syncs_of_new_length += 1;
             s.flushed_len = s.current.len() as u64;
+        }
+        s.flushed_len = s.flushed_len.min(s.current.len() as u64);
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let mut s = self.lock();
+        SimDisk::enter(&mut s)?;
+        if len < s.current.len() as u64 {
+            s.current.truncate(len as usize);
+            s.pending_cut = Some(s.pending_cut.map_or(len, |cut| cut.min(len)));
         }
         Ok(())
     }

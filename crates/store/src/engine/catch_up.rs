@@ -337,6 +337,15 @@ impl Shared {
                 meta.visible = meta.state.clone();
                 meta.readable = meta.state.clone();
                 meta.not_durable.clear();
+            } else if covered == meta.state.seq && self.opts.read_only {
+                // A checkpoint that gave space back may have moved pages to other slots
+                // (`give_back_space`), with the same commits; a read-only process, the one
+                // kind that may have the store open while that runs, takes the mapping it
+                // names rather than keep one naming the slots given up.
+                meta.state = Arc::new(load_checkpoint(io, &header, capacity)?);
+                meta.visible = meta.state.clone();
+                meta.readable = meta.state.clone();
+                meta.not_durable.clear();
             } else if covered < meta.state.seq {
                 return Err(Error::Corrupt(format!(
                     "checkpoint generation {} covers commit {covered}, but this process has read commit {}",

@@ -6,7 +6,58 @@ use super::{bump, lock, Meta, Shared};
 use crate::error::{Error, Result};
 use crate::format::{slot_offset, CheckpointRef, Header, LogRef};
 use crate::options::Sabotage;
+use crate::state::State;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// What a compacting checkpoint moved: slots that the previous header may still name,
+/// to be given up only once the new header is durable (or, should it fail, at the next
+/// checkpoint).
+#[derive(Default)]
+pub(super) struct Moved {
+    /// The window the chain had (its records start at the old header's `first_slot`),
+    /// and the slots of it the new one does not keep.
+    old_window: Option<(u64, u64)>,
+    left_window: Option<(u64, u64)>,
+    /// Slots the moved pages were copied from, and the slots of their copies.
+    old_page_slots: Vec<u64>,
+    copies: Vec<u64>,
+    /// The state naming the old slots (nobody saw the new one: `meta` is held).
+    old_state: Option<Arc<State>>,
+}
+
+impl Moved {
+    /// The new header is durable in both copies: nothing names the old window any more,
+    /// and the old page slots wait only for snapshots that began before the move (a
+    /// snapshot of `last_seq` may hold the state that names them).
+    fn settle(self, meta: &mut Meta, last_seq: u64) {
+        if let Some((first, end)) = self.left_window {
+            meta.alloc.release(first, end - first);
+        }
+        meta.awaiting_readers
+            .extend(self.old_page_slots.into_iter().map(|slot| (last_seq + 1, slot)));
+    }
+
+    /// The checkpoint failed: the durable header names the old window and slots, and
+    /// the chain goes on from there; the copies are given back.
+    fn give_up(self, meta: &mut Meta) {
+        if let Some((first, end)) = self.old_window {
+            if meta.head != first {
+                meta.alloc.release(meta.head, meta.window_end - meta.head);
+            }
+            meta.head = first;
+            meta.window_end = end;
+        }
+        for slot in self.copies {
+            meta.alloc.release(slot, 1);
+        }
+        if let Some(state) = self.old_state {
+            meta.state = state.clone();
+            meta.visible = state.clone();
+            meta.readable = state;
+        }
+    }
+}
 
 impl Shared {
     /// Write a mapping checkpoint now (also makes every sequenced commit durable).
@@ -14,7 +65,40 @@ impl Shared {
         if self.opts.read_only {
             return Err(Error::ReadOnly);
         }
-        self.checkpoint_locked(&mut self.meta())
+        self.checkpoint_giving_back(&mut self.meta())
+    }
+
+    /// A checkpoint, then the free slots at the file's end go back to the filesystem
+    /// (`give_back_space`). Not for a checkpoint that makes room: that one is followed by
+    /// an allocation.
+    pub(super) fn checkpoint_giving_back(&self, meta: &mut Meta) -> Result<()> {
+        self.with_writer(meta, |meta| {
+            self.checkpoint_locked(meta)?;
+            self.give_back_space(meta)
+        })
+    }
+
+    /// After a commit is written: when that commit superseded a quarter of the file and
+    /// the file is more than twice what the mapping holds (a large delete, VACUUM; not the
+    /// many small commits of an update load, which checkpoints by policy serve), checkpoint now and give the file's free end back, rather than at
+    /// the next checkpoint by policy or at close. Only a process owning every free slot
+    /// does (the only one that shrinks the file).
+    pub(super) fn give_back_after_commit(&self) -> Result<()> {
+        let mut meta = self.meta();
+        if !meta.owns_all_slots || meta.growing_ahead {
+            return Ok(());
+        }
+        let capacity = meta.alloc.capacity();
+        let superseded = std::mem::take(&mut meta.last_commit_superseded);
+        let live: u64 = meta.state.files.values().map(|f| f.pages.len() as u64).sum();
+        let keep = self.opts.growth_slots(live, 0);
+        if superseded * 4 < capacity || superseded < keep || capacity < 2 * live + 2 * keep {
+            return Ok(());
+        }
+        self.checkpoint_giving_back(&mut meta)?;
+        // Slots this process's snapshots still read are given back when the last ends.
+        meta.give_back_pending = meta.awaiting_readers.len() as u64 * 4 >= capacity;
+        Ok(())
     }
 
     /// See `Store::close`.
@@ -23,7 +107,11 @@ impl Shared {
             let mut meta = self.meta();
             self.with_writer(&mut meta, |meta| {
                 if meta.commits_since_checkpoint > 0 {
-                    self.checkpoint_locked(meta)?;
+                    self.checkpoint_giving_back(meta)?;
+                } else {
+                    // Slots readers held at the last checkpoint may be free by now.
+                    self.release_unread(meta);
+                    self.give_back_space(meta)?;
                 }
                 Ok(())
             })
@@ -40,6 +128,7 @@ impl Shared {
         };
         let init = s.lock_init();
         let last = init.is_ok() && s.alone();
+        self.closing_alone.store(last, Ordering::Relaxed);
         let checkpointed = if last {
             // Alone now: a process that joined owns only the slots it grew; take them all,
             // as recovery would, rather than grow the file for the checkpoint.
@@ -94,20 +183,28 @@ impl Shared {
     /// flushed again, and only then are slots freed. A crash leaves an intact copy of the
     /// newest durable header, and damage to either copy later costs nothing.
     pub(super) fn checkpoint_locked(&self, meta: &mut Meta) -> Result<()> {
-        self.with_writer(meta, |meta| self.checkpoint_holding_writer(meta))?;
+        self.with_writer(meta, |meta| self.checkpoint_holding_writer(meta, false))?;
         // What the checkpoint frees may be reused once readers let go: tell the other
         // processes how far this one's readers really are (raised lazily in between).
         let _ = self.publish_exact_pin(meta);
         Ok(())
     }
 
-    fn checkpoint_holding_writer(&self, meta: &mut Meta) -> Result<()> {
+    /// `compact`: also move the chain's window and the pages in the file's upper part to
+    /// the lowest free slots (`compact_into_low_slots`), so that the end of the file can be
+    /// given back. Only for a process alone with the store (`give_back_space`).
+    pub(super) fn checkpoint_holding_writer(&self, meta: &mut Meta, compact: bool) -> Result<()> {
         let last_seq = meta.state.seq;
         self.wait_all_written(last_seq)?;
         // The checkpoint names pages of every commit so far. A power cut may persist the
         // writes since the last flush in any order, so those pages must be durable before
         // the header that names them can be.
         self.make_durable(meta, last_seq)?;
+        let moved = if compact {
+            self.compact_into_low_slots(meta)?
+        } else {
+            Moved::default()
+        };
         let (blob, blob_crc) = meta.state.encode_checkpoint();
         let blob_slots = (blob.len() as u64).div_ceil(self.page_size).max(1);
         let extents = self.alloc_extents(meta, blob_slots)?;
@@ -156,6 +253,9 @@ impl Shared {
             for (first, n) in extents {
                 meta.alloc.release(first, n);
             }
+            // The moved pages' copies are named by nothing durable; the state in memory
+            // names them, so they stay (the old slots wait as superseded ones do).
+            moved.give_up(meta);
             return Err(e);
         }
         if let Err(e) = self.io.sync_data() {
@@ -192,6 +292,7 @@ impl Shared {
             }
         }
         meta.header = header;
+        moved.settle(meta, last_seq);
         if publish_late {
             // Unpublished, another writer could extend the old chain: stop here instead.
             if let Err(e) = self.publish_progress(meta, header.generation, last_seq) {
@@ -201,6 +302,108 @@ impl Shared {
         }
         self.rebase_on_checkpoint(meta, header.log.seed);
         Ok(())
+    }
+
+    /// Before a compacting checkpoint writes its mapping: give the chain a window at the
+    /// lowest free run, and copy each page held in a slot past the room the store needs
+    /// (its live slots, the reserve, a growth step) into the lowest free slot, so that the
+    /// file's end is free. The copies are made durable by the checkpoint's first flush,
+    /// before the header that names them; the old slots are freed only after both header
+    /// copies are durable (`Moved::settle`), so a crash anywhere recovers the previous
+    /// checkpoint and its slots unchanged. Content, checksums and each page's sequence
+    /// number stay as they were: only where the page lives changes, for snapshots taken
+    /// from now on (older ones read the old slots, kept for them).
+    fn compact_into_low_slots(&self, meta: &mut Meta) -> Result<Moved> {
+        let mut moved = Moved::default();
+        if !meta.unpublished.is_empty()
+            || !meta.not_durable.is_empty()
+            || meta.visible.seq != meta.state.seq
+            || meta.readable.seq != meta.state.seq
+        {
+            return Ok(moved);
+        }
+        let (head, end) = (meta.head, meta.window_end);
+        let window = end.saturating_sub(head);
+        // Slots that wait for readers will be free (the store is cut only after they are).
+        let room = self.live_slots(meta) + self.opts.growth_slots(0, 0);
+        // The window: a new one at the lowest free run, if that is lower, sized for the
+        // store as it will be (a window taken when the file was large, or after a large
+        // commit, may be a quarter of it or as large as that commit).
+        let want = window.min(self.compacted_window(meta));
+        if window > want || end > room {
+            moved.old_window = Some((head, end));
+            match meta.alloc.take_run(want) {
+                Some(first) if first < head => {
+                    moved.left_window = Some((head, end));
+                    meta.head = first;
+                    meta.window_end = first + want;
+                }
+                other => {
+                    if let Some(first) = other {
+                        meta.alloc.release(first, want);
+                    }
+                    // Where it is, shortened.
+                    moved.left_window = Some((head + want, end));
+                    meta.window_end = head + want;
+                }
+            }
+        }
+        let mut state = (*meta.state).clone();
+        let mut page = vec![0u8; self.page_size as usize];
+        let files: Vec<u32> = state.files.keys().copied().collect();
+        for id in files {
+            let Some(file) = state.files.get_mut(&id) else {
+                continue;
+            };
+            let high: Vec<u64> = file
+                .pages
+                .iter()
+                .filter(|(_, e)| e.slot != crate::format::NO_SLOT && e.slot >= room)
+                .map(|(&n, _)| n)
+                .collect();
+            for n in high {
+                let Some(entry) = file.pages.get_mut(&n) else {
+                    continue;
+                };
+                let Some(to) = meta.alloc.take_run(1) else {
+                    break;
+                };
+                if to >= entry.slot {
+                    meta.alloc.release(to, 1);
+                    continue;
+                }
+                let copied = self.read_slot(entry.slot, &mut page).and_then(|()| {
+                    self.write_counted(&page, slot_offset(to, self.page_size), "moving a page")
+                });
+                if let Err(e) = copied {
+                    meta.alloc.release(to, 1);
+                    moved.give_up(meta);
+                    return Err(e);
+                }
+                moved.old_page_slots.push(entry.slot);
+                moved.copies.push(to);
+                entry.slot = to;
+            }
+        }
+        if !moved.old_page_slots.is_empty() {
+            // The checkpoint names the copies by their checksums, which recovery does not
+            // check for a checkpoint's pages (only for a record's): they must be durable
+            // before the header that names them is written, not merely flushed with it.
+            if self.opts.sabotaged(Sabotage::MovedPagesUnflushed) {
+                // (negative control)
+            } else if let Err(e) = self.io.sync_data() {
+                self.poison(format!("flushing moved pages failed: {e}"));
+                moved.give_up(meta);
+                return Err(Error::io("flushing moved pages", e));
+            }
+            bump(&self.counters.flushes, 1);
+            moved.old_state = Some(meta.state.clone());
+            let state = Arc::new(state);
+            meta.state = state.clone();
+            meta.visible = state.clone();
+            meta.readable = state;
+        }
+        Ok(moved)
     }
 
     /// A durable checkpoint became the chain's base, written by this process or read from

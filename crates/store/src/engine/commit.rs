@@ -158,6 +158,9 @@ impl Shared {
         // A step that fails to grow is tried again inside a later commit, which reports it;
         // a failed flush has poisoned the store, and this commit's wait says so.
         let _ = self.grow_ahead(sequenced.record_slots + pages.len() as u64);
+        // Space a large delete or VACUUM freed goes back now; a failure here is the
+        // checkpoint's (a failed flush poisoned the store, and this commit's wait says so).
+        let _ = self.give_back_after_commit();
         Ok(PendingCommit::sequenced(self.clone(), seq))
     }
 

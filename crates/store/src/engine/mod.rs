@@ -159,6 +159,7 @@ struct Counters {
     pub write_calls: AtomicU64,
     pub bytes_preallocated: AtomicU64,
     pub growths: AtomicU64,
+    pub bytes_returned: AtomicU64,
     pub growths_holding_locks: AtomicU64,
     pub flushes: AtomicU64,
     pub flush_micros: AtomicU64,
@@ -204,6 +205,9 @@ pub(crate) struct Shared {
     stopped_by: Option<String>,
     /// This process has left the processes sharing the store (closed).
     departed: AtomicBool,
+    /// `close` holds `INIT` and found no other process: a checkpoint may shorten the file
+    /// without taking `INIT` (`give_back_space`).
+    closing_alone: AtomicBool,
     writer: Mutex<WriterClaims>,
     /// The background flush of commits shown before they were durable.
     deferred: Arc<deferred::Deferred>,
@@ -292,6 +296,11 @@ pub(crate) struct Meta {
     /// A growth step claimed by `grow_ahead` is being flushed (its slots are in the
     /// allocator's capacity but not free until the flush returns).
     pub growing_ahead: bool,
+    /// A commit freed much of the file while snapshots still read it: the last snapshot
+    /// to end gives the file's free end back (`give_back_space`).
+    pub give_back_pending: bool,
+    /// Slots the last commit sequenced superseded (a large delete or VACUUM: many).
+    pub last_commit_superseded: u64,
 }
 
 /// Group-commit state: which records are written, which are durable, who is flushing.
@@ -439,6 +448,8 @@ impl Shared {
             owns_all_slots: !joined,
             grown_here: 0,
             growing_ahead: false,
+            give_back_pending: false,
+            last_commit_superseded: 0,
             // A read-only process arrives pinning everything (see `Sharing::arrive`).
             pin: if sharing.as_ref().is_some_and(|s| s.read_only()) {
                 0
@@ -475,6 +486,7 @@ impl Shared {
             sharing,
             stopped_by,
             departed: AtomicBool::new(false),
+            closing_alone: AtomicBool::new(false),
             deferred: Arc::new(deferred::Deferred::new(opts)),
             recent_pages: Mutex::default(),
         };
@@ -539,6 +551,7 @@ impl Shared {
             write_calls: get(&c.write_calls),
             bytes_preallocated: get(&c.bytes_preallocated),
             growths: get(&c.growths),
+            bytes_returned: get(&c.bytes_returned),
             growths_holding_locks: get(&c.growths_holding_locks),
             flushes: get(&c.flushes),
             flush_micros: get(&c.flush_micros),
@@ -639,6 +652,14 @@ impl Shared {
                 let due = self.sharing.is_none() || meta.snapshot_ends.is_multiple_of(RELEASE_CHECK_EVERY);
                 if due {
                     self.release_unread(&mut meta);
+                }
+                if meta.give_back_pending && meta.snapshots.is_empty() {
+                    meta.give_back_pending = false;
+                    // Best effort: space not given back now goes at the next checkpoint.
+                    let _ = self.with_writer(&mut meta, |meta| {
+                        self.release_unread(meta);
+                        self.give_back_space(meta)
+                    });
                 }
             }
         }

@@ -116,11 +116,9 @@ impl Shared {
                 next_end,
             })
         })();
-        // Commits that add pages keep the reserve; others may use it. Then the new state.
+        // Commits that add pages (write more than they supersede) keep the reserve; others,
+        // a delete or an update on a full disk, may use it. Then the new state.
         let prepared = placed.and_then(|placement| {
-            if pages > 0 {
-                self.keep_reserve(meta)?;
-            }
             for (&index, &slot) in buffered.iter().zip(&placement.page_slots) {
                 if let Some(Op::Page { slot: s, .. }) = ops.get_mut(index) {
                     *s = slot;
@@ -129,6 +127,10 @@ impl Shared {
             let mut next_state = (*meta.state).clone();
             let mut superseded = Vec::new();
             next_state.apply(&ops, seq, page_size, &mut superseded)?;
+            if pages > superseded.len() as u64 {
+                self.keep_reserve(meta)?;
+            }
+            meta.last_commit_superseded = superseded.len() as u64;
             // Other processes learn that the chain is about to reach `seq` before its record
             // is written (they verify what they read); the next writer then needs to read
             // the chain only when this says there is something new.

@@ -9,6 +9,7 @@ use crate::io::StorageIo;
 use crate::options::Sabotage;
 use crate::recovery::recover;
 use crate::sharing::NO_PIN;
+use std::sync::atomic::Ordering;
 
 /// The longest a commit waits for a step grown ahead before it may grow one itself.
 const GROWTH_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
@@ -414,6 +415,112 @@ impl Shared {
         }
         bump(&self.counters.flushes, 1);
         Ok(())
+    }
+
+    /// After a checkpoint (holding the write lock): give the free slots at the file's end
+    /// back to the filesystem, keeping the reserve and one growth step's room free, so
+    /// that large deletes and VACUUM shrink the file. Only a process alone with the store
+    /// (no other process has it open, read-only ones included, and none can arrive: `INIT`
+    /// is held) that owns every free slot and knows every slot of the file does it, so no
+    /// slot another process may read, write or hand out is cut. Every slot cut is free:
+    /// named by neither header copy (both name the checkpoint just made durable), nor by
+    /// a record after it, nor by the window reserved for the next records, and no snapshot
+    /// reads it (`release_unread`). So a crash that keeps or loses the cut recovers the same
+    /// state, and the flush that follows makes the new length durable before any commit,
+    /// whose flush then carries no change of length.
+    pub(super) fn give_back_space(&self, meta: &mut Meta) -> Result<()> {
+        if self.opts.read_only || !meta.owns_all_slots || meta.growing_ahead {
+            return Ok(());
+        }
+        let Some(slack) = self.worth_giving_back(meta) else {
+            return Ok(());
+        };
+        let _init = match &self.sharing {
+            Some(s) if !self.closing_alone.load(Ordering::Relaxed) => match s.try_lock_init_alone()? {
+                Some(guard) => Some(guard),
+                None => return Ok(()),
+            },
+            _ => None,
+        };
+        if self.file_capacity()? != meta.alloc.capacity() {
+            return Ok(());
+        }
+        if self
+            .cut_point(meta, slack)
+            .is_none_or(|cut| cut > self.compacted_size(meta) + slack)
+        {
+            // Live slots in the file's upper part (the chain's window, pages written while
+            // superseded slots waited for a checkpoint): move them down first.
+            self.checkpoint_holding_writer(meta, true)?;
+        }
+        let Some(new_capacity) = self.cut_point(meta, slack) else {
+            return Ok(());
+        };
+        let len = slot_offset(new_capacity, self.page_size);
+        match self.io.set_len(len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => return Ok(()),
+            Err(e) => return Err(Error::io("shortening the store file", e)),
+        }
+        // The slots are gone from the file whether or not this flush completes.
+        let cut = meta.alloc.shrink_to(new_capacity);
+        meta.grown_here = meta.grown_here.saturating_sub(cut);
+        if let Err(e) = self.io.sync_data() {
+            self.poison(format!("flushing the shortened store file failed: {e}"));
+            return Err(Error::io("flushing the shortened store file", e));
+        }
+        bump(&self.counters.flushes, 1);
+        bump(&self.counters.bytes_returned, cut * self.page_size);
+        Ok(())
+    }
+
+    /// The room kept free when the file shrinks beyond the reserve: the smallest growth
+    /// step (`growth_step`), so that a store that shrinks and grows back by a little does
+    /// not alternate the two, and the overhead stays fixed, not a share of the store. Some
+    /// if the free slots, with the part of the chain's window a compacted store would not
+    /// keep, leave at least twice that to give back.
+    fn worth_giving_back(&self, meta: &Meta) -> Option<u64> {
+        let slack = self.opts.growth_slots(0, 0);
+        let window = meta.window_end.saturating_sub(meta.head);
+        let reclaimable = meta.alloc.free_count() + window.saturating_sub(self.compacted_window(meta));
+        (reclaimable >= self.reserve(meta) + 2 * slack).then_some(slack)
+    }
+
+    /// Live slots but the chain's window and the slots waiting for readers (free soon).
+    pub(super) fn live_slots(&self, meta: &Meta) -> u64 {
+        let window = meta.window_end.saturating_sub(meta.head);
+        (meta.alloc.capacity() - meta.alloc.free_count())
+            .saturating_sub(window + meta.awaiting_readers.len() as u64)
+    }
+
+    /// The window a compacting checkpoint gives the chain: sized for the store it leaves,
+    /// and at most the smallest growth step, so that the fixed overhead stays small (a
+    /// commit that needs more takes a new window, as any does).
+    pub(super) fn compacted_window(&self, meta: &Meta) -> u64 {
+        let live = self.live_slots(meta);
+        let slack = self.opts.growth_slots(0, 0);
+        self.opts.window_slots(live + slack).min(slack).max(2)
+    }
+
+    /// About the slots a compacting checkpoint would leave: the live ones but the
+    /// window, a window sized for them, the reserve and a growth step free.
+    fn compacted_size(&self, meta: &Meta) -> u64 {
+        self.live_slots(meta)
+            + self.compacted_window(meta)
+            + self.opts.growth_slots(0, 0)
+            + self.reserve(meta)
+    }
+
+    /// Where to cut the file: after its last live slot, keeping the reserve and `slack`
+    /// free; `None` if that would give back less than `slack`.
+    fn cut_point(&self, meta: &Meta, slack: u64) -> Option<u64> {
+        let capacity = meta.alloc.capacity();
+        let keep = self.reserve(meta) + slack;
+        let new_capacity = meta
+            .alloc
+            .free_tail_start()
+            .max(capacity.saturating_sub(meta.alloc.free_count().saturating_sub(keep)));
+        (capacity.saturating_sub(new_capacity) >= slack).then_some(new_capacity)
     }
 
     /// The flushed step `old..new` becomes free slots of this process.

@@ -162,12 +162,18 @@ pub(super) fn store_err<'a>(
     }
 }
 
-/// For a commit that failed or whose flush failed: `SQLITE_IOERR_FSYNC` whatever the cause
-/// (as before this logging; a full disk is not singled out here), with the reason logged.
+/// For a commit that failed or whose flush failed: `SQLITE_FULL` when the store could not
+/// grow for it (the medium is full; the commit was refused before it was given a place in
+/// the chain, so nothing of it is written and every earlier commit stands, as stock SQLite's
+/// "database or disk is full"), else `SQLITE_IOERR_FSYNC`, with the reason logged.
 pub(super) fn commit_err<'a>(api: &'a ApiTable, what: &'a str) -> impl Fn(CommitError) -> c_int + 'a {
     move |e| {
-        api.log(SQLITE_IOERR_FSYNC, &format!("onesync: {what}: {}", e.error));
-        SQLITE_IOERR_FSYNC
+        let code = match (&e.error, e.seq) {
+            (StoreError::NoSpace, None) => crate::ffi::SQLITE_FULL,
+            _ => SQLITE_IOERR_FSYNC,
+        };
+        api.log(code, &format!("onesync: {what}: {}", e.error));
+        code
     }
 }
 
@@ -450,6 +456,7 @@ pub(super) fn stats_json(open: &OpenStore) -> String {
         "write_calls": s.write_calls,
         "bytes_preallocated": s.bytes_preallocated,
         "growths": s.growths,
+        "bytes_returned": s.bytes_returned,
         "growths_holding_locks": s.growths_holding_locks,
         "flushes": s.flushes,
         "flush_micros": s.flush_micros,

@@ -124,6 +124,11 @@ pub enum Cmd {
     /// ... until COMMIT, which must go through (no conflict: the tables are apart). Only
     /// `integrity_check` sees these rows; they are not acknowledged transfers.
     CommitGrow,
+    /// About 900 KiB of rows added to this process's `grow_` table in one transaction, then
+    /// DELETE of every row of it and VACUUM: a commit that supersedes most of the store, after which a process alone with the store
+    /// moves what is left down and cuts the file's free end off (the store's
+    /// `give_back_space`).
+    Shrink,
 }
 
 impl fmt::Display for Cmd {
@@ -143,6 +148,7 @@ impl fmt::Display for Cmd {
             Cmd::Commit => write!(f, "commit"),
             Cmd::BeginGrow => write!(f, "begin-grow"),
             Cmd::CommitGrow => write!(f, "commit-grow"),
+            Cmd::Shrink => write!(f, "shrink"),
         }
     }
 }
@@ -557,6 +563,7 @@ pub fn all() -> Vec<Scenario> {
         },
         growth(None),
         growth_large(None),
+        shrink(),
         concurrent(
             "concurrent-writers",
             "two concurrent writers (onesync_concurrent), synchronous=FULL: overlapping \
@@ -651,6 +658,45 @@ fn growth_large(sabotage: Option<&'static str>) -> Scenario {
         about: "growth on a file past max_growth_step: large steps ahead of need",
         max_growth_step: Some(64 << 10),
         ..growth(sabotage)
+    }
+}
+
+/// Space given back: A and B grow the store with rows of their own, B closes, A adds and
+/// deletes about 900 KiB of rows and VACUUMs alone, then closes and opens again (a
+/// checkpoint moves the window and the pages left to the lowest slots, flushes them, and
+/// truncates the file), B opens again and both commit transfers into the shortened file;
+/// then they die.
+fn shrink() -> Scenario {
+    let (a, b) = (0, 1);
+    let mut script = vec![(a, Cmd::Open), (b, Cmd::Open)];
+    for _ in 0..3 {
+        script.extend([(a, Cmd::BeginGrow), (a, Cmd::CommitGrow)]);
+        script.extend([(b, Cmd::Xfer(1))]);
+    }
+    script.extend([
+        (b, Cmd::Close),
+        (a, Cmd::Shrink),
+        // Closing alone, A checkpoints and gives the space back (if the VACUUM's commit
+        // did not already).
+        (a, Cmd::Reopen),
+        (b, Cmd::Open),
+        (b, Cmd::Xfer(1)),
+        (a, Cmd::Xfer(1)),
+    ]);
+    Scenario {
+        name: "shrink",
+        about: "two processes; one deletes most of the store and VACUUMs alone, which moves \
+                what is left down and truncates the file; both commit after it",
+        procs: vec![
+            concurrent_writer('A', Sync::Full),
+            concurrent_writer('B', Sync::Full),
+        ],
+        script,
+        victims: vec![a, b],
+        end: End::Kill,
+        sabotage: None,
+        checkpoint_interval: 1000,
+        max_growth_step: None,
     }
 }
 

@@ -29,6 +29,10 @@ use crate::workloads::bank;
 /// Bytes of each row `begin-grow` appends: more than a 4 KiB page holds, so each row adds
 /// a leaf cell and an overflow page (pointers the relocation must rewrite).
 const GROW_ROW: usize = 6000;
+/// Rows of `GROW_ROW` bytes `shrink` adds before it deletes them all and VACUUMs: about
+/// 900 KiB, several of the explorer's 256 KiB growth steps, so that the delete supersedes
+/// most of the store and the store gives the space back.
+const SHRINK_ROWS: usize = 150;
 
 #[derive(clap::Args, Debug)]
 pub struct WorkerArgs {
@@ -151,6 +155,30 @@ impl Worker<'_> {
             "commit" => self.commit(),
             "begin-grow" => Ok(self.conn()?.execute_batch(&self.grow_statements())?),
             "commit-grow" => self.commit_grow(),
+            "shrink" => {
+                // A process stopped at a crash point may hold a lock: then there is nothing
+                // to shrink in this run (the grow rows are not acknowledged transfers).
+                let conn = self.conn()?;
+                let table = format!("grow_{}", self.args.name);
+                let fill = format!(
+                    "CREATE TABLE IF NOT EXISTS {table}(pad BLOB NOT NULL);
+                     INSERT INTO {table} SELECT randomblob({GROW_ROW}) FROM
+                       (WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < {SHRINK_ROWS})
+                        SELECT i FROM c);"
+                );
+                let shrunk = conn
+                    .execute_batch(&fill)
+                    .and_then(|()| conn.execute_batch(&format!("DELETE FROM {table}; VACUUM;")));
+                match shrunk {
+                    Err(e) if crate::sqlite::is_busy(&e) => {
+                        if !conn.is_autocommit() {
+                            conn.execute_batch("ROLLBACK")?;
+                        }
+                        print_line("shrink busy")
+                    }
+                    done => Ok(done?),
+                }
+            }
             "checkpoint" => {
                 let base = Options {
                     #[cfg(feature = "test-hooks")]
