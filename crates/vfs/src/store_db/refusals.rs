@@ -24,7 +24,6 @@
 
 use std::ffi::c_int;
 use std::io::Read;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -115,12 +114,10 @@ pub(crate) fn open_refusal(api: &ApiTable, db: Connection) -> Option<(c_int, Str
         return None;
     }
     let path = api.main_db_filename(db)?;
-    // A store this VFS has open under that name: a connection in shared-cache mode shares
-    // the other connection's file (SQLite opens nothing, so this VFS never sees it).
-    if matches!(
-        crate::names::owner_of_database(path.as_os_str().as_bytes()),
-        Some(crate::names::Owner::Store(_))
-    ) {
+    // A connection in shared-cache mode shares another connection's file, which may be a
+    // store of this VFS (SQLite opens nothing, so this VFS never sees it): asked which VFS
+    // its file is open with, SQLite answers this one.
+    if api.main_db_vfs_is(db, c"onesync") == Some(true) {
         return None;
     }
     is_store_file(&path).then(|| (SQLITE_NOTADB, opened_without_vfs_message(&path)))

@@ -9,10 +9,10 @@
 use std::ffi::{c_char, c_int, CStr, CString};
 
 use super::ffi::{
-    sqlite3_api_routines, AutoExtensionFn, ConnectionInitFn, CreateModuleV2Fn, DbFilenameFn, DeclareVtabFn,
-    FreeFn, LibversionNumberFn, LogFn, MallocFn, ResultBlobFn, ResultDoubleFn, ResultInt64Fn, ResultNullFn,
-    ResultTextFn, UriParameterFn, ValueBlobFn, ValueBytesFn, ValueDoubleFn, ValueInt64Fn, ValueTextFn,
-    ValueTypeFn, VfsFindFn, VfsRegisterFn, VtabConfigFn, VtabOnConflictFn,
+    sqlite3_api_routines, sqlite3_vfs, AutoExtensionFn, ConnectionInitFn, CreateModuleV2Fn, DbFilenameFn,
+    DeclareVtabFn, FileControlFn, FreeFn, LibversionNumberFn, LogFn, MallocFn, ResultBlobFn, ResultDoubleFn,
+    ResultInt64Fn, ResultNullFn, ResultTextFn, UriParameterFn, ValueBlobFn, ValueBytesFn, ValueDoubleFn,
+    ValueInt64Fn, ValueTextFn, ValueTypeFn, VfsFindFn, VfsRegisterFn, VtabConfigFn, VtabOnConflictFn,
 };
 use super::handles::{Connection, SqliteName};
 use super::traits::RegisterError;
@@ -51,6 +51,8 @@ pub struct VtabRoutines {
     pub vtab_config: Option<VtabConfigRoutine>,
     /// `sqlite3_db_filename` (3.7.10+): the default file next to the database.
     pub db_filename: Option<DbFilenameFn>,
+    /// `sqlite3_file_control` (3.5+): which VFS a connection's main database is open with.
+    pub file_control: Option<FileControlFn>,
 }
 
 /// The SQLite routines this crate calls, all taken from one SQLite library.
@@ -272,6 +274,30 @@ impl ApiTable {
         unsafe { (self.vfs_register)(vfs, 1) }
     }
 
+    /// Whether connection `conn`'s main database is open with the VFS called `name`
+    /// (`SQLITE_FCNTL_VFS_POINTER`: a connection in shared-cache mode has the file of the
+    /// connection it shares). `None`: this SQLite lacks the routine, or the connection has
+    /// no file.
+    pub(crate) fn main_db_vfs_is(&self, conn: Connection, name: &CStr) -> Option<bool> {
+        let file_control = self.vtab().and_then(|v| v.file_control)?;
+        let mut vfs: *mut sqlite3_vfs = std::ptr::null_mut();
+        // SAFETY: `conn` is a connection of this SQLite that its caller is being run for (an
+        // auto-extension entry point); SQLite writes one `sqlite3_vfs` pointer to the out
+        // argument, which outlives the call.
+        let rc = unsafe {
+            file_control(
+                conn.as_ptr(),
+                c"main".as_ptr(),
+                super::ffi::SQLITE_FCNTL_VFS_POINTER,
+                (&raw mut vfs).cast(),
+            )
+        };
+        // SAFETY: this SQLite's `sqlite3_vfs_find`; `name` is NUL-terminated. The pointers
+        // are only compared.
+        let named = unsafe { (self.vfs_find)(name.as_ptr()) };
+        (rc == super::ffi::SQLITE_OK && !vfs.is_null()).then(|| vfs == named)
+    }
+
     /// `sqlite3_db_filename(conn, "main")` as a path, if this SQLite has the routine and
     /// the main database is a file.
     pub(crate) fn main_db_filename(&self, conn: Connection) -> Option<std::path::PathBuf> {
@@ -340,6 +366,7 @@ fn vtab_routines(api: &sqlite3_api_routines) -> Option<VtabRoutines> {
         vtab_on_conflict: api.vtab_on_conflict,
         vtab_config: api.vtab_config.map(VtabConfigRoutine::Variadic),
         db_filename: api.db_filename,
+        file_control: api.file_control,
     })
 }
 
@@ -441,6 +468,10 @@ macro_rules! __vtab_routines_from_sys {
             // SAFETY: see above.
             unsafe { $($sys)::+::sqlite3_db_filename(db.cast(), schema) }
         }
+        unsafe extern "C" fn file_control(db: *mut c_void, schema: *const c_char, op: c_int, arg: *mut c_void) -> c_int {
+            // SAFETY: see above.
+            unsafe { $($sys)::+::sqlite3_file_control(db.cast(), schema, op, arg) }
+        }
         unsafe extern "C" fn free(p: *mut c_void) {
             // SAFETY: see above.
             unsafe { $($sys)::+::sqlite3_free(p) }
@@ -517,6 +548,7 @@ macro_rules! __vtab_routines_from_sys {
             vtab_on_conflict: Some(vtab_on_conflict),
             vtab_config: Some($crate::VtabConfigRoutine::OneInt(vtab_config)),
             db_filename: Some(db_filename),
+            file_control: Some(file_control),
         }
     }};
 }

@@ -138,6 +138,8 @@ pub type VtabConfigFn = unsafe extern "C" fn(*mut c_void, c_int, ...) -> c_int;
 pub type VtabOnConflictFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 /// `sqlite3_db_filename`.
 pub type DbFilenameFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *const c_char;
+/// `sqlite3_file_control`.
+pub type FileControlFn = unsafe extern "C" fn(*mut c_void, *const c_char, c_int, *mut c_void) -> c_int;
 /// `sqlite3_auto_extension`; its argument is a `void(*)(void)` in C, taken
 /// here as an untyped pointer (an entry point cast to it).
 pub type AutoExtensionFn = unsafe extern "C" fn(*const c_void) -> c_int;
@@ -309,7 +311,7 @@ pub struct sqlite3_api_routines {
     /* 124 */ pub blob_read: Slot,
     /* 125 */ pub blob_write: Slot,
     /* 126 */ pub create_collation_v2: Slot,
-    /* 127 */ pub file_control: Slot,
+    /* 127 */ pub file_control: Option<FileControlFn>,
     /* 128 */ pub memory_highwater: Slot,
     /* 129 */ pub memory_used: Slot,
     /* 130 */ pub mutex_alloc: Slot,
@@ -465,6 +467,8 @@ pub const SQLITE_FCNTL_PRAGMA: c_int = 14;
 pub const SQLITE_FCNTL_SYNC: c_int = 21;
 pub const SQLITE_FCNTL_COMMIT_PHASETWO: c_int = 22;
 pub const SQLITE_FCNTL_PDB: c_int = 30;
+/// `sqlite3_file_control` answers it with the `sqlite3_vfs` of the database's file.
+pub const SQLITE_FCNTL_VFS_POINTER: c_int = 27;
 /// Asks whether the database file was renamed or deleted since it was opened (an `int*`).
 pub const SQLITE_FCNTL_HAS_MOVED: c_int = 20;
 /// Asks for the file's lock level (an `int*`; SQLite's debug and test builds).
