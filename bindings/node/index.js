@@ -90,6 +90,17 @@ function refusal(file, kind) {
         ? null
         : [`onesync: cannot create ${full}: the directory ${dir} does not exist`, 'SQLITE_CANTOPEN'];
     }
+    case 'empty':
+      // With onesync only the default VFS (all better-sqlite3 allows), SQLite keeps an
+      // existing empty file the empty plain database it is: another connection, of this
+      // process or another, may have it open, and turning it into a store under that
+      // connection would lose what it writes. So no store is made of it here.
+      return [
+        `onesync: ${full} is an empty file, which SQLite opens as an empty plain database ` +
+          `(another connection may have it open): give open() a new path for a store, or ` +
+          `remove the file first`,
+        'SQLITE_CANTOPEN',
+      ];
     case 'plain':
       return [notAStore('it is a plain SQLite database'), 'SQLITE_NOTADB'];
     case 'other':
@@ -109,8 +120,9 @@ let madeDefault = false;
  * refuses, with SQLite's code and the VFS's reason (a better-sqlite3 SqliteError): a
  * directory, a missing directory, a plain SQLite file (which would otherwise open as
  * plain: `onesync import` or `VACUUM INTO` makes a store of it) or any other file that is
- * no store. An existing empty file becomes a store, as through the URI form (SQLite treats
- * an empty file as a new database).
+ * no store. An existing empty file is refused too (`SQLITE_CANTOPEN`): with onesync only
+ * the default VFS, SQLite keeps it the empty plain database it is, which another
+ * connection may have open.
  */
 function open(file, options) {
   if (typeof file !== 'string' || file === '' || file === ':memory:') {
