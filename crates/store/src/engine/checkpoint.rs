@@ -34,7 +34,7 @@ impl Moved {
         if let Some((first, end)) = self.left_window {
             meta.alloc.release(first, end - first);
         }
-        meta.awaiting_readers
+        meta.moved_awaiting_readers
             .extend(self.old_page_slots.into_iter().map(|slot| (last_seq + 1, slot)));
     }
 
@@ -97,7 +97,8 @@ impl Shared {
         }
         self.checkpoint_giving_back(&mut meta)?;
         // Slots this process's snapshots still read are given back when the last ends.
-        meta.give_back_pending = meta.awaiting_readers.len() as u64 * 4 >= capacity;
+        let waiting = meta.awaiting_readers.len() + meta.moved_awaiting_readers.len();
+        meta.give_back_pending = waiting as u64 * 4 >= capacity;
         Ok(())
     }
 

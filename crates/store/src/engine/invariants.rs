@@ -132,7 +132,9 @@ fn check(meta: &Meta, flush: Option<&FlushState>, unshared: bool) -> Result<(), 
         ));
     }
     let waiting = meta.awaiting_checkpoint.iter().rev().take(SLOTS_CHECKED);
-    let waiting = waiting.chain(meta.awaiting_readers.iter().rev().take(SLOTS_CHECKED));
+    let waiting = waiting
+        .chain(meta.awaiting_readers.iter().rev().take(SLOTS_CHECKED))
+        .chain(meta.moved_awaiting_readers.iter().rev().take(SLOTS_CHECKED));
     if let Some((at, slot)) = waiting.clone().find(|(_, slot)| meta.alloc.is_free(*slot)) {
         return Err(format!(
             "invariant 6: slot {slot}, superseded at {at}, is free while it waits"

@@ -48,6 +48,8 @@
 //!    is durable in both header copies, then in `awaiting_readers` until no snapshot of any
 //!    process reads a commit before `s`; only then is it free. So every `awaiting_readers`
 //!    entry has `s <= header.checkpoint.seq`, and no waiting slot is free in the allocator.
+//!    (The slots a compacting checkpoint copied pages out of wait apart, in
+//!    `moved_awaiting_readers`, for the snapshots of the checkpoint's own commit.)
 //!    Checked.
 //! 7. **The chain's head is reserved.** `head < window_end`, and the slots `head ..
 //!    window_end` (where the next records and pages go), and those of the checkpoint the
@@ -271,6 +273,10 @@ pub(crate) struct Meta {
     pub awaiting_checkpoint: Vec<(u64, u64)>,
     /// (superseded at seq, slot): checkpointed, but a snapshot may still read it.
     pub awaiting_readers: Vec<(u64, u64)>,
+    /// (checkpoint's seq + 1, slot): slots a compacting checkpoint copied pages out of. The
+    /// durable checkpoint no longer names them, but a snapshot of its own commit, taken
+    /// before the move, may still read them.
+    pub moved_awaiting_readers: Vec<(u64, u64)>,
     /// Open snapshots by sequence number.
     pub snapshots: BTreeMap<u64, usize>,
     /// Snapshots ended (their last clone dropped) since the store was opened.
@@ -437,6 +443,7 @@ impl Shared {
                 .map(|s| (last, s))
                 .collect(),
             awaiting_readers: Vec::new(),
+            moved_awaiting_readers: Vec::new(),
             snapshots: BTreeMap::new(),
             snapshot_ends: 0,
             head: recovered.head,

@@ -38,6 +38,7 @@ impl Shared {
             .map(|slot| (last, slot))
             .collect();
         meta.awaiting_readers.clear();
+        meta.moved_awaiting_readers.clear();
         meta.head = recovered.head;
         meta.window_end = recovered.window_end;
         meta.prev_crc = recovered.prev_crc;
@@ -48,7 +49,7 @@ impl Shared {
     /// Give back checkpointed slots that no snapshot, of this process or another, can
     /// read any more.
     pub(super) fn release_unread(&self, meta: &mut Meta) {
-        if meta.awaiting_readers.is_empty() {
+        if meta.awaiting_readers.is_empty() && meta.moved_awaiting_readers.is_empty() {
             return;
         }
         let own = meta.snapshots.keys().next().copied().unwrap_or(NO_PIN);
@@ -60,17 +61,20 @@ impl Shared {
         let oldest_reader = own.min(others);
         let Meta {
             awaiting_readers,
+            moved_awaiting_readers,
             alloc,
             ..
         } = meta;
-        awaiting_readers.retain(|&(superseded_at, slot)| {
-            // A reader at seq s reads the slot only if it was superseded after s.
-            let still_read = oldest_reader < superseded_at;
-            if !still_read {
-                alloc.release(slot, 1);
-            }
-            still_read
-        });
+        for waiting in [awaiting_readers, moved_awaiting_readers] {
+            waiting.retain(|&(superseded_at, slot)| {
+                // A reader at seq s reads the slot only if it was superseded after s.
+                let still_read = oldest_reader < superseded_at;
+                if !still_read {
+                    alloc.release(slot, 1);
+                }
+                still_read
+            });
+        }
     }
 
     /// How many slots the file holds now.
@@ -490,7 +494,7 @@ impl Shared {
     pub(super) fn live_slots(&self, meta: &Meta) -> u64 {
         let window = meta.window_end.saturating_sub(meta.head);
         (meta.alloc.capacity() - meta.alloc.free_count())
-            .saturating_sub(window + meta.awaiting_readers.len() as u64)
+            .saturating_sub(window + (meta.awaiting_readers.len() + meta.moved_awaiting_readers.len()) as u64)
     }
 
     /// The window a compacting checkpoint gives the chain: sized for the store it leaves,
