@@ -51,13 +51,7 @@ fn vacuum_after_deleting_every_row_gives_the_space_back() {
     drop(conn);
     let closed_len = len(&path);
     let conn = open_store(&path);
-    let check: String = conn
-        .query_row("pragma integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
-    let rows: i64 = conn
-        .query_row("select count(*) from t", [], |r| r.get(0))
-        .unwrap();
+    let rows = rows_after_integrity_check(&conn);
     assert_eq!(rows, 0);
     eprintln!("10,000 rows: {full} bytes; deleted and vacuumed: {open_len} bytes open, {closed_len} closed");
     assert!(open_len < MIB, "{open_len} bytes after VACUUM, connection open");
@@ -144,15 +138,19 @@ fn a_full_filesystem_gives_sqlite_full_and_loses_nothing() {
     assert!(e.to_string().contains("database or disk is full"), "{e}");
     drop(conn);
     let conn = open_store(&path);
-    let check: String = conn
-        .query_row("pragma integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
-    let rows: i64 = conn
-        .query_row("select count(*) from t", [], |r| r.get(0))
-        .unwrap();
+    let rows = rows_after_integrity_check(&conn);
     assert_eq!(rows, acknowledged, "every acknowledged row is there");
     let deleted = conn.execute("delete from t where rowid <= 9", []).unwrap();
     assert_eq!(deleted, 9, "a small delete commits on the full filesystem");
     eprintln!("{acknowledged} rows acknowledged before SQLITE_FULL; a small delete committed");
+}
+
+/// The rows of table `t`, once `PRAGMA integrity_check` has answered ok.
+fn rows_after_integrity_check(conn: &Connection) -> i64 {
+    let check: String = conn
+        .query_row("pragma integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    conn.query_row("select count(*) from t", [], |r| r.get(0))
+        .unwrap()
 }
