@@ -73,6 +73,11 @@ pub enum Sabotage {
     /// header naming them with no flush between: a power cut may keep the header and lose
     /// a copy, whose checksum recovery does not check (a checkpoint's pages are trusted).
     MovedPagesUnflushed,
+    /// (The VFS's.) A store's journal in a transaction over several databases stays in
+    /// memory, as it does alone: the store's part of a transaction a crash interrupts
+    /// before the super-journal is deleted stays committed while the plain files' recovery
+    /// rolls theirs back.
+    StoreJournalInMemory,
     /// A checkpoint publishes its generation only after writing its header, and a writer
     /// taking the write lock trusts the side file's progress alone (the defects of issues
     /// 14 and 17): a process that died between writing a checkpoint's header and
@@ -158,12 +163,13 @@ impl Sabotage {
     /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`, `announced-flush-trusted`,
     /// `patch-ranges-by-offset`, `kept-operations-unapplied`, `checkpoint-followed-partly`,
     /// `fence-ignored`, `relocated-pointer-missed`, `stalled-retry-unflushed`,
-    /// `moved-pages-unflushed`), if any.
+    /// `moved-pages-unflushed`, `store-journal-in-memory`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
             Ok("skipped-flush") => Some(Sabotage::SkippedFlush),
             Ok("moved-pages-unflushed") => Some(Sabotage::MovedPagesUnflushed),
+            Ok("store-journal-in-memory") => Some(Sabotage::StoreJournalInMemory),
             Ok("lazy-growth") => Some(Sabotage::LazyGrowth),
             Ok("growth-flush-failure-ignored") => Some(Sabotage::GrowthFlushFailureIgnored),
             Ok("no-read-validation") => Some(Sabotage::NoReadValidation),

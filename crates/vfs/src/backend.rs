@@ -59,6 +59,11 @@ pub trait MainDbFactory: Send + Sync {
     fn journal_route(&self, _name: &[u8]) -> Option<JournalRoute> {
         None
     }
+    /// For a journal routed [`JournalRoute::Private`]: whether it is on disk all the same
+    /// and may be hot (a store's, left by a crash in a transaction over several databases).
+    fn private_journal_on_disk(&self, _name: &[u8]) -> bool {
+        false
+    }
     /// Opens a rollback journal or super-journal itself; `None`: the VFS's own rule.
     fn open_journal(&self, _req: &OpenRequest) -> Option<IoResult<Opened>> {
         None

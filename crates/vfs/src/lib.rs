@@ -13,6 +13,7 @@ mod f2fs;
 mod memfile;
 mod names;
 mod store_db;
+mod store_journal;
 mod super_journal;
 // The one module that talks to C: SQLite's tables, entry points and raw pointers.
 #[allow(unsafe_code)]

@@ -187,6 +187,70 @@ pub(crate) fn is_memory_super_journal(name: &[u8]) -> bool {
         .contains(name)
 }
 
+/// Store journals this process put on disk or found there (`store_journal.rs`), by name,
+/// with how many open handles hold each: `xDelete` of a store journal unlinks only a known
+/// one that no handle holds, so deleting the usual store journal (never on disk) costs no
+/// system call, and one handle's delete never takes a live journal from another.
+static STORE_JOURNALS_ON_DISK: Mutex<BTreeMap<Vec<u8>, usize>> = Mutex::new(BTreeMap::new());
+
+fn store_journals_on_disk() -> MutexGuard<'static, BTreeMap<Vec<u8>, usize>> {
+    STORE_JOURNALS_ON_DISK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held by an open store journal that is on disk.
+pub(crate) struct StoreJournalOnDisk(Vec<u8>);
+
+pub(crate) fn store_journal_on_disk(name: &[u8]) -> StoreJournalOnDisk {
+    *store_journals_on_disk().entry(name.to_vec()).or_default() += 1;
+    StoreJournalOnDisk(name.to_vec())
+}
+
+impl Drop for StoreJournalOnDisk {
+    fn drop(&mut self) {
+        if let Some(n) = store_journals_on_disk().get_mut(&self.0) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// Whether any store journal of this process is open on disk.
+pub(crate) fn any_store_journal_on_disk() -> bool {
+    store_journals_on_disk().values().any(|&n| n > 0)
+}
+
+/// Where a store journal of this process is, for `xDelete`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum StoreJournalPlace {
+    /// Never on disk (in memory, private to its handle).
+    Memory,
+    /// On disk, and open in a handle.
+    OpenOnDisk,
+    /// On disk, no handle holds it: it may be deleted.
+    ClosedOnDisk,
+}
+
+pub(crate) fn store_journal_place(name: &[u8]) -> StoreJournalPlace {
+    match store_journals_on_disk().get(name) {
+        None => StoreJournalPlace::Memory,
+        Some(0) => StoreJournalPlace::ClosedOnDisk,
+        Some(_) => StoreJournalPlace::OpenOnDisk,
+    }
+}
+
+/// Whether a store journal is open on disk in this process (its database's commits are made
+/// durable before `xSync` returns).
+pub(crate) fn is_store_journal_open_on_disk(name: &[u8]) -> bool {
+    store_journal_place(name) == StoreJournalPlace::OpenOnDisk
+}
+
+/// A store journal was deleted from disk.
+pub(crate) fn forget_store_journal(name: &[u8]) {
+    let mut map = store_journals_on_disk();
+    if map.get(name) == Some(&0) {
+        map.remove(name);
+    }
+}
+
 /// Whether a path names a super-journal by SQLite's rule: `-mj` and nine hex digits.
 pub(crate) fn is_super_journal_name(name: &[u8]) -> bool {
     match name.len().checked_sub(12) {

@@ -6,15 +6,17 @@
 //! with nothing written. What it must be depends on who takes part:
 //! - logical files of one store only: it stays in memory (the store commits them as one
 //!   commit record, no journal is ever hot);
-//! - plain SQLite files only (their journals on disk): a real file, through the default
-//!   VFS, so that their crash recovery finds it, as stock SQLite's does;
-//! - anything else (two stores, or a store and a plain file) cannot commit atomically:
-//!   refused, with the reason in `sqlite3_log` and on stderr.
+//! - anything else (plain files, stores with one database each, or a mix): a real file,
+//!   through the default VFS, so that crash recovery finds it, as stock SQLite's does; each
+//!   store takes part with its journal on disk (`store_journal.rs`);
+//! - two databases of one store with another database cannot (the store's journal is
+//!   named after the store file, so they would share it): refused, with the reason in
+//!   `sqlite3_log` and on stderr.
 //!
 //! The names are known only as they are written, so the bytes are kept in memory and the
 //! file is created on disk at the first `xSync`, when the list is complete.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::ffi::c_int;
 
 use onesync_codec::{DecodeError, OnDisk, Reader, Writer};
@@ -74,7 +76,7 @@ impl OnDisk for SuperJournalNames {
 
 /// Classifies the complete (NUL-terminated) names in `bytes`.
 pub(crate) fn verdict(bytes: &[u8]) -> Verdict {
-    let mut stores = BTreeSet::<StoreKey>::new();
+    let mut stores = BTreeMap::<StoreKey, usize>::new();
     let mut described = Vec::new();
     let mut plain = 0;
     for journal in SuperJournalNames::parse(bytes) {
@@ -82,7 +84,7 @@ pub(crate) fn verdict(bytes: &[u8]) -> Verdict {
         let shown = String::from_utf8_lossy(database);
         match names::owner_of_journal(journal) {
             Some(Owner::Store(key)) => {
-                stores.insert(key);
+                *stores.entry(key).or_default() += 1;
                 described.push(format!("{shown} (a onesync store)"));
             }
             // Not a store of this process: a plain file (its journal on disk), ours or
@@ -93,18 +95,25 @@ pub(crate) fn verdict(bytes: &[u8]) -> Verdict {
             }
         }
     }
-    match (stores.pop_first(), stores.is_empty(), plain) {
-        (None, _, _) => Verdict::Disk,
-        (Some(key), true, 0) => Verdict::Memory(key),
-        _ => Verdict::Refuse(format!(
-            "onesync: COMMIT refused: this transaction writes databases that cannot commit \
-             atomically together: {}. onesync commits several databases atomically only when \
-             they are logical files of one store (ATTACH 'file:STORE?vfs=onesync&db=NAME'); \
-             write a store and a plain file, or two stores, in separate transactions. Nothing \
-             was written; the transaction was rolled back.",
-            described.join(", ")
-        )),
+    if stores.len() == 1 && plain == 0 {
+        if let Some((key, _)) = stores.pop_first() {
+            return Verdict::Memory(key);
+        }
     }
+    // Each store takes part with its journal on disk (`store_journal.rs`), which is named
+    // after the store file: two databases of one store would share it.
+    if stores.values().all(|&n| n == 1) {
+        return Verdict::Disk;
+    }
+    Verdict::Refuse(format!(
+        "onesync: COMMIT refused: this transaction writes databases that cannot commit \
+         atomically together: {}. Several databases of one store commit atomically \
+         together, and a store commits atomically with plain files and other stores, but \
+         not two databases of one store (ATTACH 'file:STORE?vfs=onesync&db=NAME') together \
+         with another database: write those in separate transactions. Nothing was written; \
+         the transaction was rolled back.",
+        described.join(", ")
+    ))
 }
 
 /// A new super-journal (SQLite opened it with `SQLITE_OPEN_CREATE`).
@@ -227,12 +236,16 @@ mod tests {
             verdict(b"/sj-test/p-journal\0/sj-test/q-journal\0"),
             Verdict::Disk
         );
-        assert!(matches!(
+        assert_eq!(
             verdict(b"/sj-test/a-journal\0/sj-test/b-journal\0"),
-            Verdict::Refuse(_)
-        ));
-        assert!(matches!(
+            Verdict::Disk
+        );
+        assert_eq!(
             verdict(b"/sj-test/a-journal\0/sj-test/p-journal\0"),
+            Verdict::Disk
+        );
+        assert!(matches!(
+            verdict(b"/sj-test/a-journal\0/sj-test/a-journal\0/sj-test/p-journal\0"),
             Verdict::Refuse(_)
         ));
         // An incomplete name is not judged yet.

@@ -21,6 +21,7 @@ use crate::ffi::{
     SQLITE_OPEN_SUPER_JOURNAL, SQLITE_OPEN_TEMP_JOURNAL,
 };
 use crate::memfile::{is_journal_name, MemFile, MemStore};
+use crate::names::{self, StoreJournalPlace};
 use crate::store_db::StoreFactory;
 use crate::sys::api::ApiTable;
 use crate::sys::handles::{BaseVfs, SqliteName};
@@ -279,7 +280,26 @@ impl VfsState {
             };
         }
         match state.main_db.journal_route(key) {
-            Some(JournalRoute::Private) => return SQLITE_OK,
+            // A store's journal: on disk only if a transaction over several databases put
+            // it there (or found it there after a crash), and then deleted once no handle
+            // holds it.
+            Some(JournalRoute::Private) => {
+                return match names::store_journal_place(key) {
+                    StoreJournalPlace::Memory | StoreJournalPlace::OpenOnDisk => SQLITE_OK,
+                    StoreJournalPlace::ClosedOnDisk => {
+                        if sync_dir {
+                            crate::backend::count_directory_sync();
+                        }
+                        match state.base.delete(name, sync_dir) {
+                            SQLITE_OK | SQLITE_IOERR_DELETE_NOENT => {
+                                names::forget_store_journal(key);
+                                SQLITE_OK
+                            }
+                            rc => rc,
+                        }
+                    }
+                };
+            }
             Some(route) => {
                 if sync_dir {
                     crate::backend::count_directory_sync();
@@ -331,7 +351,9 @@ impl VfsState {
         }
         match state.main_db.journal_route(key) {
             Some(JournalRoute::Private) => {
-                *out = 0;
+                // Only a journal a transaction over several databases left on disk, naming
+                // its super-journal, can be hot (`store_journal.rs`).
+                *out = c_int::from(state.main_db.private_journal_on_disk(key));
                 return SQLITE_OK;
             }
             Some(JournalRoute::InUse) => {

@@ -166,8 +166,8 @@ fn multi_database_commit_uses_an_in_memory_super_journal() {
     let a = dir.path().join("a.db");
     let conn = open(&a);
     // A second logical file of the same store: the two commit as one store commit, so the
-    // super-journal stays in memory. (Two different stores cannot commit atomically
-    // together; that is refused, see tests/crash_contract.rs.)
+    // super-journal stays in memory. (Two different stores commit with one on disk, see
+    // tests/multi_file_commit.rs.)
     conn.execute(
         "ATTACH ?1 AS b",
         [format!("file:{}?vfs={VFS_NAME}&db=b", a.display())],

@@ -6,11 +6,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 
+use onesync_codec::OnDisk;
 use onesync_store::PendingCommit;
 
 use crate::backend::IoResult;
 use crate::names;
-use crate::super_journal::{verdict, Verdict};
+use crate::super_journal::{verdict, SuperJournalNames, Verdict};
 use crate::sys::api::ApiTable;
 
 use super::connections::{
@@ -24,7 +25,14 @@ use super::CHANGE_COUNTER;
 impl StoreDb {
     /// Sequences the connection's transaction: visible to new snapshots,
     /// durable once the pending commit's wait returns.
-    pub(super) fn sequence_locked(api: &ApiTable, coord: &mut Coordination, conn: usize) -> IoResult<()> {
+    /// With `durable`, it is left pending (to be waited for) whatever the `synchronous`
+    /// level: a commit while the database's journal is on disk (`store_journal.rs`).
+    pub(super) fn sequence_locked(
+        api: &ApiTable,
+        coord: &mut Coordination,
+        conn: usize,
+        durable: bool,
+    ) -> IoResult<()> {
         let Some(ct) = coord.conns.get_mut(&conn) else {
             return Ok(());
         };
@@ -51,6 +59,7 @@ impl StoreDb {
         match synchronous {
             // Chain: an earlier pending commit of this connection is covered by
             // this one's flush (commits become durable in order).
+            _ if durable => ct.pending = Some(pending),
             Synchronous::Full => ct.pending = Some(pending),
             // Shown now; durable within the store's interval (NORMAL) or at the next
             // flush of any kind (OFF).
@@ -101,7 +110,7 @@ impl StoreDb {
                 });
                 let any_write = ct.members.values().any(|m| m.wrote);
                 if completed && any_write {
-                    result = Self::sequence_locked(&self.api, &mut coord, self.conn);
+                    result = Self::sequence_locked(&self.api, &mut coord, self.conn, false);
                 }
             }
             if let Some(ct) = coord.conns.get_mut(&self.conn) {
@@ -162,8 +171,11 @@ impl StoreDb {
                 path.display()
             )
         })?;
+        let listed_here = SuperJournalNames::from_bytes(&(), &listed)
+            .is_ok_and(|names| names.0.iter().any(|j| *j == self.journal_name()));
         match verdict(&listed) {
             Verdict::Memory(key) if key == self.store.key.0 => Ok(()),
+            Verdict::Disk if listed_here => self.check_journal_on_disk(),
             Verdict::Refuse(why) => Err(why),
             _ => Err(format!(
                 "onesync: COMMIT refused: the super-journal {} does not list this store's \
@@ -172,6 +184,38 @@ impl StoreDb {
                 self.logical
             )),
         }
+    }
+
+    /// SQLite's name for this database's rollback journal.
+    pub(super) fn journal_name(&self) -> Vec<u8> {
+        [self.name.bytes(), b"-journal"].concat()
+    }
+
+    /// A store in a transaction over several databases with a super-journal on disk: its
+    /// journal must be on disk before it commits (`store_journal.rs`, step 2), so that a
+    /// crash before the super-journal is deleted rolls the store back with the others.
+    fn check_journal_on_disk(&self) -> Result<(), String> {
+        if self.concurrent_write.is_some() {
+            return Err(format!(
+                "onesync: COMMIT refused: a concurrent write transaction (concurrent=1) on {} \
+                 cannot commit atomically with other databases; nothing was written",
+                self.logical
+            ));
+        }
+        let in_memory_on_purpose = matches!(
+            self.store.store.sabotage(),
+            Some(onesync_store::Sabotage::StoreJournalInMemory)
+        );
+        if names::is_store_journal_open_on_disk(&self.journal_name()) || in_memory_on_purpose {
+            return Ok(());
+        }
+        Err(format!(
+            "onesync: COMMIT refused: the journal of {} ({}) is not on disk, so the store \
+             could not be rolled back with the other databases after a crash (SQLite did not \
+             sync it: journal_mode=MEMORY or OFF?); nothing was written",
+            self.logical,
+            String::from_utf8_lossy(&self.journal_name())
+        ))
     }
 
     /// SQLITE_FCNTL_COMMIT_PHASETWO: every database of the transaction has finished its
@@ -189,7 +233,7 @@ impl StoreDb {
             return Ok(());
         };
         if ct.members.values().any(|m| m.wrote) {
-            Self::sequence_locked(&self.api, &mut coord, self.conn)?;
+            Self::sequence_locked(&self.api, &mut coord, self.conn, false)?;
         } else {
             // Nothing written since the last commit (a read in exclusive mode began it).
             ct.abort();

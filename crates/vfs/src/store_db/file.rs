@@ -620,13 +620,29 @@ impl DbBackend for StoreDb {
         }
         // One database: its sync is the commit. Several (an attached database
         // of the same store): SQLite syncs each in turn, so the commit waits
-        // for the first unlock, after every database's phase one.
-        if ct.members.len() == 1
+        // for the first unlock, after every database's phase one. With a super-journal on
+        // disk (plain files or other stores too) this store's phase one is its commit, and
+        // the super-journal's deletion the transaction's (`store_journal.rs`).
+        let disk_super = ct
+            .super_journal
+            .as_ref()
+            .is_some_and(|s| !names::is_memory_super_journal(s.name()));
+        if (disk_super || ct.members.len() == 1 && ct.super_journal.is_none())
             && !self.batch
-            && ct.super_journal.is_none()
             && ct.members.values().any(|m| m.wrote)
         {
-            Self::sequence_locked(&self.api, &mut coord, self.conn)?;
+            // While the journal is on disk, durable before xSync returns, at any level.
+            let journal_on_disk = names::is_store_journal_open_on_disk(&self.journal_name());
+            Self::sequence_locked(&self.api, &mut coord, self.conn, journal_on_disk)?;
+            if journal_on_disk {
+                let pending = coord.conns.get_mut(&self.conn).and_then(|ct| ct.pending.take());
+                drop(coord);
+                if let Some(pending) = pending {
+                    pending
+                        .wait()
+                        .map_err(commit_err(&self.api, "making a commit durable"))?;
+                }
+            }
         }
         Ok(())
     }
@@ -773,7 +789,7 @@ impl DbBackend for StoreDb {
             FileControl::CommitAtomic => {
                 self.batch = false;
                 let mut coord = lock(&self.store.coord);
-                match Self::sequence_locked(&self.api, &mut coord, self.conn) {
+                match Self::sequence_locked(&self.api, &mut coord, self.conn, false) {
                     Ok(()) => SQLITE_OK,
                     Err(code) => code,
                 }

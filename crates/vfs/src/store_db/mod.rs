@@ -53,6 +53,7 @@ use crate::backend::{IoResult, JournalRoute, MainDbFactory, OpenRequest, Opened}
 use crate::ffi::{SQLITE_OPEN_MAIN_JOURNAL, SQLITE_OPEN_SUPER_JOURNAL};
 use crate::memfile::MemFile;
 use crate::names;
+use crate::store_journal::StoreJournal;
 use crate::super_journal::SuperJournal;
 use crate::sys::api::ApiTable;
 
@@ -149,6 +150,20 @@ impl MainDbFactory for StoreFactory {
         })
     }
 
+    fn private_journal_on_disk(&self, name: &[u8]) -> bool {
+        let Some(names::Owner::Store(key)) = names::owner_of_journal(name) else {
+            return crate::store_journal::on_disk(name);
+        };
+        if !registry::journal_may_be_on_disk(&key) {
+            return false;
+        }
+        let found = crate::store_journal::on_disk(name);
+        if !found {
+            registry::no_journal_on_disk(&key);
+        }
+        found
+    }
+
     fn open_journal(&self, req: &OpenRequest) -> Option<IoResult<Opened>> {
         let flags = req.flags();
         let name = req.name().map(|n| n.to_bytes());
@@ -175,7 +190,13 @@ impl MainDbFactory for StoreFactory {
         if flags & SQLITE_OPEN_MAIN_JOURNAL != 0 {
             return Some(match name {
                 Some(n) if !names::is_store_journal(n) => req.open_passthrough(),
-                _ => Ok(Opened {
+                // In memory, on disk only while a transaction over several databases needs
+                // it there (`store_journal.rs`).
+                Some(n) => StoreJournal::open(req, n).map(|journal| Opened {
+                    backend: Box::new(journal),
+                    out_flags: flags,
+                }),
+                None => Ok(Opened {
                     backend: Box::new(MemFile::anonymous()),
                     out_flags: flags,
                 }),
