@@ -98,12 +98,18 @@ fn every_crash_point_of_the_scenario_matrix_keeps_the_contract() {
 
 /// Runs a negative control; it must report failures (and then exit 0).
 fn control(name: &str) -> Value {
+    control_with_budget(name, 0)
+}
+
+/// The same, stopping its process at `budget` calls spread evenly (0: every call).
+fn control_with_budget(name: &str, budget: usize) -> Value {
+    let budget = budget.to_string();
     let out = hooked(&[
         "explore",
         "--negative-control",
         name,
         "--budget",
-        "0",
+        &budget,
         "--seed",
         "14",
         "--json",
@@ -204,6 +210,39 @@ fn negative_control_lazy_growth_fails() {
         assert!(
             clauses(&summary).contains(&"acknowledged"),
             "{name}: {}",
+            failures(&summary)
+        );
+    }
+}
+
+/// A transaction over a store and a plain file (`attach-plain`): with the store's journal
+/// kept in memory a process crash leaves the store committed and the plain file rolled back;
+/// with the store's part left to the deferred flush at NORMAL only a power cut does.
+#[test]
+fn negative_controls_of_a_store_with_a_plain_file_fail() {
+    if strace_missing() {
+        return;
+    }
+    for (name, crash) in [
+        ("store-journal-in-memory", "process crash"),
+        ("multi-file-commit-deferred", "power cut"),
+    ] {
+        // 60 of the ~390 calls, evenly spread, fall in several transfers' windows.
+        let summary = control_with_budget(name, 60);
+        assert!(
+            clauses(&summary).iter().all(|c| *c == "attach-atomicity"),
+            "{name}: {}",
+            failures(&summary)
+        );
+        let crashes: Vec<&str> = summary["failures"]
+            .as_array()
+            .expect("failures")
+            .iter()
+            .filter_map(|f| f["crash"].as_str())
+            .collect();
+        assert!(
+            crashes.iter().any(|c| c.starts_with(crash)),
+            "{name}: no failure after a {crash}: {}",
             failures(&summary)
         );
     }

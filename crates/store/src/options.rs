@@ -78,6 +78,10 @@ pub enum Sabotage {
     /// before the super-journal is deleted stays committed while the plain files' recovery
     /// rolls theirs back.
     StoreJournalInMemory,
+    /// (The VFS's.) A store's commit in a transaction over several databases is left to the
+    /// deferred flush at `synchronous=NORMAL`, as a lone commit is: a power cut after the
+    /// super-journal's deletion takes back the store's part while the plain files keep theirs.
+    MultiFileCommitDeferred,
     /// A checkpoint publishes its generation only after writing its header, and a writer
     /// taking the write lock trusts the side file's progress alone (the defects of issues
     /// 14 and 17): a process that died between writing a checkpoint's header and
@@ -163,13 +167,14 @@ impl Sabotage {
     /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`, `announced-flush-trusted`,
     /// `patch-ranges-by-offset`, `kept-operations-unapplied`, `checkpoint-followed-partly`,
     /// `fence-ignored`, `relocated-pointer-missed`, `stalled-retry-unflushed`,
-    /// `moved-pages-unflushed`, `store-journal-in-memory`), if any.
+    /// `moved-pages-unflushed`, `store-journal-in-memory`, `multi-file-commit-deferred`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
             Ok("skipped-flush") => Some(Sabotage::SkippedFlush),
             Ok("moved-pages-unflushed") => Some(Sabotage::MovedPagesUnflushed),
             Ok("store-journal-in-memory") => Some(Sabotage::StoreJournalInMemory),
+            Ok("multi-file-commit-deferred") => Some(Sabotage::MultiFileCommitDeferred),
             Ok("lazy-growth") => Some(Sabotage::LazyGrowth),
             Ok("growth-flush-failure-ignored") => Some(Sabotage::GrowthFlushFailureIgnored),
             Ok("no-read-validation") => Some(Sabotage::NoReadValidation),

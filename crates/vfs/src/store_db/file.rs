@@ -632,7 +632,11 @@ impl DbBackend for StoreDb {
             && ct.members.values().any(|m| m.wrote)
         {
             // While the journal is on disk, durable before xSync returns, at any level.
-            let journal_on_disk = names::is_store_journal_open_on_disk(&self.journal_name());
+            let journal_on_disk = names::is_store_journal_open_on_disk(&self.journal_name())
+                && !matches!(
+                    self.store.store.sabotage(),
+                    Some(onesync_store::Sabotage::MultiFileCommitDeferred)
+                );
             Self::sequence_locked(&self.api, &mut coord, self.conn, journal_on_disk)?;
             if journal_on_disk {
                 let pending = coord.conns.get_mut(&self.conn).and_then(|ct| ct.pending.take());

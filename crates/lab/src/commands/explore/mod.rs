@@ -199,6 +199,14 @@ pub fn aux_uri(path: &Path) -> String {
     format!("file:{}?vfs={EXPLORE_VFS}&db=aux", path.display())
 }
 
+/// The plain SQLite file a process attaches as `aux` beside the store at `path`.
+pub fn plain_aux_path(path: &Path) -> PathBuf {
+    path.with_file_name(PLAIN_AUX_NAME)
+}
+
+/// File name of the plain SQLite file of `attach-plain` scenarios.
+pub const PLAIN_AUX_NAME: &str = "bank-aux.db";
+
 /// One broken promise at one crash point.
 #[derive(Serialize, Debug, Clone)]
 struct Failure {
@@ -267,6 +275,7 @@ struct Summary {
 struct Prepared {
     scenario: Scenario,
     image: Vec<u8>,
+    plain_aux_image: Option<Vec<u8>>,
     /// Per stopped process: its database calls in the recording.
     calls: Vec<(usize, Vec<trace::Call>)>,
 }
@@ -460,6 +469,10 @@ fn prepare(shared: &Shared<'_>, n: usize, scenario: Scenario) -> Result<Prepared
     let path = setup_dir.join(run::store_name(scenario.backend()));
     set_up(&scenario, &path).with_context(|| format!("setting up scenario {}", scenario.name))?;
     let image = std::fs::read(&path)?;
+    let plain_aux_image = match scenario.uses_plain_aux() {
+        true => Some(std::fs::read(plain_aux_path(&path))?),
+        false => None,
+    };
     std::fs::remove_dir_all(&setup_dir)?;
     let mut summary = ScenarioSummary {
         name: scenario.name.to_owned(),
@@ -471,6 +484,7 @@ fn prepare(shared: &Shared<'_>, n: usize, scenario: Scenario) -> Result<Prepared
     let mut prepared = Prepared {
         scenario,
         image,
+        plain_aux_image,
         calls: Vec::new(),
     };
     let mut failures = Vec::new();
@@ -479,6 +493,7 @@ fn prepare(shared: &Shared<'_>, n: usize, scenario: Scenario) -> Result<Prepared
         let setup = Setup {
             scenario: &prepared.scenario,
             image: &prepared.image,
+            plain_aux_image: prepared.plain_aux_image.as_deref(),
             exe: &shared.exe,
             seed: shared.seed,
         };
@@ -555,7 +570,11 @@ fn set_up(scenario: &Scenario, path: &Path) -> Result<()> {
         Backend::Onesync => {
             let conn = open_store(path, true)?;
             bank::set_up(&conn)?;
-            if scenario.uses_attach() {
+            if scenario.uses_plain_aux() {
+                let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
+                let aux = crate::sqlite::open_plain(&plain_aux_path(path), flags)?;
+                bank::set_up(&aux)?;
+            } else if scenario.uses_attach() {
                 let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI;
                 let aux = Connection::open_with_flags(aux_uri(path), flags)?;
                 bank::set_up(&aux)?;
@@ -612,6 +631,7 @@ fn crash_point(shared: &Shared<'_>, point: &Point) -> Result<()> {
     let setup = Setup {
         scenario,
         image: &prepared.image,
+        plain_aux_image: prepared.plain_aux_image.as_deref(),
         exe: &shared.exe,
         seed: shared.seed,
     };
@@ -749,9 +769,16 @@ fn check_run(
         ));
     }
     let store = dir.join(run::store_name(scenario.backend()));
+    // With a plain file attached, the checks recover journals that name the super-journal
+    // by its path: each check starts from the files as the crash left them, in place.
+    let crash_files = scenario
+        .uses_plain_aux()
+        .then(|| CrashFiles::take(dir))
+        .transpose()
+        .unwrap_or_default();
     let mut images = 0;
     if shared.power != PowerCuts::None && scenario.backend() == Backend::Onesync {
-        match power_cuts(shared, prepared, outcome, dir, &store, salt) {
+        match power_cuts(shared, prepared, outcome, dir, &store, salt, crash_files.as_ref()) {
             Ok((f, n)) => {
                 found.extend(f);
                 images = n;
@@ -769,11 +796,63 @@ fn check_run(
         acks: &outcome.acks,
         saws: &outcome.saws,
         attach: scenario.uses_attach(),
+        plain_aux: scenario.uses_plain_aux(),
     };
+    if let Some(files) = &crash_files {
+        if let Err(e) = files.restore(dir) {
+            found.push((
+                process.clone(),
+                Violation {
+                    clause: Clause::Open,
+                    detail: format!("restoring the crash point's files: {e:#}"),
+                },
+            ));
+        }
+    }
     if let Some(v) = check::check(&store, scenario.backend(), &expect) {
         found.push((process, v));
     }
     (found, images)
+}
+
+/// The database files of a run's directory as a crash left them (the store, the plain
+/// file, their journals and the super-journal: every file named `bank…` but the logs).
+#[derive(Default)]
+struct CrashFiles(Vec<(PathBuf, Vec<u8>)>);
+
+impl CrashFiles {
+    fn is_database_file(name: &str) -> bool {
+        name.starts_with("bank") && !name.ends_with(".log")
+    }
+
+    fn take(dir: &Path) -> Result<CrashFiles> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if Self::is_database_file(&entry.file_name().to_string_lossy()) {
+                files.push((entry.path(), std::fs::read(entry.path())?));
+            }
+        }
+        Ok(CrashFiles(files))
+    }
+
+    /// Puts them back (in place: the store keeps its inode) and removes any other database
+    /// file a check made.
+    fn restore(&self, dir: &Path) -> Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            if Self::is_database_file(&entry.file_name().to_string_lossy())
+                && !self.0.iter().any(|(p, _)| *p == path)
+            {
+                std::fs::remove_file(&path)?;
+            }
+        }
+        for (path, bytes) in &self.0 {
+            std::fs::write(path, bytes)?;
+        }
+        Ok(())
+    }
 }
 
 fn power_cuts(
@@ -783,6 +862,7 @@ fn power_cuts(
     dir: &Path,
     store: &Path,
     salt: u64,
+    crash_files: Option<&CrashFiles>,
 ) -> Result<(Vec<(String, Violation)>, usize)> {
     use std::os::unix::fs::MetadataExt;
     let scenario = &prepared.scenario;
@@ -831,17 +911,29 @@ fn power_cuts(
         acks: &acks,
         saws: &saws,
         attach: scenario.uses_attach(),
+        plain_aux: scenario.uses_plain_aux(),
     };
     let mut found = Vec::new();
     let mut checked = 0;
-    let image_path = dir.join("bank-cut.onesync");
+    // The rebuilt store beside the other files as the crash left them (the plain file, the
+    // journals, the super-journal: kept whole, a power cut's mildest outcome for them), at
+    // the store's own path, which the store's journal is named after; else beside the store.
+    let image_path = match crash_files {
+        Some(_) => store.to_path_buf(),
+        None => dir.join("bank-cut.onesync"),
+    };
     for fate in &fates {
         checked += 1;
+        if let Some(files) = crash_files {
+            files.restore(dir)?;
+        }
         let bytes = log.rebuild(&prepared.image, file, cut, *fate);
         std::fs::write(&image_path, bytes)?;
         let v = check::check(&image_path, scenario.backend(), &expect);
         remove_side_files(dir);
-        std::fs::remove_file(&image_path)?;
+        if crash_files.is_none() {
+            std::fs::remove_file(&image_path)?;
+        }
         if let Some(v) = v {
             found.push((format!("power cut ({fate}; {unflushed} unflushed)"), v));
             // One broken image of a crash point says it; the rest would repeat it.

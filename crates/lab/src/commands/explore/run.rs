@@ -74,6 +74,8 @@ pub struct Setup<'a> {
     pub scenario: &'a Scenario,
     /// The database file after the bank was set up.
     pub image: &'a [u8],
+    /// The attached plain file after its bank was set up (`attach-plain` scenarios).
+    pub plain_aux_image: Option<&'a [u8]>,
     pub exe: &'a Path,
     pub seed: u64,
 }
@@ -122,6 +124,9 @@ pub fn run(setup: &Setup<'_>, victim: usize, inject: Option<(&str, u32)>, dir: &
     let scenario = setup.scenario;
     let store = dir.join(store_name(scenario.backend()));
     std::fs::write(&store, setup.image).with_context(|| format!("writing {}", store.display()))?;
+    if let Some(aux) = setup.plain_aux_image {
+        std::fs::write(super::plain_aux_path(&store), aux).context("writing the plain file")?;
+    }
     if scenario.uses_link() {
         std::fs::hard_link(&store, dir.join(LINK_NAME)).context("linking the second name")?;
     }
@@ -197,6 +202,9 @@ fn spawn(
         .args(["--seed", &setup.seed.to_string()]);
     if p.attach {
         command.arg("--attach");
+    }
+    if p.plain_aux {
+        command.arg("--plain-aux");
     }
     if p.concurrent {
         command.arg("--concurrent");

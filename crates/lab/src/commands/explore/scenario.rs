@@ -74,6 +74,9 @@ pub struct Proc {
     pub backend: Backend,
     pub path: Name,
     pub attach: bool,
+    /// With `attach`: the attached database is a plain SQLite file beside the store
+    /// (`bank-aux.db`, its journal on disk), not the store's second database.
+    pub plain_aux: bool,
     pub locking: Locking,
     pub sync: Sync,
     pub role: Role,
@@ -194,6 +197,12 @@ impl Scenario {
         self.procs.iter().any(|p| p.attach)
     }
 
+    /// Whether the attached database is a plain SQLite file (a transaction over a store and
+    /// a plain file: SQLite's super-journal, the store's journal on disk).
+    pub fn uses_plain_aux(&self) -> bool {
+        self.procs.iter().any(|p| p.attach && p.plain_aux)
+    }
+
     /// Whether concurrent writers' transactions overlap in the script (a `begin` of a
     /// concurrent writer): then a run without a stop must see a COMMIT conflict.
     pub fn overlaps(&self) -> bool {
@@ -214,6 +223,7 @@ fn writer(name: char) -> Proc {
         backend: Backend::Onesync,
         path: Name::Main,
         attach: false,
+        plain_aux: false,
         locking: Locking::Normal,
         sync: Sync::Full,
         role: Role::Writer,
@@ -237,6 +247,43 @@ fn reader(name: char) -> Proc {
 }
 
 /// One process: open, transfers with a reopen (a checkpoint at close) in the middle.
+/// One process, each transfer one transaction over the store and an ATTACHed plain SQLite
+/// file (`sabotage`: the negative control's).
+fn attach_plain(sabotage: Option<&'static str>, sync: Sync) -> Scenario {
+    let (name, about) = match (sabotage, sync) {
+        (Some(_), Sync::Normal) => (
+            "attach-plain-commit-deferred",
+            "attach-plain-normal with the store's part left to the deferred flush (must fail)",
+        ),
+        (Some(_), _) => (
+            "attach-plain-store-journal-in-memory",
+            "attach-plain with the store's journal kept in memory (must fail)",
+        ),
+        (None, Sync::Full) => (
+            "attach-plain",
+            "one process, ATTACH of a plain SQLite file; every transfer in both, by the super-journal",
+        ),
+        (None, _) => (
+            "attach-plain-normal",
+            "attach-plain at synchronous=NORMAL (the store's commit is durable before the super-journal goes)",
+        ),
+    };
+    Scenario {
+        end: End::Close,
+        sabotage,
+        ..single(
+            name,
+            about,
+            Proc {
+                attach: true,
+                plain_aux: true,
+                sync,
+                ..writer('A')
+            },
+        )
+    }
+}
+
 fn single(name: &'static str, about: &'static str, a: Proc) -> Scenario {
     Scenario {
         name,
@@ -419,6 +466,8 @@ pub fn all() -> Vec<Scenario> {
                 },
             )
         },
+        attach_plain(None, Sync::Full),
+        attach_plain(None, Sync::Normal),
         Scenario {
             name: "two-writers",
             about: "two processes taking turns, checkpoints falling in either",
@@ -733,6 +782,14 @@ pub enum NegativeControl {
     /// concurrent-growth with ONESYNC_SABOTAGE=stalled-retry-unflushed (a retry refused on
     /// the same snapshot again does not make the commits it lost to durable)
     StalledRetryUnflushed,
+    /// attach-plain with ONESYNC_SABOTAGE=store-journal-in-memory (the store's journal stays
+    /// in memory in a transaction with a plain file: a crash before the super-journal is
+    /// deleted leaves the store committed and the plain file rolled back)
+    StoreJournalInMemory,
+    /// attach-plain-normal with ONESYNC_SABOTAGE=multi-file-commit-deferred (the store's
+    /// part left to the deferred flush at NORMAL: a power cut after the super-journal is
+    /// deleted takes it back)
+    MultiFileCommitDeferred,
 }
 
 pub fn negative_control(control: NegativeControl) -> Scenario {
@@ -750,6 +807,10 @@ pub fn negative_control(control: NegativeControl) -> Scenario {
         }
         NegativeControl::CheckpointPublication => checkpoint_handoff(Some("checkpoint-publication")),
         NegativeControl::LazyGrowth => growth(Some("lazy-growth")),
+        NegativeControl::StoreJournalInMemory => attach_plain(Some("store-journal-in-memory"), Sync::Full),
+        NegativeControl::MultiFileCommitDeferred => {
+            attach_plain(Some("multi-file-commit-deferred"), Sync::Normal)
+        }
         NegativeControl::LazyGrowthLarge => growth_large(Some("lazy-growth")),
         NegativeControl::StalledRetryUnflushed => Scenario {
             sabotage: Some("stalled-retry-unflushed"),

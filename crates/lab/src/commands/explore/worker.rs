@@ -51,6 +51,9 @@ pub struct WorkerArgs {
     /// ATTACH the store's second database `aux`; every transfer is made in both
     #[arg(long)]
     pub attach: bool,
+    /// With --attach: the attached database is the plain SQLite file beside the store
+    #[arg(long)]
+    pub plain_aux: bool,
     /// Run write transactions concurrently with other writers' (`PRAGMA onesync_concurrent
     /// = 1` after each open; onesync only)
     #[arg(long)]
@@ -226,7 +229,12 @@ impl Worker<'_> {
             }
             crate::sqlite::set_concurrent(&conn)?;
         }
-        if args.attach {
+        if args.attach && args.plain_aux {
+            // Through SQLite's unix VFS: the explorer's VFS takes every file for a store.
+            let plain = format!("file:{}?vfs=unix", super::plain_aux_path(&args.db).display());
+            conn.execute("ATTACH ?1 AS aux", [plain])?;
+            conn.execute_batch(&format!("PRAGMA aux.synchronous = {}", args.sync.pragma()))?;
+        } else if args.attach {
             conn.execute("ATTACH ?1 AS aux", [super::aux_uri(&args.db)])?;
         }
         self.held = None;
