@@ -72,13 +72,18 @@ pub(crate) fn super_journal_named_by(journal: &[u8]) -> Option<&[u8]> {
     (sum == word(size - 12) && !name.contains(&0)).then_some(name)
 }
 
-/// Whether a store journal is on disk at `path` naming a super-journal: one that a
-/// multi-file transaction put there and a crash (or a live transaction) left.
+/// Whether a store journal is on disk at `path` that may be hot: one that a multi-file
+/// transaction put there and a crash (or a live transaction) left, naming its super-journal,
+/// its header not zeroed (SQLite takes a journal whose first byte is 0 for no journal).
 pub(crate) fn on_disk(path: &[u8]) -> bool {
     let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
     let Ok(mut file) = std::fs::File::open(path) else {
         return false;
     };
+    let mut first = [0u8; 1];
+    if file.read_exact(&mut first).is_err() || first[0] == 0 {
+        return false;
+    }
     let tail_len = (TRAILER_LEN + MAX_NAME) as u64;
     let Ok(size) = file.seek(SeekFrom::End(0)) else {
         return false;
@@ -124,6 +129,17 @@ impl StoreJournal {
             journal._on_disk = Some(names::store_journal_on_disk(name));
         }
         Ok(journal)
+    }
+
+    /// Whether the journal's last bytes name a super-journal that is on disk: not one kept
+    /// in memory (databases of this store alone commit as one store commit, with no journal
+    /// anywhere), nor the stale name a persistent journal (`journal_mode=PERSIST`) may still
+    /// end with from an earlier transaction (its super-journal is gone).
+    fn names_a_super_journal_on_disk(&self) -> bool {
+        super_journal_named_by(&self.bytes).is_some_and(|name| {
+            !names::is_memory_super_journal(name)
+                && std::path::Path::new(std::ffi::OsStr::from_bytes(name)).exists()
+        })
     }
 
     /// Step 2 of the protocol: the whole journal on disk, flushed with its directory entry
@@ -180,7 +196,7 @@ impl DbBackend for StoreJournal {
         if let Some(file) = &mut self.disk {
             return file.sync(flags);
         }
-        if super_journal_named_by(&self.bytes).is_some() && !self.keep_in_memory {
+        if self.names_a_super_journal_on_disk() && !self.keep_in_memory {
             return self.write_to_disk(flags);
         }
         Ok(())

@@ -300,11 +300,18 @@ impl VfsState {
                     }
                 };
             }
+            // A super-journal that stayed in memory was never on disk.
+            Some(JournalRoute::DiskIfPresent | JournalRoute::InUse)
+                if names::is_memory_super_journal(key) =>
+            {
+                return SQLITE_OK;
+            }
             Some(route) => {
-                if sync_dir {
+                let rc = state.base.delete(name, sync_dir);
+                // The default VFS syncs the directory only after an unlink that succeeded.
+                if sync_dir && rc == SQLITE_OK {
                     crate::backend::count_directory_sync();
                 }
-                let rc = state.base.delete(name, sync_dir);
                 return match (route, rc) {
                     (JournalRoute::DiskIfPresent | JournalRoute::InUse, SQLITE_IOERR_DELETE_NOENT) => {
                         SQLITE_OK

@@ -389,3 +389,53 @@ fn two_databases_of_one_store_with_a_plain_file_are_refused() {
     conn.execute_batch("BEGIN; INSERT INTO main.t VALUES (3); INSERT INTO b.t VALUES (3); COMMIT;")
         .unwrap();
 }
+
+/// Run in a process of its own by the next test (the counters are the process's): two
+/// databases of one store in one transaction commit as one store commit, with no journal
+/// or super-journal written to disk (the super-journal stays in memory).
+#[test]
+#[ignore = "run by one_store_alone_writes_no_journal_to_disk, in a process of its own"]
+fn worker_commits_two_databases_of_one_store() {
+    registered();
+    let dir = PathBuf::from(std::env::var(DIR_ENV).expect("run by its test"));
+    let path = dir.join("a.db");
+    let flags = OpenFlags::default() | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(store_uri(&path), flags).unwrap();
+    conn.execute("ATTACH ?1 AS aux", [format!("{}&db=aux", store_uri(&path))])
+        .unwrap();
+    conn.execute_batch("CREATE TABLE main.t(x); CREATE TABLE aux.t(x);")
+        .unwrap();
+    let before = onesync_vfs::passthrough_io();
+    conn.execute_batch("BEGIN; INSERT INTO main.t VALUES (1); INSERT INTO aux.t VALUES (1); COMMIT;")
+        .unwrap();
+    let after = onesync_vfs::passthrough_io();
+    assert_eq!(
+        (after.write_calls, after.syncs),
+        (before.write_calls, before.syncs),
+        "a transaction over two databases of one store wrote or synced a file beside the store"
+    );
+}
+
+#[test]
+fn one_store_alone_writes_no_journal_to_disk() {
+    if std::env::var_os("ONESYNC_SABOTAGE").is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "worker_commits_two_databases_of_one_store",
+            "--ignored",
+            "-q",
+        ])
+        .env(DIR_ENV, dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -300,6 +300,9 @@ pub struct PerTxn {
     pub write_calls: f64,
     pub bytes_written: f64,
     pub fsyncs: f64,
+    /// KiB of zeros a store's growth steps wrote ahead of the commits that fill them (not
+    /// in `bytes_written`); `None` for a plain file.
+    pub growth_zeros_kb: Option<f64>,
     pub dev_writes: Option<f64>,
     pub dev_kb: Option<f64>,
     pub dev_flushes: Option<f64>,
@@ -322,6 +325,7 @@ impl PerTxn {
             write_calls: per(io.write_calls as f64),
             bytes_written: per(io.bytes_written as f64),
             fsyncs: per(io.syncs as f64),
+            growth_zeros_kb: io.growth_zeros.map(|z| per(z as f64 / 1024.0)),
             dev_writes: dev.map(|d| per(d.write_ios as f64)),
             dev_kb: dev.map(|d| per(d.bytes_written() as f64 / 1024.0)),
             dev_flushes: dev.map(|d| per(d.flushes as f64)),
@@ -546,8 +550,8 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
     );
     let width = Mode::name_width();
     out.push_str(&format!(
-        "{:<width$} {:>9} {:>6} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>7}",
-        "mode", "txn/s", "ratio", "p50 us", "p99 us", "p99.9 us", "writes", "KiB", "fsyncs", ""
+        "{:<width$} {:>9} {:>6} {:>8} {:>8} {:>9} {:>9} {:>7} {:>9} {:>8} {:>7}",
+        "mode", "txn/s", "ratio", "p50 us", "p99 us", "p99.9 us", "writes", "KiB", "zeros KiB", "fsyncs", ""
     ));
     if args.place.fs.is_some() || args.device.is_some() {
         out.push_str(&format!("{:>9} {:>8} {:>9}", "dev wr", "dev KiB", "dev flush"));
@@ -555,7 +559,7 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
     out.push('\n');
     for r in results {
         out.push_str(&format!(
-            "{:<width$} {:>9.0} {:>6.2} {:>8.0} {:>8.0} {:>9.0} {:>9.2} {:>7.2} {:>8.3} {:>7}",
+            "{:<width$} {:>9.0} {:>6.2} {:>8.0} {:>8.0} {:>9.0} {:>9.2} {:>7.2} {:>9} {:>8.3} {:>7}",
             r.mode,
             r.tps,
             ratio(results, r).map_or(f64::NAN, |(ratio, _)| ratio),
@@ -564,6 +568,9 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
             r.latency_us.p999,
             r.per_txn.write_calls,
             r.per_txn.bytes_written / 1024.0,
+            r.per_txn
+                .growth_zeros_kb
+                .map_or("-".to_owned(), |z| format!("{z:.2}")),
             r.per_txn.fsyncs,
             ""
         ));
@@ -573,7 +580,7 @@ pub fn table(args: &BenchArgs, results: &[ModeResult]) -> String {
         out.push('\n');
     }
     out.push_str(&ratio_note(results));
-    out.push_str("(writes, KiB and fsyncs per transaction; dev: the block device's write requests, KiB and flushes per transaction)\n");
+    out.push_str("(writes, KiB and fsyncs per transaction; zeros KiB: what a store's growth steps wrote ahead of the commits, apart from KiB; dev: the block device's write requests, KiB and flushes per transaction)\n");
     for r in results {
         if let (Some(dev_kb), Some(dev_flushes), Some(kb), Some(flushes)) = (
             r.per_txn.dev_kb,

@@ -11,12 +11,14 @@ use rusqlite::Connection;
 use crate::loopfs::{DevCounters, LoopFs};
 use crate::schemes::{Scheme, Storage};
 
-/// Write calls, bytes written and sync calls, cumulative.
+/// Write calls, bytes written and sync calls, cumulative; for a store also the zeros its
+/// growth steps wrote ahead (not in `bytes_written`).
 #[derive(Clone, Copy, Default)]
 pub struct IoCounters {
     pub write_calls: u64,
     pub bytes_written: u64,
     pub syncs: u64,
+    pub growth_zeros: Option<u64>,
 }
 
 impl IoCounters {
@@ -29,6 +31,7 @@ impl IoCounters {
                     write_calls: u64,
                     bytes_written: u64,
                     flushes: u64,
+                    bytes_preallocated: u64,
                 }
                 let json: String = conn.query_row("PRAGMA onesync_stats", [], |r| r.get(0))?;
                 let s: Store = serde_json::from_str(&json).context("parsing PRAGMA onesync_stats")?;
@@ -36,6 +39,7 @@ impl IoCounters {
                     write_calls: s.write_calls,
                     bytes_written: s.bytes_written,
                     syncs: s.flushes,
+                    growth_zeros: Some(s.bytes_preallocated),
                 })
             }
             Storage::PlainFile => {
@@ -44,6 +48,7 @@ impl IoCounters {
                     write_calls: io.write_calls,
                     bytes_written: io.bytes_written,
                     syncs: io.syncs,
+                    growth_zeros: None,
                 })
             }
         }
@@ -54,6 +59,9 @@ impl IoCounters {
             write_calls: self.write_calls.saturating_sub(before.write_calls),
             bytes_written: self.bytes_written.saturating_sub(before.bytes_written),
             syncs: self.syncs.saturating_sub(before.syncs),
+            growth_zeros: self
+                .growth_zeros
+                .map(|z| z.saturating_sub(before.growth_zeros.unwrap_or(0))),
         }
     }
 }

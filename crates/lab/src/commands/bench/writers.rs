@@ -368,6 +368,7 @@ fn run_mode(args: &WritersArgs, mode: Mode) -> Result<WritersResult> {
                 write_calls: report.write_calls,
                 bytes_written: report.bytes_written,
                 syncs: report.syncs,
+                growth_zeros: report.store.map(|s| s.bytes_preallocated),
             },
             dev,
             emulated,
