@@ -743,7 +743,19 @@ fn journal_mode_wal_is_answered_wal_and_off_the_mode_in_effect() {
     assert_eq!(outcome(&fresh, "PRAGMA journal_mode = OFF"), "['delete']");
     assert_eq!(outcome(&fresh, "PRAGMA journal_mode = WAL"), "['wal']");
     assert_eq!(outcome(&fresh, "PRAGMA journal_mode"), "['wal']");
+    // WAL stays the answer for every later connection, as stock keeps WAL in the file,
+    // until one asks for another mode.
+    let fresh_side = Side {
+        label: "onesync (fresh, later)",
+        onesync: true,
+        path: dir.path().join("fresh.db"),
+    };
     drop(fresh);
+    let later = fresh_side.open();
+    assert_eq!(outcome(&later, "PRAGMA journal_mode"), "['wal']");
+    assert_eq!(outcome(&later, "PRAGMA journal_mode = delete"), "['delete']");
+    drop(later);
+    assert_eq!(outcome(&fresh_side.open(), "PRAGMA journal_mode"), "['delete']");
     // The stock VFS takes WAL and OFF (the difference is on purpose).
     assert_eq!(outcome(&p.conns()[0], "PRAGMA journal_mode = WAL"), "['wal']");
     assert_eq!(outcome(&p.conns()[0], "PRAGMA journal_mode = OFF"), "['off']");

@@ -78,11 +78,13 @@ impl Shared {
         })
     }
 
-    /// After a commit is written: when that commit superseded a quarter of the file and
-    /// the file is more than twice what the mapping holds (a large delete, VACUUM; not the
-    /// many small commits of an update load, which checkpoints by policy serve), checkpoint now and give the file's free end back, rather than at
-    /// the next checkpoint by policy or at close. Only a process owning every free slot
-    /// does (the only one that shrinks the file).
+    /// After a commit is written: when that commit superseded at least a growth step's
+    /// slots, and a quarter of the file or half of what the mapping now holds, and the file
+    /// is more than twice what the mapping holds (a large delete, VACUUM, also of a file
+    /// that earlier commits made larger; not the many small commits of an update load,
+    /// which checkpoints by policy serve), checkpoint now and give the file's free end back,
+    /// rather than at the next checkpoint by policy or at close. Only a process owning every
+    /// free slot does (the only one that shrinks the file).
     pub(super) fn give_back_after_commit(&self) -> Result<()> {
         let mut meta = self.meta();
         if !meta.owns_all_slots || meta.growing_ahead {
@@ -92,7 +94,8 @@ impl Shared {
         let superseded = std::mem::take(&mut meta.last_commit_superseded);
         let live: u64 = meta.state.files.values().map(|f| f.pages.len() as u64).sum();
         let keep = self.opts.growth_slots(live, 0);
-        if superseded * 4 < capacity || superseded < keep || capacity < 2 * live + 2 * keep {
+        let large = superseded * 4 >= capacity || superseded * 2 >= live;
+        if !large || superseded < keep || capacity < 2 * live + 2 * keep {
             return Ok(());
         }
         self.checkpoint_giving_back(&mut meta)?;

@@ -398,13 +398,16 @@ impl StoreDb {
 impl StoreDb {
     /// `PRAGMA journal_mode`: never an error. The store gives what apps ask WAL for
     /// (readers never block the writer, an atomic commit with one flush) whatever the mode,
-    /// so WAL is answered `wal` and remembered; OFF, which would give up SQLite's ROLLBACK
-    /// for nothing here, is answered as stock answers a change it cannot make: the mode in
-    /// effect. Other modes and unknown names are SQLite's.
+    /// so WAL is answered `wal` and remembered, as stock remembers WAL in the database file:
+    /// for this connection, and in the store for every later connection of any process
+    /// ([`Self::remember_wal`]); OFF, which would give up SQLite's ROLLBACK for nothing here,
+    /// is answered as stock answers a change it cannot make: the mode in effect. Other modes
+    /// and unknown names are SQLite's (and forget WAL).
     fn journal_mode(&mut self, call: &Pragma<'_>) -> c_int {
         match call.journal_mode_change() {
             Some("wal") => {
                 self.answers_wal = true;
+                self.remember_wal(true);
                 self.api.log(
                     SQLITE_NOTICE,
                     "onesync: journal_mode=WAL answered as wal: the store gives WAL's promises \
@@ -421,7 +424,7 @@ impl StoreDb {
                      commits atomically with one flush whatever the mode, and without a journal \
                      SQLite could not roll back a statement or a transaction",
                 );
-                if self.answers_wal {
+                if self.answers_wal || self.wal_remembered() {
                     call.reply(&self.api, "wal");
                     SQLITE_OK
                 } else {
@@ -431,14 +434,58 @@ impl StoreDb {
             }
             Some(_) => {
                 self.answers_wal = false;
+                self.remember_wal(false);
                 SQLITE_NOTFOUND
             }
             // A query, or a name SQLite does not know (which it runs as a query).
-            None if self.answers_wal => {
+            None if self.answers_wal || self.wal_remembered() => {
                 call.reply(&self.api, "wal");
                 SQLITE_OK
             }
             None => SQLITE_NOTFOUND,
+        }
+    }
+
+    /// The store's note that this database is in WAL mode: an empty logical file named
+    /// after it (`NAME\u{1}journal_mode=wal`: SQLite never opens such a name).
+    fn wal_marker(&self) -> String {
+        format!("{}\u{1}journal_mode=wal", self.logical)
+    }
+
+    fn wal_remembered(&self) -> bool {
+        self.store.store.snapshot().file(&self.wal_marker()).is_some()
+    }
+
+    /// Notes (or forgets) WAL mode in the store, in a commit of its own, durable before the
+    /// PRAGMA returns: not while this connection writes (its transaction keeps the answer
+    /// for itself), nor read-only. A failure only loses the note, and is logged.
+    fn remember_wal(&self, wal: bool) {
+        if self.read_only || self.is_writer() {
+            return;
+        }
+        let marker = self.wal_marker();
+        let mut txn = self.store.store.begin();
+        let changed = match (wal, txn.file(&marker)) {
+            (true, None) => txn.create_file(&marker).map(|_| true),
+            (false, Some(id)) => txn.delete_file(id).map(|()| true),
+            _ => Ok(false),
+        };
+        let done = match changed {
+            Ok(true) => txn.commit().map(|_| ()).map_err(|e| e.error),
+            Ok(false) => {
+                txn.abort();
+                Ok(())
+            }
+            Err(e) => {
+                txn.abort();
+                Err(e)
+            }
+        };
+        if let Err(e) = done {
+            self.api.log(
+                SQLITE_NOTICE,
+                &format!("onesync: journal_mode: could not note the mode in the store ({e})"),
+            );
         }
     }
 }
