@@ -18,6 +18,7 @@
 //! script crosses checkpoints, window changes and growth.
 
 pub mod check;
+mod crash_files;
 pub mod iolog;
 pub mod run;
 pub mod scenario;
@@ -36,6 +37,7 @@ use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
 use self::check::{Clause, Expect, Violation};
+use self::crash_files::CrashFiles;
 use self::iolog::{Fate, Log};
 use self::run::{Outcome, Setup};
 use self::scenario::{Backend, NegativeControl, Scenario, Sync};
@@ -813,46 +815,6 @@ fn check_run(
         found.push((process, v));
     }
     (found, images)
-}
-
-/// The database files of a run's directory as a crash left them (the store, the plain
-/// file, their journals and the super-journal: every file named `bank…` but the logs).
-#[derive(Default)]
-struct CrashFiles(Vec<(PathBuf, Vec<u8>)>);
-
-impl CrashFiles {
-    fn is_database_file(name: &str) -> bool {
-        name.starts_with("bank") && !name.ends_with(".log")
-    }
-
-    fn take(dir: &Path) -> Result<CrashFiles> {
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            if Self::is_database_file(&entry.file_name().to_string_lossy()) {
-                files.push((entry.path(), std::fs::read(entry.path())?));
-            }
-        }
-        Ok(CrashFiles(files))
-    }
-
-    /// Puts them back (in place: the store keeps its inode) and removes any other database
-    /// file a check made.
-    fn restore(&self, dir: &Path) -> Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let path = entry.path();
-            if Self::is_database_file(&entry.file_name().to_string_lossy())
-                && !self.0.iter().any(|(p, _)| *p == path)
-            {
-                std::fs::remove_file(&path)?;
-            }
-        }
-        for (path, bytes) in &self.0 {
-            std::fs::write(path, bytes)?;
-        }
-        Ok(())
-    }
 }
 
 fn power_cuts(

@@ -271,6 +271,14 @@ fn attach_plain(sabotage: Option<&'static str>, sync: Sync) -> Scenario {
     Scenario {
         end: End::Close,
         sabotage,
+        // Three transfers cross a checkpoint (every CHECKPOINT_INTERVAL commits) and a
+        // reopen; each is some fifty calls.
+        script: vec![
+            (0, Cmd::Open),
+            (0, Cmd::Xfer(2)),
+            (0, Cmd::Reopen),
+            (0, Cmd::Xfer(1)),
+        ],
         ..single(
             name,
             about,
