@@ -38,6 +38,9 @@ const SABOTAGES: &[&str] = &[
     "fence-ignored",
     "relocated-pointer-missed",
     "stalled-retry-unflushed",
+    "moved-pages-unflushed",
+    "store-journal-in-memory",
+    "multi-file-commit-deferred",
 ];
 
 /// Every name a test hook would leave in a build: the variables, each sabotage's name as
