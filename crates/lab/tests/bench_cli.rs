@@ -62,6 +62,11 @@ fn every_mode_reports_its_costs() {
     // longer fit).
     assert!(f(o, &["per_txn", "fsyncs"]) <= 1.0 + 4.0 / 150.0 + 1e-9, "{o}");
     assert!(f(o, &["per_txn", "bytes_written"]) <= 8.5 * 1024.0, "{o}");
+    // Growth zeros are reported apart, per commit, for a store only: a fresh store grows
+    // in its first 150 commits (at least one 256 KiB step), and a plain file has none.
+    let zeros = f(o, &["per_txn", "growth_zeros_kb"]);
+    assert!((256.0 / 150.0..64.0).contains(&zeros), "{o}");
+    assert!(by("wal")["per_txn"]["growth_zeros_kb"].is_null());
 }
 
 #[test]

@@ -366,12 +366,6 @@ impl Store {
         }
     }
 
-    /// Whether this process has followed commits of other processes into this store (so
-    /// another process writes it, or did).
-    pub fn others_have_written(&self) -> bool {
-        self.shared.others_write()
-    }
-
     /// The defect this store was opened with on purpose (negative controls only).
     pub fn sabotage(&self) -> Option<crate::Sabotage> {
         #[cfg(feature = "test-hooks")]

@@ -213,11 +213,6 @@ impl Drop for StoreJournalOnDisk {
     }
 }
 
-/// Whether any store journal of this process is open on disk.
-pub(crate) fn any_store_journal_on_disk() -> bool {
-    store_journals_on_disk().values().any(|&n| n > 0)
-}
-
 /// Where a store journal of this process is, for `xDelete`.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum StoreJournalPlace {

@@ -75,7 +75,7 @@ pub(crate) fn super_journal_named_by(journal: &[u8]) -> Option<&[u8]> {
 /// Whether a store journal is on disk at `path` that may be hot: one that a multi-file
 /// transaction put there and a crash (or a live transaction) left, naming its super-journal,
 /// its header not zeroed (SQLite takes a journal whose first byte is 0 for no journal).
-pub(crate) fn on_disk(path: &[u8]) -> bool {
+pub(crate) fn may_be_hot(path: &[u8]) -> bool {
     let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
     let Ok(mut file) = std::fs::File::open(path) else {
         return false;
@@ -120,7 +120,7 @@ impl StoreJournal {
             _on_disk: None,
             keep_in_memory: keep_in_memory(),
         };
-        if req.flags() & SQLITE_OPEN_CREATE == 0 && on_disk(name) {
+        if req.flags() & SQLITE_OPEN_CREATE == 0 && may_be_hot(name) {
             let (mut file, _) = req.open_passthrough_file()?;
             let size = file.size()?;
             journal.bytes = vec![0; usize::try_from(size).map_err(|_| crate::ffi::SQLITE_IOERR)?];

@@ -287,10 +287,11 @@ impl VfsState {
                 return match names::store_journal_place(key) {
                     StoreJournalPlace::Memory | StoreJournalPlace::OpenOnDisk => SQLITE_OK,
                     StoreJournalPlace::ClosedOnDisk => {
-                        if sync_dir {
+                        let rc = state.base.delete(name, sync_dir);
+                        if sync_dir && rc == SQLITE_OK {
                             crate::backend::count_directory_sync();
                         }
-                        match state.base.delete(name, sync_dir) {
+                        match rc {
                             SQLITE_OK | SQLITE_IOERR_DELETE_NOENT => {
                                 names::forget_store_journal(key);
                                 SQLITE_OK

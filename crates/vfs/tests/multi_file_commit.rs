@@ -25,11 +25,10 @@ const SETUP_ENV: &str = "ONESYNC_TEST_MULTI_FILE_SETUP";
 const ROWS: i64 = 50;
 const START_BALANCE: i64 = 100;
 
+mod common;
+
 fn have(program: &str) -> bool {
-    let found = Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let found = common::have(program, &["--version"]);
     if !found {
         eprintln!("skipped: {program} not found");
     }
@@ -257,8 +256,13 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Kills the worker at every traced call in turn; returns the violations found.
-fn explore(setup: Setup, synchronous: &str, sabotage: Option<&str>) -> Vec<String> {
+/// A directory with `template/` (both banks set up) and the number of calls the worker
+/// makes committing its transfer there (a run without a kill, which must commit it in both).
+fn banks_and_calls(
+    setup: Setup,
+    synchronous: &str,
+    sabotage: Option<&str>,
+) -> (tempfile::TempDir, PathBuf, usize) {
     let root = tempfile::tempdir().unwrap();
     let template = root.path().join("template");
     std::fs::create_dir(&template).unwrap();
@@ -268,6 +272,12 @@ fn explore(setup: Setup, synchronous: &str, sabotage: Option<&str>) -> Vec<Strin
     let calls = run_worker(&dry, setup, synchronous, 0, sabotage);
     assert!(calls > 10, "{}: only {calls} calls traced", setup.name());
     assert!(check_atomic(&dry, setup, false).is_none());
+    (root, template, calls)
+}
+
+/// Kills the worker at every traced call in turn; returns the violations found.
+fn explore(setup: Setup, synchronous: &str, sabotage: Option<&str>) -> Vec<String> {
+    let (root, template, calls) = banks_and_calls(setup, synchronous, sabotage);
     let mut violations = Vec::new();
     for kill_at in 1..=calls {
         // Each order on a run of its own: the journals name the super-journal by its path.
@@ -308,6 +318,74 @@ fn a_store_and_another_database_commit_atomically_across_a_kill_at_every_call() 
         runs.into_iter().flat_map(|run| run.join().unwrap()).collect()
     });
     assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+/// Another process that has the store open all along (this test's) writes the store after
+/// each kill, before anything else opens it: it must find a store journal the killed
+/// process left and roll it back first, as stock SQLite checks for a hot journal at every
+/// transaction. Else a later recovery plays that journal back over its commit, which is
+/// lost (its row in the store's log), even where the killed process never committed.
+#[test]
+fn a_process_open_beside_rolls_back_what_the_killed_one_left() {
+    if !have("sqlite3") || !have("strace") || std::env::var_os("ONESYNC_SABOTAGE").is_some() {
+        return;
+    }
+    let violations: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = Setup::ALL
+            .into_iter()
+            .map(|setup| scope.spawn(move || kill_beside_an_open_store(setup)))
+            .collect();
+        runs.into_iter().flat_map(|run| run.join().unwrap()).collect()
+    });
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+/// `setup`'s transfer killed at every traced call while this process keeps the store open;
+/// after each kill this process commits a row of its own to the store's log first.
+fn kill_beside_an_open_store(setup: Setup) -> Vec<String> {
+    const BESIDE: i64 = 1000;
+    let (root, template, calls) = banks_and_calls(setup, "FULL", None);
+    let mut violations = Vec::new();
+    for kill_at in 1..=calls {
+        let run = root.path().join(format!("kill-{kill_at}"));
+        copy_dir(&template, &run);
+        let store = setup.paths(&run).into_iter().find(|(_, s)| *s).unwrap().0;
+        registered();
+        let flags = OpenFlags::default() | OpenFlags::SQLITE_OPEN_URI;
+        let beside = Connection::open_with_flags(store_uri(&store), flags).unwrap();
+        beside.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+        let _: i64 = beside
+            .query_row("SELECT count(*) FROM log", [], |r| r.get(0))
+            .unwrap();
+        run_worker(&run, setup, "FULL", kill_at, None);
+        let label = format!("{} killed at call {kill_at}/{calls}", setup.name());
+        if let Err(e) = beside.execute("INSERT INTO log VALUES (?1)", [BESIDE]) {
+            violations.push(format!("{label}: the write beside failed: {e}"));
+        }
+        drop(beside);
+        // The plain file first, through stock SQLite; the transfer (7) in both or in
+        // neither, money conserved, and the row committed beside kept.
+        let mut dbs = setup.paths(&run).to_vec();
+        dbs.sort_by_key(|(_, store)| *store);
+        let seen: Vec<_> = dbs
+            .iter()
+            .map(|(path, store)| (*store, read_back(path, *store)))
+            .collect();
+        let total: i64 = seen.iter().map(|(_, (_, sum, _))| sum).sum();
+        let transferred: Vec<bool> = seen.iter().map(|(_, (_, _, log))| log.contains(&7)).collect();
+        let kept_beside = seen
+            .iter()
+            .any(|(store, (_, _, log))| *store && log.contains(&BESIDE));
+        let fine = seen.iter().all(|(_, (check, _, _))| check == "ok")
+            && total == 2 * ROWS * START_BALANCE
+            && transferred[0] == transferred[1]
+            && kept_beside;
+        if !fine {
+            violations.push(format!("{label}: recovered {seen:?}"));
+        }
+        std::fs::remove_dir_all(&run).ok();
+    }
+    violations
 }
 
 /// The negative control: with the store's journal kept in memory, a kill between the

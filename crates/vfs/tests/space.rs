@@ -1,7 +1,8 @@
 //! Space comes back (issue 40), through the real SQLite (rusqlite's bundled build, onesync
 //! registered statically): a store of 10,000 rows, all deleted, then VACUUM is under 1 MiB
 //! while the connection is open and after reopening, with `page_count` and
-//! `integrity_check` as stock answers them; `VACUUM INTO` a store of a plain database stays
+//! `integrity_check` as stock answers them; a commit rewriting the database gives space back
+//! in the session also after many small updates grew the file; `VACUUM INTO` a store of a plain database stays
 //! within 1.15 times the plain file plus the fixed overhead the store's README states; and a full filesystem (a small tmpfs) gives `SQLITE_FULL` at the
 //! COMMIT that cannot grow the store, with every acknowledged row there after reopening and
 //! small deletes still committing.
@@ -58,6 +59,44 @@ fn vacuum_after_deleting_every_row_gives_the_space_back() {
     assert!(closed_len < MIB, "{closed_len} bytes after VACUUM, closed");
     // It still takes commits.
     conn.execute("insert into t values (1)", []).unwrap();
+}
+
+/// A commit that rewrites the whole database gives space back while the connection is
+/// open also when earlier commits made the file several times the database (many small
+/// updates whose superseded slots wait for a checkpoint, as building and optimizing an FTS
+/// index leave it): that commit supersedes half the database, but not a quarter of the file.
+#[test]
+fn a_large_commit_after_many_small_updates_gives_the_space_back_in_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.onesync");
+    let conn = open_store(&path);
+    fill(&conn, 3_000);
+    let rows: i64 = conn
+        .query_row("select count(*) from t", [], |r| r.get(0))
+        .unwrap();
+    for first in (1..=rows).step_by(15).cycle().take(400) {
+        conn.execute(
+            "update t set x = randomblob(500) where rowid between ?1 and ?1 + 14",
+            [first],
+        )
+        .unwrap();
+    }
+    let pages: i64 = conn.query_row("pragma page_count", [], |r| r.get(0)).unwrap();
+    let database = pages as u64 * 4096;
+    let grown = len(&path);
+    assert!(
+        grown > 4 * database,
+        "the updates grew the store to only {grown} bytes"
+    );
+    conn.execute_batch("update t set x = randomblob(500)").unwrap();
+    let open_len = len(&path);
+    eprintln!("database {database} bytes; store {grown} bytes before the large commit, {open_len} after");
+    assert!(
+        open_len < 2 * database + 2 * MIB,
+        "{open_len} bytes after a commit rewriting the database, connection open, for a \
+         database of {database} bytes"
+    );
+    assert_eq!(rows_after_integrity_check(&conn), rows);
 }
 
 /// `VACUUM INTO` a store from a plain database: at most 1.15 times the plain file, plus

@@ -184,7 +184,7 @@ impl Shared {
     }
 
     /// Other processes write to this store: this process has followed their commits.
-    pub(crate) fn others_write(&self) -> bool {
+    pub(super) fn others_write(&self) -> bool {
         self.counters.records_followed.load(Ordering::Relaxed) > 0
     }
 

@@ -150,18 +150,12 @@ impl MainDbFactory for StoreFactory {
         })
     }
 
+    /// Looked for at each `xAccess`, as stock SQLite looks for a hot journal at every
+    /// transaction: a process that died in a transaction over several databases may have
+    /// left one at any moment, and a transaction that wrote on top of it before it is
+    /// played back would be overwritten by that playback.
     fn private_journal_on_disk(&self, name: &[u8]) -> bool {
-        let Some(names::Owner::Store(key)) = names::owner_of_journal(name) else {
-            return crate::store_journal::on_disk(name);
-        };
-        if !registry::journal_may_be_on_disk(&key) {
-            return false;
-        }
-        let found = crate::store_journal::on_disk(name);
-        if !found {
-            registry::no_journal_on_disk(&key);
-        }
-        found
+        crate::store_journal::may_be_hot(name)
     }
 
     fn open_journal(&self, req: &OpenRequest) -> Option<IoResult<Opened>> {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -42,8 +42,6 @@ pub(super) struct OpenStore {
     pub(super) contended_at: Mutex<Option<Instant>>,
     /// How this process's concurrent commits went (`PRAGMA onesync_stats`).
     pub(super) concurrent_commits: ConcurrentCommits,
-    /// Set once `xAccess` has looked on disk for a journal of this store's databases.
-    pub(super) journal_looked_for: AtomicBool,
 }
 
 /// Concurrent commits of this process that were not on their own snapshot: rebased onto
@@ -126,31 +124,6 @@ pub(super) struct Member {
     pub(super) wrote: bool,
     /// Change counter at the start of the transaction.
     pub(super) base_counter: [u8; 4],
-}
-
-/// Whether a journal of a database of the store `key` may be on disk (`store_journal.rs`):
-/// looked for until found absent once per store this process opens (a crash of the last
-/// process may have left one), and from then on only while this process has one on disk or
-/// another process writes the store (its crash in a transaction over several databases may
-/// leave one). So a process alone on a store pays no system call for it per transaction,
-/// where SQLite asks at each one.
-pub(crate) fn journal_may_be_on_disk(key: &StoreKey) -> bool {
-    if names::any_store_journal_on_disk() {
-        return true;
-    }
-    lock(&REGISTRY)
-        .iter()
-        .filter(|((k, _), _)| k == key)
-        .any(|(_, (open, _))| !open.journal_looked_for.load(Relaxed) || open.store.others_have_written())
-}
-
-/// No journal of the store `key` was found on disk.
-pub(crate) fn no_journal_on_disk(key: &StoreKey) {
-    for ((k, _), (open, _)) in lock(&REGISTRY).iter() {
-        if k == key {
-            open.journal_looked_for.store(true, Relaxed);
-        }
-    }
 }
 
 /// Open stores by identity and read-only-ness, with the number of handles on each.
@@ -338,7 +311,6 @@ pub(super) fn register(
         waiting_writers: AtomicUsize::new(0),
         contended_at: Mutex::new(None),
         concurrent_commits: ConcurrentCommits::default(),
-        journal_looked_for: AtomicBool::new(false),
     });
     registry.insert(key, (open.clone(), 1));
     open

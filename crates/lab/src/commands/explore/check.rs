@@ -85,22 +85,12 @@ pub struct Expect<'a> {
 pub fn check(path: &Path, backend: Backend, expect: &Expect<'_>) -> Option<Violation> {
     // A plain file's recovery first: stock SQLite's, which must not give up the
     // super-journal while the store's journal still names it.
-    let plain_aux = match expect.plain_aux {
-        true => {
-            match crate::sqlite::open_plain(&super::plain_aux_path(path), OpenFlags::SQLITE_OPEN_READ_WRITE) {
-                Ok(c) => Some(c),
-                Err(e) => return Some(violation(Clause::Open, format!("aux: {e:#}"))),
-            }
-        }
+    let plain_aux_ledger = match expect.plain_aux {
+        true => match aux_ledger(path, backend, expect) {
+            Ok(l) => Some(l),
+            Err(v) => return Some(v),
+        },
         false => None,
-    };
-    let plain_aux_ledger = match plain_aux.as_ref().map(|aux| check_bank(aux, expect)) {
-        Some(Err(mut v)) => {
-            v.detail = format!("aux: {}", v.detail);
-            return Some(v);
-        }
-        Some(Ok(l)) => Some(l),
-        None => None,
     };
     let main = match open(path, backend, false) {
         Ok(c) => c,
@@ -119,21 +109,9 @@ pub fn check(path: &Path, backend: Backend, expect: &Expect<'_>) -> Option<Viola
         }
     }
     if expect.attach {
-        let aux_ledger = match plain_aux_ledger {
-            Some(l) => l,
-            None => {
-                let aux = match open(path, backend, true) {
-                    Ok(c) => c,
-                    Err(e) => return Some(violation(Clause::Open, format!("aux: {e:#}"))),
-                };
-                match check_bank(&aux, expect) {
-                    Ok(l) => l,
-                    Err(mut v) => {
-                        v.detail = format!("aux: {}", v.detail);
-                        return Some(v);
-                    }
-                }
-            }
+        let aux_ledger = match plain_aux_ledger.map_or_else(|| aux_ledger(path, backend, expect), Ok) {
+            Ok(l) => l,
+            Err(v) => return Some(v),
         };
         if let Some(id) = ledger.symmetric_difference(&aux_ledger).next() {
             let (has, lacks) = if ledger.contains(id) {
@@ -148,6 +126,20 @@ pub fn check(path: &Path, backend: Backend, expect: &Expect<'_>) -> Option<Viola
         }
     }
     None
+}
+
+/// The attached database `aux` (the store's second database, or the plain file beside it)
+/// checked as `check_bank` does; its ledger's ids.
+fn aux_ledger(path: &Path, backend: Backend, expect: &Expect<'_>) -> Result<BTreeSet<String>, Violation> {
+    let aux = match expect.plain_aux {
+        true => crate::sqlite::open_plain(&super::plain_aux_path(path), OpenFlags::SQLITE_OPEN_READ_WRITE),
+        false => open(path, backend, true),
+    }
+    .map_err(|e| violation(Clause::Open, format!("aux: {e:#}")))?;
+    check_bank(&aux, expect).map_err(|mut v| {
+        v.detail = format!("aux: {}", v.detail);
+        v
+    })
 }
 
 fn open(path: &Path, backend: Backend, aux: bool) -> anyhow::Result<Connection> {

@@ -8,7 +8,6 @@ use anyhow::Result;
 
 /// The database files of a run's directory as a crash left them (the store, the plain
 /// file, their journals and the super-journal: every file named `bank…` but the logs).
-#[derive(Default)]
 pub(super) struct CrashFiles(Vec<(PathBuf, Vec<u8>)>);
 
 impl CrashFiles {

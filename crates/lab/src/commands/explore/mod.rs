@@ -773,11 +773,20 @@ fn check_run(
     let store = dir.join(run::store_name(scenario.backend()));
     // With a plain file attached, the checks recover journals that name the super-journal
     // by its path: each check starts from the files as the crash left them, in place.
-    let crash_files = scenario
-        .uses_plain_aux()
-        .then(|| CrashFiles::take(dir))
-        .transpose()
-        .unwrap_or_default();
+    let crash_files = match scenario.uses_plain_aux().then(|| CrashFiles::take(dir)) {
+        Some(Ok(files)) => Some(files),
+        Some(Err(e)) => {
+            found.push((
+                process.clone(),
+                Violation {
+                    clause: Clause::Open,
+                    detail: format!("keeping the crash point's files: {e:#}"),
+                },
+            ));
+            return (found, 0);
+        }
+        None => None,
+    };
     let mut images = 0;
     if shared.power != PowerCuts::None && scenario.backend() == Backend::Onesync {
         match power_cuts(shared, prepared, outcome, dir, &store, salt, crash_files.as_ref()) {

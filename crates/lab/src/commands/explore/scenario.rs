@@ -251,7 +251,7 @@ fn reader(name: char) -> Proc {
 /// file (`sabotage`: the negative control's).
 fn attach_plain(sabotage: Option<&'static str>, sync: Sync) -> Scenario {
     let (name, about) = match (sabotage, sync) {
-        (Some(_), Sync::Normal) => (
+        (Some("multi-file-commit-deferred"), _) => (
             "attach-plain-commit-deferred",
             "attach-plain-normal with the store's part left to the deferred flush (must fail)",
         ),
@@ -272,7 +272,7 @@ fn attach_plain(sabotage: Option<&'static str>, sync: Sync) -> Scenario {
         end: End::Close,
         sabotage,
         // Three transfers cross a checkpoint (every CHECKPOINT_INTERVAL commits) and a
-        // reopen; each is some fifty calls.
+        // reopen.
         script: vec![
             (0, Cmd::Open),
             (0, Cmd::Xfer(2)),
