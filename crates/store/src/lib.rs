@@ -61,6 +61,7 @@ mod state;
 mod store;
 mod txn;
 mod validation;
+pub mod wakeup;
 
 pub use engine::PendingCommit;
 pub use error::{CommitError, Error, Result};

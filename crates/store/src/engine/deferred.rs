@@ -14,7 +14,9 @@ use super::{lock, Shared};
 use crate::error::{Error, Result};
 use crate::options::Options;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::wakeup::Wakeup;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,7 +24,7 @@ use std::time::{Duration, Instant};
 /// weakly, so that dropping the store ends it).
 pub(super) struct Deferred {
     schedule: Mutex<Schedule>,
-    wake: Condvar,
+    wake: Wakeup,
     /// The interval in µs (settable while open: `Store::set_deferred_flush_interval`).
     interval_micros: AtomicU64,
     /// `Counters::bytes_written` when the last flush began: bytes written since are not
@@ -34,7 +36,7 @@ impl Deferred {
     pub fn new(opts: &Options) -> Deferred {
         Deferred {
             schedule: Mutex::default(),
-            wake: Condvar::new(),
+            wake: Wakeup::new(),
             interval_micros: AtomicU64::new(micros(opts.deferred_flush_interval)),
             bytes_at_last_flush: AtomicU64::new(0),
         }

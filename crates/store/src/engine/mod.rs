@@ -148,7 +148,9 @@ use crate::state::State;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::wakeup::Wakeup;
 use std::time::Duration;
 
 #[derive(Default)]
@@ -192,13 +194,13 @@ pub(crate) struct Shared {
     meta: Mutex<Meta>,
     flush: Mutex<FlushState>,
     /// Signalled when `durable` advances or a flush ends (waiters recheck, one may lead).
-    durable_changed: Condvar,
+    durable_changed: Wakeup,
     /// Signalled when commits are written or writers drop out (a gathering leader and
     /// checkpoints wait on it). Two condvars keep waiters for durability asleep while
     /// other commits are merely written.
-    written_changed: Condvar,
+    written_changed: Wakeup,
     /// Signalled (with `meta`) when a step grown ahead is handed out or given up.
-    growth_landed: Condvar,
+    growth_landed: Wakeup,
     counters: Counters,
     next_file_id: AtomicU32,
     /// Other processes may have the store open (a file opened with `Store::open`).
@@ -484,9 +486,9 @@ impl Shared {
             opts: opts.clone(),
             meta: Mutex::new(meta),
             flush: Mutex::new(flush),
-            durable_changed: Condvar::new(),
-            written_changed: Condvar::new(),
-            growth_landed: Condvar::new(),
+            durable_changed: Wakeup::new(),
+            written_changed: Wakeup::new(),
+            growth_landed: Wakeup::new(),
             counters,
             next_file_id: AtomicU32::new(next_file_id),
             writer: Mutex::new(WriterClaims::default()),

@@ -17,10 +17,9 @@ use crate::sys::api::ApiTable;
 use super::connections::{
     commit_synchronous, note_phasetwo, phasetwo_seen, unlocks_after_commit, Synchronous,
 };
-use super::file::{commit_err, StoreDb};
+use super::handle::{commit_err, StoreDb};
 use super::locking::{note_lock_released, process_lock_key};
-use super::registry::{lock, Coordination};
-use super::CHANGE_COUNTER;
+use super::registry::{lock, Coordination, CHANGE_COUNTER};
 
 impl StoreDb {
     /// Sequences the connection's transaction: visible to new snapshots,

@@ -57,13 +57,12 @@ use crate::ffi::{
 };
 
 use super::connections::{commit_synchronous, Synchronous};
-use super::file::{commit_err, read_bytes, store_err, StoreDb};
+use super::handle::{commit_err, read_bytes, store_err, ConcurrentWrite, StoreDb};
 use super::locking::{
     note_lock_released, process_lock_key, PROCESS_LOCK_POLL, REFUSED_ON, RETRYING_WRITER, WRITER_WAIT,
 };
-use super::registry::lock;
+use super::registry::{lock, CHANGE_COUNTER};
 use super::relocate::{analyze_appended, get32, Relocation};
-use super::CHANGE_COUNTER;
 
 /// SQLite's extended code for "another connection's commit conflicts with this
 /// transaction's snapshot": a retry of the whole transaction can succeed.
@@ -89,28 +88,6 @@ const CACHE_PAGES_KEPT_MAX: usize = 2048;
 const PAGE_ONE_MERGED: [std::ops::Range<usize>; 3] = [24..32, 92..96, 96..100];
 const PAGE_COUNT: std::ops::Range<usize> = 28..32;
 const VERSION_VALID_FOR: std::ops::Range<usize> = 92..96;
-
-/// A concurrent writer's transaction (invariant 1).
-pub(super) struct ConcurrentWrite {
-    /// Store pages (0-based) read from the base, validated at commit.
-    pub(super) reads: BTreeSet<u64>,
-    /// Whole store pages written.
-    pub(super) writes: BTreeMap<u64, Arc<[u8]>>,
-    /// The file's size in bytes in the snapshot the transaction is based on.
-    pub(super) base_size: u64,
-    /// The file's size in bytes as this transaction has it.
-    pub(super) size: u64,
-    pub(super) wrote: bool,
-    /// Committed or refused (invariant 4).
-    pub(super) done: bool,
-    /// The commit failed on an error other than a conflict (invariant 5).
-    pub(super) failed: bool,
-    /// The commit's sequence number, if it committed exactly SQLite's pages and size on the
-    /// state the transaction began on (SQLite's cache then agrees with it: invariant 2).
-    pub(super) committed_verbatim: Option<u64>,
-    /// A FULL commit's flush, waited for at PHASETWO or at the unlock.
-    pub(super) pending: Option<PendingCommit>,
-}
 
 /// What a commit writes on top of the latest state.
 struct Plan<'a> {

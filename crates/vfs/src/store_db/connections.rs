@@ -5,10 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use crate::backend::{Connection, LockLevel, SqliteName};
+use crate::backend::{Connection, SqliteName};
 use crate::sys::api::ApiTable;
 
-use super::file::StoreDb;
 use super::registry::lock;
 
 /// A handle's `locking_mode`, as far as this VFS can tell.
@@ -220,23 +219,6 @@ pub(super) fn unlocks_after_commit(conn: usize, handles: &[u64]) -> bool {
             .get(h)
             .is_some_and(|m| m.mode == Mode::Normal && m.unlocked && !m.nolock)
     })
-}
-
-impl StoreDb {
-    /// SQLITE_FCNTL_PDB: the connection this file belongs to.
-    pub(super) fn join(&mut self, db: Connection) {
-        if self.joined || self.level != LockLevel::None {
-            return;
-        }
-        let is_main = is_main_database(&self.api, db, self.name);
-        self.conn = db.id();
-        self.joined = true;
-        join_connection(self.conn, self.handle, is_main, self.nolock);
-        *lock(&self.store.coord)
-            .handles_by_conn
-            .entry(self.conn)
-            .or_default() += 1;
-    }
 }
 
 /// A boolean URI parameter or pragma value as SQLite spells them (`1`, `on`, `yes`, `true`

@@ -4,15 +4,16 @@
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
+
+use onesync_store::wakeup::Wakeup;
 use std::time::{Duration, Instant};
 
 use crate::backend::{IoResult, LockLevel};
 use crate::ffi::{SQLITE_BUSY, SQLITE_IOERR_LOCK, SQLITE_IOERR_READ, SQLITE_READONLY};
 
-use super::file::{commit_err, store_err, StoreDb};
-use super::registry::{lock, Coordination, Member, OpenStore};
-use super::CHANGE_COUNTER;
+use super::handle::{commit_err, store_err, StoreDb};
+use super::registry::{lock, Coordination, Member, OpenStore, CHANGE_COUNTER};
 
 /// How long a connection asking for RESERVED waits for another connection of
 /// this process to let go of it before SQLite sees SQLITE_BUSY. A writer holds
@@ -32,7 +33,7 @@ pub(super) const CONTENTION_MEMORY: Duration = Duration::from_secs(2);
 
 /// Releases of a write lock by any connection of this process (a generation count).
 pub(super) static LOCK_RELEASES: Mutex<u64> = Mutex::new(0);
-pub(super) static LOCK_RELEASED: Condvar = Condvar::new();
+pub(super) static LOCK_RELEASED: Wakeup = Wakeup::new();
 
 thread_local! {
     /// This thread's last lock request failed only because its snapshot was stale (the

@@ -35,12 +35,11 @@ use std::path::{Path, PathBuf};
 use onesync_store::layout::{HEADER_BLOCK, MAGIC};
 use onesync_store::Store;
 
+use super::connections::{is_main_database, join_connection, leave_connection, note_locking_mode};
 use super::connections::{parse_switch, parse_sync_interval};
+use super::handle::{StoreDb, StoreOpen};
 use super::refusals::{self, Refusal, When};
-use super::{
-    is_main_database, join_connection, leave_connection, next_handle, note_locking_mode, StoreDb,
-    StoreFactory, StoreOpen, Want, DEFAULT_LOGICAL_DB,
-};
+use super::registry::{next_handle, StoreFactory, Want, DEFAULT_LOGICAL_DB};
 use crate::backend::{
     Connection, DbBackend, FileControl, FileControlCall, IoResult, LockLevel, OpenRequest, Opened,
     PassThrough, SqliteName,
@@ -215,13 +214,16 @@ impl Request {
             Probe::Directory => self.refuse((SQLITE_CANTOPEN, format!("onesync: {path} is a directory"))),
             Probe::Sqlite => self.refuse((
                 SQLITE_NOTADB,
-                super::not_a_store_message(&self.path, "it is a plain SQLite database"),
+                super::registry::not_a_store_message(&self.path, "it is a plain SQLite database"),
             )),
             // Stock SQLite opens a file that is no database and refuses it at first use.
             _ => self.refuse_when(
                 (
                     SQLITE_NOTADB,
-                    super::not_a_store_message(&self.path, "it is neither a store nor a SQLite database"),
+                    super::registry::not_a_store_message(
+                        &self.path,
+                        "it is neither a store nor a SQLite database",
+                    ),
                 ),
                 When::AtFirstUse,
             ),
@@ -276,7 +278,7 @@ fn replace_empty_file(path: &Path) -> std::io::Result<()> {
     ));
     let built = (|| -> std::io::Result<()> {
         let opts = onesync_store::Options {
-            page_size: super::STORE_PAGE_SIZE,
+            page_size: super::registry::STORE_PAGE_SIZE,
             ..onesync_store::Options::default()
         };
         Store::create(&temp, &opts)

@@ -7,16 +7,70 @@ use std::ffi::c_int;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use onesync_store::wakeup::Wakeup;
 use onesync_store::{Error as StoreError, Options, PendingCommit, Store, Transaction};
 
 use crate::ffi::{SQLITE_CANTOPEN, SQLITE_NOTADB};
 use crate::names::{self, StoreKey};
 
-use super::file::stats_json;
-use super::{not_a_store_message, StoreOpener, EMBED_LIMIT, STORE_PAGE_SIZE};
+use crate::sys::api::ApiTable;
+
+/// Page size of stores this VFS creates (SQLite's default page size, so the
+/// common case maps one SQLite page to one store page).
+pub const STORE_PAGE_SIZE: u32 = 4096;
+
+/// Page changes up to this many bytes (since the page was last written whole) ride in the
+/// commit record. A one-row INSERT or UPDATE changes about a hundred bytes of its leaf page
+/// plus SQLite's change counter on page 1: carried in the record, such a commit writes one
+/// block instead of a record block and a page.
+pub const EMBED_LIMIT: usize = 256;
+
+/// The logical file of a database opened without `db=`.
+pub const DEFAULT_LOGICAL_DB: &str = "main";
+
+/// Bytes 24..28 of page 1: SQLite's file change counter, bumped by every
+/// commit in rollback-journal mode (and restored by a rollback).
+pub(super) const CHANGE_COUNTER: std::ops::Range<usize> = 24..28;
+
+/// Opens (or, if the flag says so, creates) the store at a path: how a host puts stores on
+/// another medium (the lab's power-cut simulation puts them on a `SimDisk`).
+pub type StoreOpener = Arc<dyn Fn(&Path, &Options, bool) -> Result<Store, StoreError> + Send + Sync>;
+
+/// Opens main database files as logical files of stores (or, for databases attached
+/// without `vfs=onesync`, as plain SQLite files: see `main_file.rs`).
+pub struct StoreFactory {
+    pub(crate) api: ApiTable,
+    pub(crate) opener: Option<StoreOpener>,
+}
+
+impl StoreFactory {
+    pub fn new(api: ApiTable) -> Self {
+        Self { api, opener: None }
+    }
+
+    /// Stores opened by `opener` instead of from files (the path is still the registry key,
+    /// so every database of one path shares one store). Every main database file of such a
+    /// VFS is a store: the medium is the host's, so there is no plain file to fall back to.
+    pub fn with_opener(api: ApiTable, opener: StoreOpener) -> Self {
+        Self {
+            api,
+            opener: Some(opener),
+        }
+    }
+}
+
+pub(crate) fn not_a_store_message(path: &Path, why: &str) -> String {
+    format!(
+        "onesync: {} is not a onesync store ({why}); nothing was written to it. Open a plain \
+         SQLite database without vfs=onesync, or copy it into a store: onesync import {} \
+         NEW.onesync, or VACUUM INTO 'file:NEW.onesync?vfs=onesync'",
+        path.display(),
+        path.display()
+    )
+}
 
 pub(super) static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
 
@@ -35,7 +89,7 @@ pub(super) struct OpenStore {
     pub(super) page_size: u64,
     pub(super) coord: Mutex<Coordination>,
     /// Signalled when a file's writer lets go of RESERVED.
-    pub(super) writer_left: Condvar,
+    pub(super) writer_left: Wakeup,
     /// Connections of this process waiting for a write lock of this store right now.
     pub(super) waiting_writers: AtomicUsize,
     /// When a write lock of this store was last found held by another process.
@@ -307,7 +361,7 @@ pub(super) fn register(
         page_size: store.page_size() as u64,
         store,
         coord: Mutex::new(Coordination::default()),
-        writer_left: Condvar::new(),
+        writer_left: Wakeup::new(),
         waiting_writers: AtomicUsize::new(0),
         contended_at: Mutex::new(None),
         concurrent_commits: ConcurrentCommits::default(),
@@ -332,17 +386,4 @@ pub(super) fn registry_release(store: &Arc<OpenStore>) {
             let _ = open.store.clone().close();
         }
     }
-}
-
-/// `PRAGMA onesync_stats` of the store at `path`, if this process has it open.
-pub fn store_stats_json(path: &Path) -> Option<String> {
-    let key = match std::fs::metadata(path) {
-        Ok(meta) => inode_key(&meta),
-        Err(_) => StoreKey::Path(canonical(path)),
-    };
-    let registry = lock(&REGISTRY);
-    [false, true]
-        .iter()
-        .find_map(|&ro| registry.get(&(key.clone(), ro)))
-        .map(|(s, _)| stats_json(s))
 }
