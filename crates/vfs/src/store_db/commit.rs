@@ -14,9 +14,7 @@ use crate::names;
 use crate::super_journal::{verdict, SuperJournalNames, Verdict};
 use crate::sys::api::ApiTable;
 
-use super::connections::{
-    commit_synchronous, note_phasetwo, phasetwo_seen, unlocks_after_commit, Synchronous,
-};
+use super::connections::{ConnectionState, Synchronous};
 use super::handle::{commit_err, StoreDb};
 use super::locking::{note_lock_released, process_lock_key};
 use super::registry::{lock, Coordination, CHANGE_COUNTER};
@@ -29,9 +27,10 @@ impl StoreDb {
     pub(super) fn sequence_locked(
         api: &ApiTable,
         coord: &mut Coordination,
-        conn: usize,
+        connection: &ConnectionState,
         durable: bool,
     ) -> IoResult<()> {
+        let conn = connection.id;
         let Some(ct) = coord.conns.get_mut(&conn) else {
             return Ok(());
         };
@@ -45,7 +44,7 @@ impl StoreDb {
             .filter(|(_, m)| m.wrote)
             .map(|(&handle, m)| (handle, m.logical.clone()))
             .unzip();
-        let synchronous = commit_synchronous(conn, &written);
+        let synchronous = connection.commit_synchronous(&written);
         for m in ct.members.values_mut() {
             m.dirty = false;
             m.wrote = false;
@@ -91,7 +90,7 @@ impl StoreDb {
         let mut result = Ok(());
         // A SQLite that sends SQLITE_FCNTL_COMMIT_PHASETWO has committed by now: what is
         // left is a rollback's (or a read's). Without it (an old SQLite), guess.
-        let phasetwo = phasetwo_seen(self.conn);
+        let phasetwo = self.connection.phasetwo_seen();
         if let Some(ct) = coord.conns.get_mut(&self.conn) {
             if let Some(txn) = ct.txn.as_ref().filter(|_| !phasetwo) {
                 // Commit when every member synced after its last write (a
@@ -109,7 +108,7 @@ impl StoreDb {
                 });
                 let any_write = ct.members.values().any(|m| m.wrote);
                 if completed && any_write {
-                    result = Self::sequence_locked(&self.api, &mut coord, self.conn, false);
+                    result = Self::sequence_locked(&self.api, &mut coord, &self.connection, false);
                 }
             }
             if let Some(ct) = coord.conns.get_mut(&self.conn) {
@@ -223,7 +222,7 @@ impl StoreDb {
     /// durable before COMMIT returns: here, unless SQLite surely unlocks right after and
     /// letting go of the lock before the flush can help another writer.
     pub(super) fn commit_phase_two(&mut self) -> IoResult<()> {
-        note_phasetwo(self.conn);
+        self.connection.note_phasetwo();
         if !self.is_writer() {
             return Ok(());
         }
@@ -232,7 +231,7 @@ impl StoreDb {
             return Ok(());
         };
         if ct.members.values().any(|m| m.wrote) {
-            Self::sequence_locked(&self.api, &mut coord, self.conn, false)?;
+            Self::sequence_locked(&self.api, &mut coord, &self.connection, false)?;
         } else {
             // Nothing written since the last commit (a read in exclusive mode began it).
             ct.abort();
@@ -246,7 +245,7 @@ impl StoreDb {
         };
         let members: Vec<u64> = ct.members.keys().copied().collect();
         let helps = others || self.store.waiting_writers.load(Relaxed) > 0 || self.store.contended_recently();
-        if helps && unlocks_after_commit(self.conn, &members) {
+        if helps && self.connection.unlocks_after_commit(&members) {
             // Waited for by the last member's xUnlock, after the lock is released.
             ct.pending = Some(pending);
             return Ok(());

@@ -56,11 +56,9 @@ use crate::ffi::{
     SQLITE_BUSY, SQLITE_IOERR, SQLITE_IOERR_LOCK, SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ, SQLITE_READONLY,
 };
 
-use super::connections::{commit_synchronous, Synchronous};
+use super::connections::Synchronous;
 use super::handle::{commit_err, read_bytes, store_err, ConcurrentWrite, StoreDb};
-use super::locking::{
-    note_lock_released, process_lock_key, PROCESS_LOCK_POLL, REFUSED_ON, RETRYING_WRITER, WRITER_WAIT,
-};
+use super::locking::{note_lock_released, process_lock_key, PROCESS_LOCK_POLL, WRITER_WAIT};
 use super::registry::{lock, CHANGE_COUNTER};
 use super::relocate::{analyze_appended, get32, Relocation};
 
@@ -141,7 +139,7 @@ fn page_one_equal_but_merged(a: &[u8], b: &[u8]) -> bool {
 impl StoreDb {
     /// Whether this handle's next write transaction is a concurrent one.
     pub(super) fn concurrent_now(&self) -> bool {
-        self.concurrent && !super::connections::is_exclusive(self.conn, self.handle)
+        self.concurrent && !self.connection.is_exclusive(self.handle)
     }
 
     /// xRead in concurrent mode, for a reader (SHARED): note the pages read; the 16 bytes
@@ -439,7 +437,7 @@ impl StoreDb {
                     // them durable here. Not at every refusal: waiting for a flush at each
                     // one costs hot rows much of their rate (`onesync-lab bench writers
                     // --workload hot-rows --threads 16 --mode onesync-concurrent`).
-                    let stalled = REFUSED_ON.with(|r| r.replace(Some(base.seq()))) == Some(base.seq());
+                    let stalled = self.connection.refused_again_on(base.seq());
                     let flush = stalled && !matches!(sabotage, Some(Sabotage::StalledRetryUnflushed));
                     if flush && latest.seq() > self.store.store.durable_seq() {
                         // A failed flush poisons the store; the retry then reports it.
@@ -491,7 +489,7 @@ impl StoreDb {
         }
         // The retry reads the latest written state, not the durable one, which lacks the
         // commits in flight it lost to (it would only conflict again).
-        RETRYING_WRITER.with(|r| r.set(true));
+        self.connection.note_retrying_writer();
         self.api.log(
             SQLITE_BUSY_SNAPSHOT,
             &format!(
@@ -506,7 +504,7 @@ impl StoreDb {
     /// (FULL), as a serial commit does.
     fn sequenced(&mut self, pending: PendingCommit) -> IoResult<()> {
         let seq = pending.seq();
-        let synchronous = commit_synchronous(self.conn, &[self.handle]);
+        let synchronous = self.connection.commit_synchronous(&[self.handle]);
         let mut pending = Some(pending);
         if synchronous != Synchronous::Full {
             if let Some(p) = pending.take() {

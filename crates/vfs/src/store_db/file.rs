@@ -16,9 +16,9 @@ use crate::ffi::{
 };
 use crate::names::{self};
 
-use super::connections::{leave_connection, note_unlocked};
+use super::connections::leave_connection;
 use super::handle::{commit_err, read_bytes, store_err, MovedWatch, StoreDb};
-use super::locking::{process_lock_key, RETRYING_WRITER};
+use super::locking::process_lock_key;
 use super::registry::{lock, registry_release, Member};
 
 impl StoreDb {
@@ -287,7 +287,7 @@ impl DbBackend for StoreDb {
                     self.store.store.sabotage(),
                     Some(onesync_store::Sabotage::MultiFileCommitDeferred)
                 );
-            Self::sequence_locked(&self.api, &mut coord, self.conn, journal_on_disk)?;
+            Self::sequence_locked(&self.api, &mut coord, &self.connection, journal_on_disk)?;
             if journal_on_disk {
                 let pending = coord.conns.get_mut(&self.conn).and_then(|ct| ct.pending.take());
                 drop(coord);
@@ -312,7 +312,7 @@ impl DbBackend for StoreDb {
             return Ok(());
         }
         if self.level == LockLevel::None {
-            let retrying_writer = RETRYING_WRITER.with(|r| r.replace(false));
+            let retrying_writer = self.connection.take_retrying_writer();
             if retrying_writer {
                 self.wait_for_other_writer();
             }
@@ -350,7 +350,7 @@ impl DbBackend for StoreDb {
     fn unlock(&mut self, level: LockLevel) -> IoResult<()> {
         self.assert_state("xUnlock");
         if level < self.level {
-            note_unlocked(self.conn, self.handle);
+            self.connection.note_unlocked(self.handle);
         }
         self.unlock_to(level)
     }
@@ -395,7 +395,7 @@ impl DbBackend for StoreDb {
                 }
             },
             FileControl::CommitPhaseTwo if self.concurrent_write.is_some() => {
-                super::connections::note_phasetwo(self.conn);
+                self.connection.note_phasetwo();
                 // synchronous=OFF commits here (SQLite never calls xSync); a FULL commit's
                 // flush is waited for before COMMIT returns.
                 if let Err(code) = self.commit_concurrent() {
@@ -448,7 +448,7 @@ impl DbBackend for StoreDb {
             FileControl::CommitAtomic => {
                 self.batch = false;
                 let mut coord = lock(&self.store.coord);
-                match Self::sequence_locked(&self.api, &mut coord, self.conn, false) {
+                match Self::sequence_locked(&self.api, &mut coord, &self.connection, false) {
                     Ok(()) => SQLITE_OK,
                     Err(code) => code,
                 }
@@ -517,7 +517,7 @@ impl DbBackend for StoreDb {
         }
         drop(coord);
         if self.joined {
-            leave_connection(self.conn, self.handle);
+            leave_connection(&self.connection, self.handle);
         }
         registry_release(&self.store);
         result

@@ -31,7 +31,7 @@ use crate::ffi::{SQLITE_IOERR_FSYNC, SQLITE_IOERR_SHORT_READ};
 use crate::names::{self, NameClaim, Owner};
 use crate::sys::api::ApiTable;
 
-use super::connections::{is_main_database, join_connection};
+use super::connections::{is_main_database, join_connection, ConnectionState};
 use super::registry::{lock, next_handle, registry_acquire, OpenStore, StoreOpener, Want};
 
 /// What a store handle needs to know at open.
@@ -58,6 +58,8 @@ pub(crate) struct StoreDb {
     pub(super) conn: usize,
     /// Known from SQLITE_FCNTL_PDB, and registered with the connection.
     pub(super) joined: bool,
+    /// The connection's state (`connections.rs`); one of the handle's own until joined.
+    pub(super) connection: Arc<ConnectionState>,
     pub(super) level: LockLevel,
     /// What this handle reads while it holds SHARED and is not the writer.
     pub(super) snapshot: Option<Snapshot>,
@@ -128,6 +130,7 @@ impl StoreDb {
                 // handle is its own group.
                 conn: usize::MAX - handle as usize,
                 joined: false,
+                connection: Arc::new(ConnectionState::new(usize::MAX - handle as usize)),
                 level: LockLevel::None,
                 snapshot: None,
                 api: o.api,
@@ -243,7 +246,7 @@ impl StoreDb {
         let is_main = is_main_database(&self.api, db, self.name);
         self.conn = db.id();
         self.joined = true;
-        join_connection(self.conn, self.handle, is_main, self.nolock);
+        self.connection = join_connection(self.conn, self.handle, is_main, self.nolock);
         *lock(&self.store.coord)
             .handles_by_conn
             .entry(self.conn)

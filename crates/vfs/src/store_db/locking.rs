@@ -37,16 +37,10 @@ pub(super) static LOCK_RELEASED: Wakeup = Wakeup::new();
 
 thread_local! {
     /// This thread's last lock request failed only because its snapshot was stale (the
-    /// lock was free or freed): the busy handler's next sleep is skipped.
+    /// lock was free or freed): the busy handler's next sleep is skipped. Per thread, not
+    /// per connection: SQLite's busy handler sleeps through the VFS's xSleep, which names
+    /// no connection, on the thread whose request failed.
     static RETRY_AT_ONCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// ... and the thread will ask for SHARED again to retry its write: if another
-    /// connection is writing then, waiting for it to finish *before* taking the snapshot
-    /// saves a retry that could only fail again.
-    pub(super) static RETRYING_WRITER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// The snapshot (its sequence number) this thread's last concurrent COMMIT was refused
-    /// on: a retry refused on it again has not seen the commits it lost to (see
-    /// `try_commit_concurrent`). Another store's number matching costs only a flush.
-    pub(super) static REFUSED_ON: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
 pub(super) fn note_lock_released() {
@@ -75,11 +69,16 @@ pub fn sleep_until_lock_released(micros: u64) {
     }
 }
 
-/// SQLITE_BUSY because the snapshot is stale: retrying (with a new one) can succeed now.
-pub(super) fn stale_snapshot() -> c_int {
-    RETRY_AT_ONCE.with(|r| r.set(true));
-    RETRYING_WRITER.with(|r| r.set(true));
-    SQLITE_BUSY
+impl StoreDb {
+    /// SQLITE_BUSY because the snapshot is stale: retrying (with a new one) can succeed now.
+    /// The connection will ask for SHARED again to retry its write: if another connection
+    /// is writing then, waiting for it to finish *before* taking the snapshot saves a retry
+    /// that could only fail again.
+    pub(super) fn stale_snapshot(&self) -> c_int {
+        RETRY_AT_ONCE.with(|r| r.set(true));
+        self.connection.note_retrying_writer();
+        SQLITE_BUSY
+    }
 }
 
 /// The key of a logical file's write lock among processes (FNV-1a of its name).
@@ -159,7 +158,7 @@ impl StoreDb {
             let file = coord.files.entry(self.logical.clone()).or_default();
             // A commit since our snapshot: SQLite's cache is stale, retrying is its only way on.
             if file.changed_at > snapshot_seq {
-                return Err(stale_snapshot());
+                return Err(self.stale_snapshot());
             }
             let held_by_another = match file.writer {
                 Some((h, _)) if h == self.handle => return Ok(()),
@@ -218,7 +217,7 @@ impl StoreDb {
                         return Err(SQLITE_BUSY);
                     }
                     if file.changed_at > snapshot_seq {
-                        return Err(stale_snapshot());
+                        return Err(self.stale_snapshot());
                     }
                 }
                 Ok(false) => return Err(SQLITE_BUSY),
@@ -241,11 +240,11 @@ impl StoreDb {
             .as_ref()
             .is_some_and(|ours| ours.file_changed_at(&self.logical) != latest.file_changed_at(&self.logical))
         {
-            return Err(stale_snapshot());
+            return Err(self.stale_snapshot());
         }
         let conn = coord.conns.entry(self.conn).or_default();
         if conn.txn.as_ref().is_some_and(|t| t.base_seq() < changed_at) {
-            return Err(stale_snapshot());
+            return Err(self.stale_snapshot());
         }
         let txn = conn.txn.get_or_insert_with(|| latest.begin());
         let mut base_counter = [0u8; 4];

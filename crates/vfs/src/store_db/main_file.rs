@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use onesync_store::layout::{HEADER_BLOCK, MAGIC};
 use onesync_store::Store;
 
-use super::connections::{is_main_database, join_connection, leave_connection, note_locking_mode};
+use super::connections::{is_main_database, join_connection, leave_connection, ConnectionState};
 use super::connections::{parse_switch, parse_sync_interval};
 use super::handle::{StoreDb, StoreOpen};
 use super::refusals::{self, Refusal, When};
@@ -766,7 +766,7 @@ pub(crate) struct PlainDb {
     api: ApiTable,
     name: SqliteName,
     handle: u64,
-    conn: Option<usize>,
+    conn: Option<std::sync::Arc<ConnectionState>>,
     nolock: bool,
     _claim: NameClaim,
 }
@@ -823,14 +823,13 @@ impl DbBackend for PlainDb {
         match &call.control {
             FileControl::Pdb(Some(db)) if self.conn.is_none() => {
                 let is_main = is_main_database(&self.api, *db, self.name);
-                join_connection(db.id(), self.handle, is_main, self.nolock);
-                self.conn = Some(db.id());
+                self.conn = Some(join_connection(db.id(), self.handle, is_main, self.nolock));
             }
             FileControl::Pragma(pragma) => {
                 // An unqualified locking_mode pragma of a connection whose main database is
                 // this file applies to its attached stores too.
-                if let (Some("locking_mode"), Some(conn)) = (pragma.name.as_deref(), self.conn) {
-                    note_locking_mode(conn, self.handle, pragma.value.as_deref());
+                if let (Some("locking_mode"), Some(conn)) = (pragma.name.as_deref(), &self.conn) {
+                    conn.note_locking_mode(self.handle, pragma.value.as_deref());
                 }
             }
             _ => {}
@@ -868,7 +867,7 @@ impl DbBackend for PlainDb {
 
     fn close(&mut self) -> IoResult<()> {
         if let Some(conn) = self.conn.take() {
-            leave_connection(conn, self.handle);
+            leave_connection(&conn, self.handle);
         }
         self.file.close()
     }

@@ -6,7 +6,7 @@ use std::ffi::c_int;
 use crate::backend::{LockLevel, Pragma};
 use crate::ffi::{SQLITE_ERROR, SQLITE_IOERR, SQLITE_NOTFOUND, SQLITE_NOTICE, SQLITE_OK};
 
-use super::connections::{note_locking_mode, note_synchronous, parse_switch, parse_sync_interval};
+use super::connections::{parse_switch, parse_sync_interval};
 use super::handle::StoreDb;
 use super::registry::lock;
 use super::stats::stats_json;
@@ -21,12 +21,12 @@ impl StoreDb {
             (Some("synchronous"), value) => {
                 // Noted, then left to SQLite: NORMAL and OFF commits are shown at once and
                 // made durable later (crates/vfs/README.md, "synchronous").
-                note_synchronous(self.conn, self.handle, value);
+                self.connection.note_synchronous(self.handle, value);
                 SQLITE_NOTFOUND
             }
             (Some("locking_mode"), value) => {
                 // Noted, then left to SQLite (which applies it).
-                note_locking_mode(self.conn, self.handle, value);
+                self.connection.note_locking_mode(self.handle, value);
                 SQLITE_NOTFOUND
             }
             (Some("onesync_sync_interval_ms"), value) => {

@@ -30,7 +30,7 @@ use std::sync::Mutex;
 
 use onesync_store::layout::MAGIC;
 
-use super::connections::CONNS;
+use super::connections::has_main_database;
 use super::registry::lock;
 use crate::backend::Connection;
 use crate::ffi::SQLITE_NOTADB;
@@ -110,7 +110,7 @@ pub(crate) fn open_refusal(api: &ApiTable, db: Connection) -> Option<(c_int, Str
     }
     // Ours if this VFS has a handle as its main database (a store or a plain file it
     // passes through).
-    if lock(&CONNS).get(&db.id()).is_some_and(|c| c.main.is_some()) {
+    if has_main_database(db.id()) {
         return None;
     }
     let path = api.main_db_filename(db)?;
