@@ -14,7 +14,8 @@ use crate::names;
 use crate::super_journal::{verdict, SuperJournalNames, Verdict};
 use crate::sys::api::ApiTable;
 
-use super::connections::{ConnectionState, Synchronous};
+use super::connections::ConnectionState;
+use super::durability::{hand_off, wait_at, WaitAt};
 use super::handle::{commit_err, StoreDb};
 use super::locking::{note_lock_released, process_lock_key};
 use super::registry::{lock, Coordination, CHANGE_COUNTER};
@@ -54,16 +55,10 @@ impl StoreDb {
             .commit_without_waiting()
             .map_err(commit_err(api, "committing"))?;
         let seq = pending.seq();
-        match synchronous {
-            // Chain: an earlier pending commit of this connection is covered by
-            // this one's flush (commits become durable in order).
-            _ if durable => ct.pending = Some(pending),
-            Synchronous::Full => ct.pending = Some(pending),
-            // Shown now; durable within the store's interval (NORMAL) or at the next
-            // flush of any kind (OFF).
-            level => pending
-                .show(level == Synchronous::Normal)
-                .map_err(commit_err(api, "committing"))?,
+        // A kept commit replaces an earlier one of this connection: its flush covers that
+        // one too (commits become durable in order).
+        if let Some(kept) = hand_off(pending, synchronous, durable).map_err(commit_err(api, "committing"))? {
+            ct.pending = Some(kept);
         }
         coord.last_commit.insert(conn, seq);
         for name in files {
@@ -245,7 +240,7 @@ impl StoreDb {
         };
         let members: Vec<u64> = ct.members.keys().copied().collect();
         let helps = others || self.store.waiting_writers.load(Relaxed) > 0 || self.store.contended_recently();
-        if helps && self.connection.unlocks_after_commit(&members) {
+        if wait_at(self.connection.unlocks_after_commit(&members), helps) == WaitAt::Unlock {
             // Waited for by the last member's xUnlock, after the lock is released.
             ct.pending = Some(pending);
             return Ok(());

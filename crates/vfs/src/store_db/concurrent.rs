@@ -56,7 +56,7 @@ use crate::ffi::{
     SQLITE_BUSY, SQLITE_IOERR, SQLITE_IOERR_LOCK, SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ, SQLITE_READONLY,
 };
 
-use super::connections::Synchronous;
+use super::durability::hand_off;
 use super::handle::{commit_err, read_bytes, store_err, ConcurrentWrite, StoreDb};
 use super::locking::{note_lock_released, process_lock_key, PROCESS_LOCK_POLL, WRITER_WAIT};
 use super::registry::{lock, CHANGE_COUNTER};
@@ -505,13 +505,7 @@ impl StoreDb {
     fn sequenced(&mut self, pending: PendingCommit) -> IoResult<()> {
         let seq = pending.seq();
         let synchronous = self.connection.commit_synchronous(&[self.handle]);
-        let mut pending = Some(pending);
-        if synchronous != Synchronous::Full {
-            if let Some(p) = pending.take() {
-                p.show(synchronous == Synchronous::Normal)
-                    .map_err(commit_err(&self.api, "committing"))?;
-            }
-        }
+        let pending = hand_off(pending, synchronous, false).map_err(commit_err(&self.api, "committing"))?;
         if let Some(cw) = self.concurrent_write.as_mut() {
             cw.pending = pending;
         }

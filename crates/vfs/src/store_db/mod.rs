@@ -26,7 +26,8 @@
 //! `registry.rs` the per-process open stores, their sharing and the store factory's data;
 //! `connections.rs` which handles belong to which SQLite connection, its locking mode and
 //! synchronous level; `handle.rs` one handle's state (`StoreDb`: its state table, checked by
-//! `assert_state`); `locking.rs` SQLite's lock levels over the store; `commit.rs` sequencing
+//! `assert_state`); `durability.rs` the durability hand-off (its table: when COMMIT returns
+//! against the flush); `locking.rs` SQLite's lock levels over the store; `commit.rs` sequencing
 //! and making a connection's store transaction durable; `relocate.rs` renumbering the pages
 //! a concurrent transaction appended so that two that grew the file both commit;
 //! `concurrent.rs` concurrent write transactions (`concurrent=1`) and their validation at
@@ -38,6 +39,7 @@
 mod commit;
 mod concurrent;
 mod connections;
+mod durability;
 mod factory;
 mod file;
 mod handle;
