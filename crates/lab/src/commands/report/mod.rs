@@ -13,6 +13,7 @@
 //! and `--print-readme-table` render the README's table from them (`results.rs`, `stamp.rs`).
 
 mod charts;
+mod comparison;
 mod emulated;
 mod results;
 mod stamp;
@@ -24,8 +25,9 @@ use std::process::ExitCode;
 use charts::{bar_chart, cdf_chart, flash_color, labelled_bars, line_chart, series};
 
 use anyhow::{Context, Result};
+use comparison::{html_tables, markdown_tables, of_class, report_bench_args, DBBENCH_MODES, INSERT_MODES, NOTE};
 
-use crate::commands::bench::{self, headline, BenchArgs, ModeResult, Place};
+use crate::commands::bench::{self, headline, ModeResult};
 use crate::commands::flash::{self, FlashResult};
 use crate::loopfs::{EmulateArgs, FsKind};
 use crate::schemes::Durability;
@@ -83,80 +85,6 @@ pub struct ReportArgs {
     /// Leave out the simulated-flash (X-FTL) experiments
     #[arg(long)]
     pub no_flash: bool,
-}
-
-/// Grouped by durability class (FULL, then NORMAL and OFF, then not crash-safe); the first is
-/// the FULL modes' baseline, wal-normal the NORMAL and OFF modes'.
-const INSERT_MODES: [Mode; 10] = [
-    Mode::Delete,
-    Mode::Truncate,
-    Mode::Persist,
-    Mode::Wal,
-    Mode::Onesync,
-    Mode::WalNormal,
-    Mode::OnesyncNormal,
-    Mode::OnesyncOff,
-    Mode::Memory,
-    Mode::Off,
-];
-
-/// WAL and onesync at each level: the NORMAL-class runs cost well under a second each.
-const DBBENCH_MODES: [Mode; 5] = [
-    Mode::Wal,
-    Mode::Onesync,
-    Mode::WalNormal,
-    Mode::OnesyncNormal,
-    Mode::OnesyncOff,
-];
-
-/// The report's groups of modes, by what a returned COMMIT promises, with their titles.
-const CLASSES: [(Durability, &str); 3] = [
-    (Durability::AtCommit, "durable at COMMIT (synchronous=FULL)"),
-    (
-        Durability::AfterCheckpoint,
-        "atomic, durable shortly after COMMIT (synchronous=NORMAL and OFF)",
-    ),
-    (Durability::None, "not crash-safe (negative controls)"),
-];
-
-/// The durability class of the mode of `r` (an unknown mode claims nothing).
-fn class_of(r: &ModeResult) -> Durability {
-    Mode::by_name(r.mode).map_or(Durability::None, |m| m.scheme().durability())
-}
-
-/// The results of `class`, in run order.
-fn of_class(results: &[ModeResult], class: Durability) -> Vec<ModeResult> {
-    results.iter().filter(|r| class_of(r) == class).cloned().collect()
-}
-
-/// What the report asks `bench` for: its standard settings (seed 1, dbbench on 4 threads,
-/// each on its own table) with the place, size and device given.
-fn report_bench_args(
-    workload: Workload,
-    mode: Vec<Mode>,
-    txns: u64,
-    fs: Option<FsKind>,
-    fs_size_mib: u64,
-    emulate: EmulateArgs,
-) -> BenchArgs {
-    BenchArgs {
-        workload,
-        mode,
-        txns,
-        place: Place {
-            dir: None,
-            fs,
-            fs_size_mib,
-            emulate,
-        },
-        device: None,
-        seed: 1,
-        threads: 4,
-        shared_table: false,
-        pages: 5,
-        searches_per_write: 1.0,
-        json: None,
-    }
 }
 
 /// Where `--update-readme` and `--print-readme-table` read the results without `--results`.
@@ -287,101 +215,6 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
         md_path.display()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// What the tables' groups and ratios mean (Markdown and HTML alike).
-const NOTE: &str = "The modes are grouped by what a returned COMMIT promises. Ratios are of \
-                    transactions per second: NORMAL and OFF modes against wal-normal (stock \
-                    SQLite's way to the same promise: atomic, not yet durable), the others \
-                    against the first mode run. memory and off are not crash-safe: \
-                    references, not choices.\n";
-
-const COLUMNS: [&str; 11] = [
-    "mode",
-    "txn/s",
-    "ratio (against)",
-    "p50 us",
-    "p99 us",
-    "p99.9 us",
-    "writes/txn",
-    "KiB/txn",
-    "fsyncs/txn",
-    "dev KiB/txn",
-    "dev flushes/txn",
-];
-
-/// `r`'s cells; its ratio is to its baseline among `results`.
-fn row(results: &[ModeResult], r: &ModeResult) -> [String; 11] {
-    let opt = |v: Option<f64>, digits: usize| v.map_or("–".to_owned(), |v| format!("{v:.digits$}"));
-    [
-        r.mode.to_owned(),
-        format!("{:.0}", r.tps),
-        bench::ratio(results, r).map_or("–".to_owned(), |(ratio, base)| format!("{ratio:.2} ({base})")),
-        format!("{:.0}", r.latency_us.p50),
-        format!("{:.0}", r.latency_us.p99),
-        format!("{:.0}", r.latency_us.p999),
-        format!("{:.2}", r.per_txn.write_calls),
-        format!("{:.2}", r.per_txn.bytes_written / 1024.0),
-        format!("{:.3}", r.per_txn.fsyncs),
-        opt(r.per_txn.dev_kb, 2),
-        opt(r.per_txn.dev_flushes, 3),
-    ]
-}
-
-/// The classes that ran, in [`CLASSES`] order, each with its title and rows (ratios taken
-/// among all of `results`, so a class's baseline may be another class's mode).
-fn groups(results: &[ModeResult]) -> Vec<(&'static str, Vec<[String; 11]>)> {
-    CLASSES
-        .iter()
-        .map(|&(class, title)| {
-            let rows = results
-                .iter()
-                .filter(|r| class_of(r) == class)
-                .map(|r| row(results, r))
-                .collect::<Vec<_>>();
-            (title, rows)
-        })
-        .filter(|(_, rows)| !rows.is_empty())
-        .collect()
-}
-
-/// A table per class, each under a `heading` ("###") title.
-fn markdown_tables(results: &[ModeResult], heading: &str) -> String {
-    let mut out = String::new();
-    for (title, rows) in groups(results) {
-        let _ = write!(
-            out,
-            "{heading} {title}\n\n| {} |\n|{}\n",
-            COLUMNS.join(" | "),
-            "---|".repeat(COLUMNS.len())
-        );
-        for cells in rows {
-            let _ = writeln!(out, "| {} |", cells.join(" | "));
-        }
-        out.push('\n');
-    }
-    out
-}
-
-/// A table per class, each under a `tag` ("h3") title.
-fn html_tables(results: &[ModeResult], tag: &str) -> String {
-    let mut out = String::new();
-    for (title, rows) in groups(results) {
-        let _ = write!(out, "<{tag}>{title}</{tag}>\n<table><tr>");
-        for c in COLUMNS {
-            let _ = write!(out, "<th>{c}</th>");
-        }
-        out.push_str("</tr>\n");
-        for cells in rows {
-            out.push_str("<tr>");
-            for cell in cells {
-                let _ = write!(out, "<td>{cell}</td>");
-            }
-            out.push_str("</tr>\n");
-        }
-        out.push_str("</table>\n");
-    }
-    out
 }
 
 /// The X-FTL experiments on the simulated drive (shorter runs than the subcommands'
