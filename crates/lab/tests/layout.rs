@@ -1,5 +1,12 @@
 //! The workspace's layout rules, checked on its sources (issue 15's "done when"):
-//! - inside every crate, the top-level modules import each other without cycles;
+//! - inside every crate, the top-level modules import each other without cycles, and so do
+//!   its files: an edge from a file to each file whose module its code names through
+//!   `crate::`, `super::`, `self::` or a child module's name (brace groups too), followed
+//!   through `use` re-exports to where the item lives; `mod child;` is no edge, a
+//!   `#[cfg(test)]` module is left out (tests may set up fixtures from any layer), and every
+//!   strongly connected component of more than one file fails, save the temporary
+//!   allowlists below;
+//! - every crate's README names each of its `src/` files (its layout section);
 //! - `unsafe` appears only in the SQLite FFI modules: `crates/vfs/src/sys/` (the VFS) and
 //!   `crates/mvbt-vtab/src/sys/` (the `mvbt` virtual table);
 //! - the shipped library (crates `onesync-vfs`, `onesync-extension`, `onesync`) depends on
@@ -7,7 +14,7 @@
 //! - no source file is over 1,000 lines unless it is listed below with its one job.
 //!
 //! Run `cargo test -p onesync-lab --test layout -- --nocapture` to print each crate's module
-//! graph.
+//! graph and file graph.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -797,11 +804,70 @@ fn cycles_of<N: Ord + Clone>(graph: &BTreeMap<N, BTreeSet<N>>) -> Vec<Vec<N>> {
     w.out
 }
 
+/// TEMPORARY: `crates/vfs/src/store_db/`'s files import each other in a circle; another
+/// engineer is redesigning that module now and removes this list when done. Nothing else
+/// may join it.
+const STORE_DB_BEING_REDESIGNED: &[&str] = &[
+    "crates/vfs/src/store_db/concurrent.rs",
+    "crates/vfs/src/store_db/connections.rs",
+    "crates/vfs/src/store_db/file.rs",
+    "crates/vfs/src/store_db/locking.rs",
+    "crates/vfs/src/store_db/main_file.rs",
+    "crates/vfs/src/store_db/mod.rs",
+    "crates/vfs/src/store_db/refusals.rs",
+    "crates/vfs/src/store_db/registry.rs",
+];
+
+/// TEMPORARY: file-level cycles found when this check was written and not yet broken (a
+/// `mod.rs` that uses its children while they use the types it defines; the fix is to move
+/// those types into a module of their own below both, as done for the lab and the VFS's
+/// `sys/`). Shrink it; nothing may join it.
+const NOT_YET_UNTANGLED: &[&str] = &[
+    "crates/flash/src/error.rs",
+    "crates/flash/src/lib.rs",
+    "crates/flash/src/ssd/mod.rs",
+    "crates/flash/src/ssd/persist.rs",
+    "crates/flash/src/hostfs/allocator.rs",
+    "crates/flash/src/hostfs/cache.rs",
+    "crates/flash/src/hostfs/journal.rs",
+    "crates/flash/src/hostfs/mod.rs",
+    "crates/flash/src/hostfs/layout.rs",
+    "crates/flash/src/hostfs/types.rs",
+    "crates/mvbt/src/format.rs",
+    "crates/mvbt/src/io.rs",
+    "crates/mvbt/src/lib.rs",
+    "crates/mvbt/src/recovery.rs",
+    "crates/mvbt/src/txn.rs",
+    "crates/mvbt-vtab/src/cursor.rs",
+    "crates/mvbt-vtab/src/lib.rs",
+    "crates/mvbt-vtab/src/plan.rs",
+    "crates/mvbt-vtab/src/sys/entry.rs",
+    "crates/mvbt-vtab/src/table.rs",
+    "crates/store/src/engine/catch_up.rs",
+    "crates/store/src/engine/commit.rs",
+    "crates/store/src/engine/deferred.rs",
+    "crates/store/src/engine/group_commit.rs",
+    "crates/store/src/engine/invariants.rs",
+    "crates/store/src/engine/mod.rs",
+    "crates/store/src/engine/recent_pages.rs",
+    "crates/store/src/engine/space.rs",
+    "crates/store/src/format/checkpoint.rs",
+    "crates/store/src/format/header.rs",
+    "crates/store/src/format/mod.rs",
+    "crates/store/src/format/record.rs",
+    "crates/vm/src/apt.rs",
+    "crates/vm/src/console.rs",
+    "crates/vm/src/initramfs.rs",
+    "crates/vm/src/lib.rs",
+    "crates/vm/src/qemu.rs",
+];
+
 #[test]
 fn no_source_file_is_in_an_import_cycle() {
     let root = workspace();
     let rel = |p: &Path| p.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
-    let mut found = Vec::new();
+    let allowed = |f: &str| STORE_DB_BEING_REDESIGNED.contains(&f) || NOT_YET_UNTANGLED.contains(&f);
+    let (mut found, mut in_cycles) = (Vec::new(), BTreeSet::new());
     for krate in crates() {
         let graph = file_graph(&krate.join("src"));
         println!("{}:", rel(&krate));
@@ -810,8 +876,37 @@ fn no_source_file_is_in_an_import_cycle() {
             println!("  {} -> {}", rel(file), names.join(", "));
         }
         for cycle in cycles_of(&graph) {
-            found.push(cycle.iter().map(|f| rel(f)).collect::<Vec<_>>().join(", "));
+            let files: Vec<String> = cycle.iter().map(|f| rel(f)).collect();
+            in_cycles.extend(files.iter().cloned());
+            if !files.iter().all(|f| allowed(f)) {
+                found.push(files.join(", "));
+            }
         }
     }
     assert!(found.is_empty(), "files in import cycles (one line per cycle):\n{}", found.join("\n"));
+    // A listed file out of every cycle is a cycle broken: take it off its list.
+    let stale: Vec<&&str> = STORE_DB_BEING_REDESIGNED
+        .iter()
+        .chain(NOT_YET_UNTANGLED)
+        .filter(|f| !in_cycles.contains(**f))
+        .collect();
+    assert!(stale.is_empty(), "in no import cycle any more, take off the allowlist: {stale:?}");
+}
+
+#[test]
+fn the_file_graph_reads_groups_super_children_and_skips_tests_and_declarations() {
+    let module = vec!["a".to_string(), "b".to_string()];
+    let is_child = |m: &[String], name: &str| m == ["a", "b"] && name == "kid";
+    let code = "mod kid;\n// use crate::comment::X;\nuse super::{x::{y, z as w}, self as parent};\n\
+                use crate::{p::q, r};\nlet s = \"crate::string::S\"; kid::go(); '{';\n\
+                #[cfg(test)]\nmod tests { use crate::only_tests::T; }\nmod inline { use super::*; fn f() { super::super::up(); } }";
+    let paths: BTreeSet<String> = named_paths(code, &module, &is_child).into_iter().map(|p| p.join("::")).collect();
+    let expected = ["a", "a::b", "a::b::kid::go", "a::up", "a::x::y", "a::x::z", "p::q", "r"];
+    assert_eq!(paths, expected.iter().map(|s| s.to_string()).collect());
+    let aliases = use_aliases("pub use kid::{Thing, Other as O};\nuse crate::m::N;", &module, &is_child);
+    assert_eq!(aliases["Thing"], ["a", "b", "kid", "Thing"]);
+    assert_eq!(aliases["O"], ["a", "b", "kid", "Other"]);
+    assert_eq!(aliases["N"], ["m", "N"]);
+    let graph: BTreeMap<u8, BTreeSet<u8>> = [(1, [2].into()), (2, [1, 3].into()), (3, [].into())].into();
+    assert_eq!(cycles_of(&graph), [vec![1, 2]]);
 }
