@@ -910,3 +910,82 @@ fn the_file_graph_reads_groups_super_children_and_skips_tests_and_declarations()
     let graph: BTreeMap<u8, BTreeSet<u8>> = [(1, [2].into()), (2, [1, 3].into()), (3, [].into())].into();
     assert_eq!(cycles_of(&graph), [vec![1, 2]]);
 }
+
+/// The `.rs` paths a README names: every word that is one (`src/sys/api.rs`), and in its
+/// fenced blocks (layout trees) each file under the directories above it, by indentation
+/// (tree-drawing characters count as spaces). A line whose first word is no file or
+/// directory continues the entry above it, so files named there are that entry's.
+fn readme_paths(readme: &str) -> BTreeSet<String> {
+    // A sentence's full stop is no part of a path; a directory's slash is.
+    let path_word = |w: &str| -> String {
+        w.trim_start_matches(|c: char| !(c.is_alphanumeric() || "_./-".contains(c)))
+            .trim_end_matches(|c: char| !(c.is_alphanumeric() || "_/-".contains(c)))
+            .to_string()
+    };
+    let mut out: BTreeSet<String> = readme
+        .split_whitespace()
+        .map(path_word)
+        .filter(|w| w.ends_with(".rs"))
+        .collect();
+    let mut in_block = false;
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    for line in readme.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            stack.clear();
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        let cleaned: String = line.chars().map(|c| if "│├└─".contains(c) { ' ' } else { c }).collect();
+        let column = cleaned.chars().take_while(|c| *c == ' ').count();
+        let first = path_word(cleaned.split_whitespace().next().unwrap_or(""));
+        let is_dir = first.ends_with('/');
+        if is_dir || first.ends_with(".rs") {
+            while stack.last().is_some_and(|(c, _)| *c >= column) {
+                stack.pop();
+            }
+            if is_dir {
+                stack.push((column, first.clone()));
+            }
+        }
+        let dir: String = stack.iter().map(|(_, d)| d.as_str()).collect();
+        for word in cleaned.split_whitespace().map(path_word) {
+            if word.ends_with(".rs") {
+                out.insert(format!("{dir}{word}"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_readme_reader_follows_a_tree() {
+    let readme = "Files: `src/lib.rs`.\n```\nsrc/\n├── sys/     C\n│   ├── api.rs  the table\n│   │           and mod.rs\n\
+                  └── top.rs   x.rs beside it\n  deep/    holds\n                 a.rs (the a)\n```\n";
+    let paths = readme_paths(readme);
+    for path in ["src/lib.rs", "src/sys/api.rs", "src/sys/mod.rs", "src/top.rs", "src/x.rs", "src/deep/a.rs"] {
+        assert!(paths.contains(path), "{path} not in {paths:?}");
+    }
+}
+
+#[test]
+fn every_crate_readme_names_each_of_its_source_files() {
+    let mut missing = Vec::new();
+    for krate in crates() {
+        let readme = fs::read_to_string(krate.join("README.md")).unwrap_or_default();
+        let named = readme_paths(&readme);
+        let mut files = Vec::new();
+        rust_files(&krate.join("src"), &mut files);
+        files.sort();
+        for file in files {
+            let rel = file.strip_prefix(&krate).unwrap().to_string_lossy().into_owned();
+            let suffix = format!("/{rel}");
+            if !named.iter().any(|n| *n == rel || n.ends_with(&suffix)) {
+                missing.push(format!("{}/README.md: {rel}", krate.file_name().unwrap().to_string_lossy()));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "source files no README's layout names:\n{}", missing.join("\n"));
+}
