@@ -12,6 +12,7 @@
 //! `report --results DIR` writes the stamped headline results instead, and `--update-readme`
 //! and `--print-readme-table` render the README's table from them (`results.rs`, `stamp.rs`).
 
+mod baseline;
 mod charts;
 mod comparison;
 mod emulated;
@@ -38,9 +39,36 @@ use crate::workloads::Workload;
 pub struct ReportArgs {
     /// Directory to write report.html and report.md into (created if missing)
     #[arg(long, value_name = "DIR",
-          required_unless_present_any = ["results", "update_readme", "print_readme_table"],
-          conflicts_with_all = ["results", "update_readme", "print_readme_table"])]
+          required_unless_present_any = ["results", "update_readme", "print_readme_table", "baseline", "write_baseline"],
+          conflicts_with_all = ["results", "update_readme", "print_readme_table", "baseline", "write_baseline"])]
     pub out: Option<PathBuf>,
+
+    /// Check for regressions: run issue 41's headline figures in alternating rounds (insert
+    /// FULL and NORMAL, p99.9 latency at NORMAL, dbbench with 4 threads, store-bench's
+    /// single/raw and recovery) and print each median and 95% interval beside this baseline
+    /// file's median and the target, with a verdict (better, same, worse; target met or
+    /// missed). With --results also writes DIR/baseline-check-YYYY-MM-DD.md
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["update_readme", "print_readme_table", "emulate"])]
+    pub baseline: Option<PathBuf>,
+
+    /// Run the same figures and record them (medians, intervals, every round; stamped) as a
+    /// baseline file for --baseline
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["update_readme", "print_readme_table", "emulate"])]
+    pub write_baseline: Option<PathBuf>,
+
+    /// With --baseline: exit with status 1 when a figure is worse than the baseline (by
+    /// default the check reports and exits 0)
+    #[arg(long, requires = "baseline")]
+    pub fail_on_worse: bool,
+
+    /// Single-page commits the check's recovery replays (store-bench's --recovery-records)
+    #[arg(long, value_name = "N", default_value_t = 10_000, hide = true)]
+    pub recovery_records: u64,
+
+    /// Pages of the store whose recovery the check times (store-bench's --recovery-pages)
+    #[arg(long, value_name = "N", default_value_t = 65_536, hide = true,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub recovery_pages: u64,
 
     /// Run the headline comparison (`bench` with no workload) in alternating rounds and write
     /// DIR/headline-YYYY-MM-DD.md, .json and .svg, stamped with the command, commit, UTC time
@@ -49,7 +77,8 @@ pub struct ReportArgs {
     #[arg(long, value_name = "DIR", conflicts_with_all = ["emulate", "no_fs", "no_flash"])]
     pub results: Option<PathBuf>,
 
-    /// Rounds of the headline for --results (each figure the median of the rounds)
+    /// Rounds of the headline for --results, and of --baseline and --write-baseline (each
+    /// figure the median of the rounds)
     #[arg(long, value_name = "N", default_value_t = headline::DEFAULT_ROUNDS,
           value_parser = clap::value_parser!(u64).range(1..=1000),
           conflicts_with_all = ["out", "update_readme", "print_readme_table"])]
@@ -91,6 +120,18 @@ pub struct ReportArgs {
 const RESULTS_DIR: &str = "docs/results";
 
 pub fn run(args: &ReportArgs) -> Result<ExitCode> {
+    if args.baseline.is_some() || args.write_baseline.is_some() {
+        return baseline::run(&baseline::CheckArgs {
+            baseline: args.baseline.as_deref(),
+            write_baseline: args.write_baseline.as_deref(),
+            results: args.results.as_deref(),
+            rounds: args.rounds,
+            txns: args.txns.unwrap_or(headline::DEFAULT_TXNS),
+            recovery_pages: args.recovery_pages,
+            recovery_records: args.recovery_records,
+            fail_on_worse: args.fail_on_worse,
+        });
+    }
     let results_dir = args.results.as_deref().unwrap_or(Path::new(RESULTS_DIR));
     if let Some(readme) = &args.update_readme {
         results::update_readme(readme, results_dir)?;
