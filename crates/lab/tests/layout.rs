@@ -385,7 +385,10 @@ fn strip_code(text: &str) -> String {
             }
             blank(&mut out, i, j);
             i = j;
-        } else if s[i] == 'r' && (i == 0 || !ident(s[i - 1]) || (s[i - 1] == 'b' && (i < 2 || !ident(s[i - 2])))) && matches!(next, Some('"' | '#')) {
+        } else if s[i] == 'r'
+            && (i == 0 || !ident(s[i - 1]) || (s[i - 1] == 'b' && (i < 2 || !ident(s[i - 2]))))
+            && matches!(next, Some('"' | '#'))
+        {
             // A raw string r"…", r#"…"#: ends at a quote followed by as many hashes.
             let hashes = s[i + 1..].iter().take_while(|&&c| c == '#').count();
             if s.get(i + 1 + hashes) != Some(&'"') {
@@ -393,7 +396,9 @@ fn strip_code(text: &str) -> String {
                 continue;
             }
             let mut j = i + 2 + hashes;
-            while j < s.len() && !(s[j] == '"' && s[j + 1..].iter().take(hashes).filter(|&&c| c == '#').count() == hashes) {
+            while j < s.len()
+                && !(s[j] == '"' && s[j + 1..].iter().take(hashes).filter(|&&c| c == '#').count() == hashes)
+            {
                 j += 1;
             }
             let end = j + 1 + hashes;
@@ -451,7 +456,11 @@ fn tokens(code: &str) -> Vec<String> {
 /// module's name (`is_child(module, name)`), brace groups and `super::super::` included.
 /// `module` is the file's own module path; inline modules (`mod tests { … }`) are entered.
 /// `$crate::` is left out: it names the crate from a macro expanded in another crate.
-fn named_paths(code: &str, module: &[String], is_child: &dyn Fn(&[String], &str) -> bool) -> Vec<Vec<String>> {
+fn named_paths(
+    code: &str,
+    module: &[String],
+    is_child: &dyn Fn(&[String], &str) -> bool,
+) -> Vec<Vec<String>> {
     let t = tokens(&strip_code(code));
     let mut found = Vec::new();
     let mut current: Vec<String> = module.to_vec();
@@ -469,7 +478,11 @@ fn named_paths(code: &str, module: &[String], is_child: &dyn Fn(&[String], &str)
                 }
             }
             // A unit-test module is left out: tests may set up fixtures from any layer.
-            "#" if t[i..].iter().take(7).map(String::as_str).eq(["#", "[", "cfg", "(", "test", ")", "]"])
+            "#" if t[i..]
+                .iter()
+                .take(7)
+                .map(String::as_str)
+                .eq(["#", "[", "cfg", "(", "test", ")", "]"])
                 && t.get(i + 7).is_some_and(|s| s == "mod")
                 && t.get(i + 9).is_some_and(|s| s == "{") =>
             {
@@ -552,7 +565,12 @@ fn path_tail(t: &[String], mut i: usize, mut base: Vec<String>, found: &mut Vec<
                 found.push(base);
                 return i + 1;
             }
-            Some(word) if word.chars().next().is_some_and(|c| c.is_alphanumeric() || c == '_') => {
+            Some(word)
+                if word
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_') =>
+            {
                 base.push(word.to_string());
                 if t.get(i + 1).is_some_and(|s| s == "::") {
                     i += 2;
@@ -573,7 +591,11 @@ fn path_tail(t: &[String], mut i: usize, mut base: Vec<String>, found: &mut Vec<
 /// The names a file's top-level `use` declarations bring in, each with the path it stands
 /// for from the crate root (`use super::x::Y as Z;` in module `[a, b]` gives `Z → [a, x, Y]`).
 /// Globs and external crates are left out.
-fn use_aliases(code: &str, module: &[String], is_child: &dyn Fn(&[String], &str) -> bool) -> BTreeMap<String, Vec<String>> {
+fn use_aliases(
+    code: &str,
+    module: &[String],
+    is_child: &dyn Fn(&[String], &str) -> bool,
+) -> BTreeMap<String, Vec<String>> {
     let t = tokens(&strip_code(code));
     let mut out = BTreeMap::new();
     let mut depth = 0usize;
@@ -595,8 +617,18 @@ fn use_aliases(code: &str, module: &[String], is_child: &dyn Fn(&[String], &str)
 }
 
 /// The leaves of one `use` tree (the tokens between `use` and `;`) into `out`.
-fn use_tree(t: &[String], module: &[String], is_child: &dyn Fn(&[String], &str) -> bool, out: &mut BTreeMap<String, Vec<String>>) {
-    fn leaves(t: &[String], mut i: usize, mut prefix: Vec<String>, out: &mut Vec<(Vec<String>, Option<String>)>) -> usize {
+fn use_tree(
+    t: &[String],
+    module: &[String],
+    is_child: &dyn Fn(&[String], &str) -> bool,
+    out: &mut BTreeMap<String, Vec<String>>,
+) {
+    fn leaves(
+        t: &[String],
+        mut i: usize,
+        mut prefix: Vec<String>,
+        out: &mut Vec<(Vec<String>, Option<String>)>,
+    ) -> usize {
         loop {
             match t.get(i).map(String::as_str) {
                 Some("{") => {
@@ -611,7 +643,12 @@ fn use_tree(t: &[String], module: &[String], is_child: &dyn Fn(&[String], &str) 
                     }
                 }
                 Some("::") => i += 1,
-                Some(word) if word.chars().next().is_some_and(|c| c.is_alphanumeric() || c == '_') => {
+                Some(word)
+                    if word
+                        .chars()
+                        .next()
+                        .is_some_and(|c| c.is_alphanumeric() || c == '_') =>
+                {
                     prefix.push(word.to_string());
                     i += 1;
                     if t.get(i).is_some_and(|s| s == "as") {
@@ -649,7 +686,9 @@ fn use_tree(t: &[String], module: &[String], is_child: &dyn Fn(&[String], &str) 
             rest.pop();
         }
         base.extend(rest);
-        let Some(name) = alias.or_else(|| base.last().cloned()) else { continue };
+        let Some(name) = alias.or_else(|| base.last().cloned()) else {
+            continue;
+        };
         if name != "_" {
             out.insert(name, base);
         }
@@ -681,7 +720,11 @@ fn declared_modules(code: &str) -> Vec<String> {
 }
 
 fn crate_files(src: &Path) -> CrateFiles {
-    let mut roots: Vec<PathBuf> = ["lib.rs", "main.rs"].iter().map(|f| src.join(f)).filter(|p| p.exists()).collect();
+    let mut roots: Vec<PathBuf> = ["lib.rs", "main.rs"]
+        .iter()
+        .map(|f| src.join(f))
+        .filter(|p| p.exists())
+        .collect();
     let mut bins = Vec::new();
     rust_files(&src.join("bin"), &mut bins);
     bins.retain(|b| b.parent() == Some(&src.join("bin")) || b.file_name().is_some_and(|n| n == "main.rs"));
@@ -720,7 +763,8 @@ fn crate_files(src: &Path) -> CrateFiles {
 fn file_graph(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
     let mut all = Vec::new();
     rust_files(src, &mut all);
-    let mut graph: BTreeMap<PathBuf, BTreeSet<PathBuf>> = all.iter().map(|f| (f.clone(), BTreeSet::new())).collect();
+    let mut graph: BTreeMap<PathBuf, BTreeSet<PathBuf>> =
+        all.iter().map(|f| (f.clone(), BTreeSet::new())).collect();
     for (_, modules) in &crate_files(src).roots {
         let is_child = |module: &[String], name: &str| {
             let mut child = module.to_vec();
@@ -729,14 +773,21 @@ fn file_graph(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
         };
         let aliases: BTreeMap<&PathBuf, BTreeMap<String, Vec<String>>> = modules
             .iter()
-            .map(|(module, file)| (file, use_aliases(&fs::read_to_string(file).unwrap(), module, &is_child)))
+            .map(|(module, file)| {
+                (
+                    file,
+                    use_aliases(&fs::read_to_string(file).unwrap(), module, &is_child),
+                )
+            })
             .collect();
         // The file an item's path leads to: the deepest module along it that is a file,
         // followed through that file's `use` when the next name is one it imports (a
         // re-export is where the item is reached, not where it lives).
         let resolve = |mut path: Vec<String>| -> Option<&PathBuf> {
             for _ in 0..16 {
-                let k = (0..=path.len()).rev().find(|k| modules.contains_key(&path[..*k]))?;
+                let k = (0..=path.len())
+                    .rev()
+                    .find(|k| modules.contains_key(&path[..*k]))?;
                 let file = &modules[&path[..k]];
                 match path.get(k).and_then(|name| aliases[file].get(name)) {
                     Some(target) if *target != path[..=k] => {
@@ -794,7 +845,13 @@ fn cycles_of<N: Ord + Clone>(graph: &BTreeMap<N, BTreeSet<N>>) -> Vec<Vec<N>> {
             }
         }
     }
-    let mut w = Walk { graph, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), out: Vec::new() };
+    let mut w = Walk {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        out: Vec::new(),
+    };
     for node in graph.keys() {
         if !w.index.contains_key(node) {
             visit(&mut w, node);
@@ -883,14 +940,21 @@ fn no_source_file_is_in_an_import_cycle() {
             }
         }
     }
-    assert!(found.is_empty(), "files in import cycles (one line per cycle):\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "files in import cycles (one line per cycle):\n{}",
+        found.join("\n")
+    );
     // A listed file out of every cycle is a cycle broken: take it off its list.
     let stale: Vec<&&str> = STORE_DB_BEING_REDESIGNED
         .iter()
         .chain(NOT_YET_UNTANGLED)
         .filter(|f| !in_cycles.contains(**f))
         .collect();
-    assert!(stale.is_empty(), "in no import cycle any more, take off the allowlist: {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "in no import cycle any more, take off the allowlist: {stale:?}"
+    );
 }
 
 #[test]
@@ -900,10 +964,26 @@ fn the_file_graph_reads_groups_super_children_and_skips_tests_and_declarations()
     let code = "mod kid;\n// use crate::comment::X;\nuse super::{x::{y, z as w}, self as parent};\n\
                 use crate::{p::q, r};\nlet s = \"crate::string::S\"; kid::go(); '{';\n\
                 #[cfg(test)]\nmod tests { use crate::only_tests::T; }\nmod inline { use super::*; fn f() { super::super::up(); } }";
-    let paths: BTreeSet<String> = named_paths(code, &module, &is_child).into_iter().map(|p| p.join("::")).collect();
-    let expected = ["a", "a::b", "a::b::kid::go", "a::up", "a::x::y", "a::x::z", "p::q", "r"];
+    let paths: BTreeSet<String> = named_paths(code, &module, &is_child)
+        .into_iter()
+        .map(|p| p.join("::"))
+        .collect();
+    let expected = [
+        "a",
+        "a::b",
+        "a::b::kid::go",
+        "a::up",
+        "a::x::y",
+        "a::x::z",
+        "p::q",
+        "r",
+    ];
     assert_eq!(paths, expected.iter().map(|s| s.to_string()).collect());
-    let aliases = use_aliases("pub use kid::{Thing, Other as O};\nuse crate::m::N;", &module, &is_child);
+    let aliases = use_aliases(
+        "pub use kid::{Thing, Other as O};\nuse crate::m::N;",
+        &module,
+        &is_child,
+    );
     assert_eq!(aliases["Thing"], ["a", "b", "kid", "Thing"]);
     assert_eq!(aliases["O"], ["a", "b", "kid", "Other"]);
     assert_eq!(aliases["N"], ["m", "N"]);
@@ -938,7 +1018,10 @@ fn readme_paths(readme: &str) -> BTreeSet<String> {
         if !in_block {
             continue;
         }
-        let cleaned: String = line.chars().map(|c| if "│├└─".contains(c) { ' ' } else { c }).collect();
+        let cleaned: String = line
+            .chars()
+            .map(|c| if "│├└─".contains(c) { ' ' } else { c })
+            .collect();
         let column = cleaned.chars().take_while(|c| *c == ' ').count();
         let first = path_word(cleaned.split_whitespace().next().unwrap_or(""));
         let is_dir = first.ends_with('/');
@@ -965,7 +1048,14 @@ fn the_readme_reader_follows_a_tree() {
     let readme = "Files: `src/lib.rs`.\n```\nsrc/\n├── sys/     C\n│   ├── api.rs  the table\n│   │           and mod.rs\n\
                   └── top.rs   x.rs beside it\n  deep/    holds\n                 a.rs (the a)\n```\n";
     let paths = readme_paths(readme);
-    for path in ["src/lib.rs", "src/sys/api.rs", "src/sys/mod.rs", "src/top.rs", "src/x.rs", "src/deep/a.rs"] {
+    for path in [
+        "src/lib.rs",
+        "src/sys/api.rs",
+        "src/sys/mod.rs",
+        "src/top.rs",
+        "src/x.rs",
+        "src/deep/a.rs",
+    ] {
         assert!(paths.contains(path), "{path} not in {paths:?}");
     }
 }
@@ -983,9 +1073,16 @@ fn every_crate_readme_names_each_of_its_source_files() {
             let rel = file.strip_prefix(&krate).unwrap().to_string_lossy().into_owned();
             let suffix = format!("/{rel}");
             if !named.iter().any(|n| *n == rel || n.ends_with(&suffix)) {
-                missing.push(format!("{}/README.md: {rel}", krate.file_name().unwrap().to_string_lossy()));
+                missing.push(format!(
+                    "{}/README.md: {rel}",
+                    krate.file_name().unwrap().to_string_lossy()
+                ));
             }
         }
     }
-    assert!(missing.is_empty(), "source files no README's layout names:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "source files no README's layout names:\n{}",
+        missing.join("\n")
+    );
 }

@@ -8,7 +8,16 @@ use serde_json::Value;
 
 /// Two rounds are the fewest with an interval; three keep it narrow enough that the
 /// doctored medians below lie far outside it.
-const TINY: &[&str] = &["--rounds", "3", "--txns", "50", "--recovery-records", "50", "--recovery-pages", "256"];
+const TINY: &[&str] = &[
+    "--rounds",
+    "3",
+    "--txns",
+    "50",
+    "--recovery-records",
+    "50",
+    "--recovery-pages",
+    "256",
+];
 
 const FIGURES: [&str; 6] = [
     "insert FULL onesync/wal",
@@ -59,10 +68,16 @@ fn a_written_baseline_and_a_doctored_one_give_each_verdict() {
         assert!(l.contains("target met") || l.contains("target missed"), "{l}");
     }
     // The stamped check file beside the results, like the headline's.
-    let checks: Vec<_> = std::fs::read_dir(&results).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let checks: Vec<_> = std::fs::read_dir(&results)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(checks.len(), 1, "{checks:?}");
     let check_name = checks[0].to_string_lossy().into_owned();
-    assert!(check_name.starts_with("baseline-check-") && check_name.ends_with(".md"), "{check_name}");
+    assert!(
+        check_name.starts_with("baseline-check-") && check_name.ends_with(".md"),
+        "{check_name}"
+    );
     let md = std::fs::read_to_string(results.join(&check_name)).unwrap();
     for field in ["- command: `", "- commit: `", "- date: ", "- machine: "] {
         assert!(md.contains(field), "{field} in {md}");
@@ -81,15 +96,29 @@ fn a_written_baseline_and_a_doctored_one_give_each_verdict() {
         let key = figure["key"].as_str().unwrap().to_owned();
         let higher_is_better = figure["better"] == "higher";
         let make_worse = ["insert_full", "p999_normal", "store_single_vs_raw"].contains(&key.as_str());
-        figure["median"] = if make_worse == higher_is_better { 1e12 } else { 1e-12 }.into();
+        figure["median"] = if make_worse == higher_is_better {
+            1e12
+        } else {
+            1e-12
+        }
+        .into();
     }
     std::fs::write(&file, serde_json::to_string(&baseline).unwrap()).unwrap();
 
     let (code, stdout, stderr) = run(&["--baseline", file.to_str().unwrap(), "--fail-on-worse"]);
-    assert_eq!(code, 1, "a worse figure with --fail-on-worse exits 1:\n{stdout}\n{stderr}");
-    for (name, expected) in FIGURES.iter().zip(["worse", "better", "worse", "better", "worse", "better"]) {
+    assert_eq!(
+        code, 1,
+        "a worse figure with --fail-on-worse exits 1:\n{stdout}\n{stderr}"
+    );
+    for (name, expected) in FIGURES
+        .iter()
+        .zip(["worse", "better", "worse", "better", "worse", "better"])
+    {
         let verdict = line(&stdout, name).rsplit("  ").next().unwrap();
-        assert!(verdict.starts_with(&format!("{expected},")), "{name}: {verdict}\n{stdout}");
+        assert!(
+            verdict.starts_with(&format!("{expected},")),
+            "{name}: {verdict}\n{stdout}"
+        );
     }
 
     // Without --fail-on-worse the check reports and exits 0.

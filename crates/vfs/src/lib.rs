@@ -37,8 +37,8 @@ pub use sys::ffi;
 // names no module above it: the store backend's refusals (`vfs.rs`) and the re-arming of the
 // per-connection check (`sys/refusal_hook.rs`).
 pub(crate) use sys::refusal_hook::rearm as rearm_refusal_hook;
-pub(crate) use vfs::{note_refusal_hook_registered, open_refusal};
 pub use vfs::{
     make_default, register_static, register_with, stats, RegisterError, RegisterOptions, Registered, Stats,
     MIN_SQLITE_VERSION, VFS_NAME,
 };
+pub(crate) use vfs::{note_refusal_hook_registered, open_refusal};

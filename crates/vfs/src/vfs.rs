@@ -25,8 +25,8 @@ use crate::names::{self, StoreJournalPlace};
 use crate::store_db::StoreFactory;
 use crate::sys::api::ApiTable;
 use crate::sys::handles::{BaseVfs, SqliteName};
-use crate::sys::vfs::VfsMethods;
 pub use crate::sys::registration::{RegisterError, Registered};
+use crate::sys::vfs::VfsMethods;
 use crate::sys::vfs::{register_vfs, registered_state};
 
 /// The name the extension entry point registers.
@@ -415,7 +415,10 @@ impl VfsMethods for VfsState {
 /// it with, if the store backend refused its main database (`store_db/refusals.rs`). The
 /// entry points (`sys/entry.rs`) call this through the crate root instead of naming the
 /// backend.
-pub(crate) fn open_refusal(api: &ApiTable, db: crate::backend::Connection) -> Option<(std::ffi::c_int, String)> {
+pub(crate) fn open_refusal(
+    api: &ApiTable,
+    db: crate::backend::Connection,
+) -> Option<(std::ffi::c_int, String)> {
     crate::store_db::open_refusal(api, db)
 }
 

@@ -26,7 +26,7 @@ use anyhow::Result;
 
 use crate::output::{self, Human};
 
-pub use measure::{BenchArgs, ModeResult, PerTxn, Place, measure, ratio, run};
+pub use measure::{measure, ratio, run, BenchArgs, ModeResult, PerTxn, Place};
 
 /// `onesync-lab bench`: `bench WORKLOAD [OPTIONS]` (one workload, [`BenchArgs`]), `bench writers
 /// --workload W [OPTIONS]` (concurrent writers, [`writers::WritersArgs`]), or `bench` alone
@@ -174,4 +174,3 @@ fn run_headline(args: &HeadlineArgs) -> Result<ExitCode> {
     )?;
     Ok(ExitCode::SUCCESS)
 }
-

@@ -239,7 +239,12 @@ pub struct StoreRound {
     pub recovery_ms: f64,
 }
 
-pub fn measure_round(commits: u64, recovery_pages: u64, recovery_records: u64, seed: u64) -> Result<StoreRound> {
+pub fn measure_round(
+    commits: u64,
+    recovery_pages: u64,
+    recovery_records: u64,
+    seed: u64,
+) -> Result<StoreRound> {
     let work_dir = output::work_dir("onesync-store-bench-", None, None)?;
     let dir = work_dir.path();
     let single = bench_single(dir, commits, seed, None).context("single-thread phase")?;

@@ -12,8 +12,8 @@ pub mod flash;
 pub mod maw;
 pub mod mvbt;
 pub mod onesync;
-pub mod stock;
 pub mod scheme;
+pub mod stock;
 pub mod wal;
 
 use std::path::Path;

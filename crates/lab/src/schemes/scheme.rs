@@ -115,4 +115,3 @@ pub fn apply_pragmas(conn: &Connection, pragmas: &[&str]) -> Result<()> {
     }
     Ok(())
 }
-

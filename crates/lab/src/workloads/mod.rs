@@ -11,8 +11,8 @@ pub mod kv;
 pub mod mixed;
 pub mod partsupp;
 pub mod tpcb;
-pub mod update;
 pub mod transactions;
+pub mod update;
 pub mod writers;
 
 use serde::Serialize;

@@ -42,8 +42,8 @@ use self::iolog::{Fate, Log};
 use self::run::{Outcome, Setup};
 use self::scenario::{Backend, NegativeControl, Scenario, Sync};
 pub use self::store::{
-    aux_uri, explore_options, open_store, plain_aux_path, register_explore_vfs, CHECKPOINT_INTERVAL, INTERVAL_ENV,
-    MAX_GROWTH_STEP_ENV, ROLLED_BACK_MARK, SPILL_MARK, SPILL_ROWS, WORKER_BUSY_TIMEOUT,
+    aux_uri, explore_options, open_store, plain_aux_path, register_explore_vfs, CHECKPOINT_INTERVAL,
+    INTERVAL_ENV, MAX_GROWTH_STEP_ENV, ROLLED_BACK_MARK, SPILL_MARK, SPILL_ROWS, WORKER_BUSY_TIMEOUT,
 };
 use crate::output::{self, Human};
 use crate::progress::{phase_bar, phase_spinner};

@@ -277,7 +277,11 @@ pub fn table(measured: &[Measured], baseline: Option<&Baseline>) -> (String, boo
     );
     let mut any_worse = false;
     for (figure, m) in FIGURES.iter().zip(measured) {
-        let digits = if figure.better == Better::Lower && figure.target > 10.0 { 1 } else { 3 };
+        let digits = if figure.better == Better::Lower && figure.target > 10.0 {
+            1
+        } else {
+            3
+        };
         let interval = m.interval.map_or("–".to_owned(), |i| {
             format!("{:.digits$}-{:.digits$}", i.low, i.high)
         });
@@ -290,7 +294,11 @@ pub fn table(measured: &[Measured], baseline: Option<&Baseline>) -> (String, boo
             }
             None => ("–".to_owned(), "no baseline"),
         };
-        let sign = if figure.better == Better::Higher { ">=" } else { "<=" };
+        let sign = if figure.better == Better::Higher {
+            ">="
+        } else {
+            "<="
+        };
         let target = if target_met(figure.better, m.median, figure.target) {
             "target met"
         } else {
@@ -397,7 +405,10 @@ mod tests {
         assert_eq!(verdict(Better::Higher, around(0.7, 0.9), 1.0), Verdict::Worse);
         assert_eq!(verdict(Better::Higher, around(0.9, 1.1), 1.0), Verdict::Same);
         assert_eq!(verdict(Better::Lower, around(0.7, 0.9), 1.0), Verdict::Better);
-        assert_eq!(verdict(Better::Lower, around(110.0, 130.0), 100.0), Verdict::Worse);
+        assert_eq!(
+            verdict(Better::Lower, around(110.0, 130.0), 100.0),
+            Verdict::Worse
+        );
         assert_eq!(verdict(Better::Lower, None, 100.0), Verdict::Same);
     }
 }

@@ -26,7 +26,9 @@ use std::process::ExitCode;
 use charts::{bar_chart, cdf_chart, flash_color, labelled_bars, line_chart, series};
 
 use anyhow::{Context, Result};
-use comparison::{html_tables, markdown_tables, of_class, report_bench_args, DBBENCH_MODES, INSERT_MODES, NOTE};
+use comparison::{
+    html_tables, markdown_tables, of_class, report_bench_args, DBBENCH_MODES, INSERT_MODES, NOTE,
+};
 
 use crate::commands::bench::{self, headline, ModeResult};
 use crate::commands::flash::{self, FlashResult};

@@ -29,8 +29,8 @@
 //! With `--fs` and `--emulate` the cuts are real instead (`kernel_torture.rs`): transfer
 //! processes on a real filesystem on an emulated device whose power is cut.
 
-pub mod deferred;
 pub mod args;
+pub mod deferred;
 mod timed_cut;
 
 use std::path::{Path, PathBuf};
