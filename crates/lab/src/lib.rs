@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod commands;
+mod hooks;
 mod loopfs;
 mod meters;
 mod output;
@@ -21,6 +22,8 @@ use commands::{
 };
 
 use std::process::ExitCode;
+
+pub use hooks::{HAS_TEST_HOOKS, TEST_HOOKS_BUILD};
 
 use clap::{Parser, Subcommand};
 
@@ -112,26 +115,6 @@ enum Command {
     /// The child process of vfs-kill-torture (not for direct use)
     #[command(name = "__transfer-child", hide = true)]
     TransferChild(vfs_kill_torture::TransferChildArgs),
-}
-
-/// How to build the binary with the test hooks (named by the refusals of a build without them).
-pub const TEST_HOOKS_BUILD: &str =
-    "cargo build --release --workspace --features onesync-lab/test-hooks --bin onesync-lab-hooked";
-
-/// Whether this build has the test hooks (feature `test-hooks`).
-pub const HAS_TEST_HOOKS: bool = cfg!(feature = "test-hooks");
-
-/// An error for `what`, which needs the test hooks, in a build without them; `Ok` in a build
-/// with them.
-pub(crate) fn needs_test_hooks(what: &str) -> anyhow::Result<()> {
-    if HAS_TEST_HOOKS {
-        return Ok(());
-    }
-    anyhow::bail!(
-        "{what} needs the store's test hooks, which this onesync-lab is built without (the \
-         feature `test-hooks`): build them with `{TEST_HOOKS_BUILD}` and run \
-         target/release/onesync-lab-hooked"
-    )
 }
 
 /// The command line of `onesync-lab` (and of `onesync-lab-hooked`): parse, dispatch, report.

@@ -1,5 +1,12 @@
 //! The workspace's layout rules, checked on its sources (issue 15's "done when"):
-//! - inside every crate, the top-level modules import each other without cycles;
+//! - inside every crate, the top-level modules import each other without cycles, and so do
+//!   its files: an edge from a file to each file whose module its code names through
+//!   `crate::`, `super::`, `self::` or a child module's name (brace groups too), followed
+//!   through `use` re-exports to where the item lives; `mod child;` is no edge, a
+//!   `#[cfg(test)]` module is left out (tests may set up fixtures from any layer), and every
+//!   strongly connected component of more than one file fails, save the temporary
+//!   allowlists below;
+//! - every crate's README names each of its `src/` files (its layout section);
 //! - `unsafe` appears only in the SQLite FFI modules: `crates/vfs/src/sys/` (the VFS) and
 //!   `crates/mvbt-vtab/src/sys/` (the `mvbt` virtual table);
 //! - the shipped library (crates `onesync-vfs`, `onesync-extension`, `onesync`) depends on
@@ -7,7 +14,7 @@
 //! - no source file is over 1,000 lines unless it is listed below with its one job.
 //!
 //! Run `cargo test -p onesync-lab --test layout -- --nocapture` to print each crate's module
-//! graph.
+//! graph and file graph.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -333,5 +340,237 @@ fn no_source_file_is_over_a_thousand_lines_unless_it_does_one_job() {
         long.is_empty(),
         "files over {MAX_LINES} lines:\n{}",
         long.join("\n")
+    );
+}
+
+// A crate root looks for its modules beside it; this one keeps them in layout/.
+#[path = "layout/file_graph.rs"]
+mod file_graph;
+
+use file_graph::{cycles_of, file_graph, named_paths, use_aliases};
+
+/// TEMPORARY: `crates/vfs/src/store_db/`'s files import each other in a circle; another
+/// engineer is redesigning that module now and removes this list when done. Nothing else
+/// may join it.
+const STORE_DB_BEING_REDESIGNED: &[&str] = &[
+    "crates/vfs/src/store_db/concurrent.rs",
+    "crates/vfs/src/store_db/connections.rs",
+    "crates/vfs/src/store_db/file.rs",
+    "crates/vfs/src/store_db/locking.rs",
+    "crates/vfs/src/store_db/main_file.rs",
+    "crates/vfs/src/store_db/mod.rs",
+    "crates/vfs/src/store_db/refusals.rs",
+    "crates/vfs/src/store_db/registry.rs",
+];
+
+/// TEMPORARY: file-level cycles found when this check was written and not yet broken (a
+/// `mod.rs` that uses its children while they use the types it defines; the fix is to move
+/// those types into a module of their own below both, as done for the lab and the VFS's
+/// `sys/`). Shrink it; nothing may join it.
+const NOT_YET_UNTANGLED: &[&str] = &[
+    "crates/flash/src/error.rs",
+    "crates/flash/src/lib.rs",
+    "crates/flash/src/ssd/mod.rs",
+    "crates/flash/src/ssd/persist.rs",
+    "crates/flash/src/hostfs/allocator.rs",
+    "crates/flash/src/hostfs/cache.rs",
+    "crates/flash/src/hostfs/journal.rs",
+    "crates/flash/src/hostfs/mod.rs",
+    "crates/flash/src/hostfs/layout.rs",
+    "crates/flash/src/hostfs/types.rs",
+    "crates/mvbt/src/format.rs",
+    "crates/mvbt/src/io.rs",
+    "crates/mvbt/src/lib.rs",
+    "crates/mvbt/src/recovery.rs",
+    "crates/mvbt/src/txn.rs",
+    "crates/mvbt-vtab/src/cursor.rs",
+    "crates/mvbt-vtab/src/lib.rs",
+    "crates/mvbt-vtab/src/plan.rs",
+    "crates/mvbt-vtab/src/sys/entry.rs",
+    "crates/mvbt-vtab/src/table.rs",
+    "crates/store/src/engine/catch_up.rs",
+    "crates/store/src/engine/commit.rs",
+    "crates/store/src/engine/deferred.rs",
+    "crates/store/src/engine/group_commit.rs",
+    "crates/store/src/engine/invariants.rs",
+    "crates/store/src/engine/mod.rs",
+    "crates/store/src/engine/recent_pages.rs",
+    "crates/store/src/engine/space.rs",
+    "crates/store/src/format/checkpoint.rs",
+    "crates/store/src/format/header.rs",
+    "crates/store/src/format/mod.rs",
+    "crates/store/src/format/record.rs",
+    "crates/vm/src/apt.rs",
+    "crates/vm/src/console.rs",
+    "crates/vm/src/initramfs.rs",
+    "crates/vm/src/lib.rs",
+    "crates/vm/src/qemu.rs",
+];
+
+#[test]
+fn no_source_file_is_in_an_import_cycle() {
+    let root = workspace();
+    let rel = |p: &Path| p.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+    let allowed = |f: &str| STORE_DB_BEING_REDESIGNED.contains(&f) || NOT_YET_UNTANGLED.contains(&f);
+    let (mut found, mut in_cycles) = (Vec::new(), BTreeSet::new());
+    for krate in crates() {
+        let graph = file_graph(&krate.join("src"));
+        println!("{}:", rel(&krate));
+        for (file, imports) in &graph {
+            let names: Vec<String> = imports.iter().map(|i| rel(i)).collect();
+            println!("  {} -> {}", rel(file), names.join(", "));
+        }
+        for cycle in cycles_of(&graph) {
+            let files: Vec<String> = cycle.iter().map(|f| rel(f)).collect();
+            in_cycles.extend(files.iter().cloned());
+            if !files.iter().all(|f| allowed(f)) {
+                found.push(files.join(", "));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "files in import cycles (one line per cycle):\n{}",
+        found.join("\n")
+    );
+    // A listed file out of every cycle is a cycle broken: take it off its list.
+    let stale: Vec<&&str> = STORE_DB_BEING_REDESIGNED
+        .iter()
+        .chain(NOT_YET_UNTANGLED)
+        .filter(|f| !in_cycles.contains(**f))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "in no import cycle any more, take off the allowlist: {stale:?}"
+    );
+}
+
+#[test]
+fn the_file_graph_reads_groups_super_children_and_skips_tests_and_declarations() {
+    let module = vec!["a".to_string(), "b".to_string()];
+    let is_child = |m: &[String], name: &str| m == ["a", "b"] && name == "kid";
+    let code = "mod kid;\n// use crate::comment::X;\nuse super::{x::{y, z as w}, self as parent};\n\
+                use crate::{p::q, r};\nlet s = \"crate::string::S\"; kid::go(); '{';\n\
+                #[cfg(test)]\nmod tests { use crate::only_tests::T; }\nmod inline { use super::*; fn f() { super::super::up(); } }";
+    let paths: BTreeSet<String> = named_paths(code, &module, &is_child)
+        .into_iter()
+        .map(|p| p.join("::"))
+        .collect();
+    let expected = [
+        "a",
+        "a::b",
+        "a::b::kid::go",
+        "a::up",
+        "a::x::y",
+        "a::x::z",
+        "p::q",
+        "r",
+    ];
+    assert_eq!(paths, expected.iter().map(|s| s.to_string()).collect());
+    let aliases = use_aliases(
+        "pub use kid::{Thing, Other as O};\nuse crate::m::N;",
+        &module,
+        &is_child,
+    );
+    assert_eq!(aliases["Thing"], ["a", "b", "kid", "Thing"]);
+    assert_eq!(aliases["O"], ["a", "b", "kid", "Other"]);
+    assert_eq!(aliases["N"], ["m", "N"]);
+    let graph: BTreeMap<u8, BTreeSet<u8>> = [(1, [2].into()), (2, [1, 3].into()), (3, [].into())].into();
+    assert_eq!(cycles_of(&graph), [vec![1, 2]]);
+}
+
+/// The `.rs` paths a README names: every word that is one (`src/sys/api.rs`), and in its
+/// fenced blocks (layout trees) each file under the directories above it, by indentation
+/// (tree-drawing characters count as spaces). A line whose first word is no file or
+/// directory continues the entry above it, so files named there are that entry's.
+fn readme_paths(readme: &str) -> BTreeSet<String> {
+    // A sentence's full stop is no part of a path; a directory's slash is.
+    let path_word = |w: &str| -> String {
+        w.trim_start_matches(|c: char| !(c.is_alphanumeric() || "_./-".contains(c)))
+            .trim_end_matches(|c: char| !(c.is_alphanumeric() || "_/-".contains(c)))
+            .to_string()
+    };
+    let mut out: BTreeSet<String> = readme
+        .split_whitespace()
+        .map(path_word)
+        .filter(|w| w.ends_with(".rs"))
+        .collect();
+    let mut in_block = false;
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    for line in readme.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            stack.clear();
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        let cleaned: String = line
+            .chars()
+            .map(|c| if "│├└─".contains(c) { ' ' } else { c })
+            .collect();
+        let column = cleaned.chars().take_while(|c| *c == ' ').count();
+        let first = path_word(cleaned.split_whitespace().next().unwrap_or(""));
+        let is_dir = first.ends_with('/');
+        if is_dir || first.ends_with(".rs") {
+            while stack.last().is_some_and(|(c, _)| *c >= column) {
+                stack.pop();
+            }
+            if is_dir {
+                stack.push((column, first.clone()));
+            }
+        }
+        let dir: String = stack.iter().map(|(_, d)| d.as_str()).collect();
+        for word in cleaned.split_whitespace().map(path_word) {
+            if word.ends_with(".rs") {
+                out.insert(format!("{dir}{word}"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_readme_reader_follows_a_tree() {
+    let readme = "Files: `src/lib.rs`.\n```\nsrc/\n├── sys/     C\n│   ├── api.rs  the table\n│   │           and mod.rs\n\
+                  └── top.rs   x.rs beside it\n  deep/    holds\n                 a.rs (the a)\n```\n";
+    let paths = readme_paths(readme);
+    for path in [
+        "src/lib.rs",
+        "src/sys/api.rs",
+        "src/sys/mod.rs",
+        "src/top.rs",
+        "src/x.rs",
+        "src/deep/a.rs",
+    ] {
+        assert!(paths.contains(path), "{path} not in {paths:?}");
+    }
+}
+
+#[test]
+fn every_crate_readme_names_each_of_its_source_files() {
+    let mut missing = Vec::new();
+    for krate in crates() {
+        let readme = fs::read_to_string(krate.join("README.md")).unwrap_or_default();
+        let named = readme_paths(&readme);
+        let mut files = Vec::new();
+        rust_files(&krate.join("src"), &mut files);
+        files.sort();
+        for file in files {
+            let rel = file.strip_prefix(&krate).unwrap().to_string_lossy().into_owned();
+            let suffix = format!("/{rel}");
+            if !named.iter().any(|n| *n == rel || n.ends_with(&suffix)) {
+                missing.push(format!(
+                    "{}/README.md: {rel}",
+                    krate.file_name().unwrap().to_string_lossy()
+                ));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "source files no README's layout names:\n{}",
+        missing.join("\n")
     );
 }

@@ -10,8 +10,9 @@
 use std::ffi::c_int;
 
 pub use crate::sys::file_control::{FileControl, FileControlCall, Pragma};
+pub use crate::sys::handles::Connection;
 pub(crate) use crate::sys::handles::SqliteName;
-pub use crate::sys::handles::{Connection, OpenRequest};
+pub use crate::sys::open_request::OpenRequest;
 pub(crate) use crate::sys::passthrough::{count_directory_sync, count_passthrough_sync};
 pub use crate::sys::passthrough::{passthrough_io, PassThrough, PassThroughIo};
 pub use crate::sys::traits::{DbBackend, IoResult, LockLevel, Opened};

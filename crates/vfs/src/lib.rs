@@ -33,25 +33,12 @@ pub use sys::entry::{
     sqlite3_onesync_default_init, sqlite3_onesync_init, MIN_EXTENSION_SQLITE_VERSION,
 };
 pub use sys::ffi;
+// What the entry points and the store backend reach through the crate root, so that `sys`
+// names no module above it: the store backend's refusals (`vfs.rs`) and the re-arming of the
+// per-connection check (`sys/refusal_hook.rs`).
+pub(crate) use sys::refusal_hook::rearm as rearm_refusal_hook;
 pub use vfs::{
     make_default, register_static, register_with, stats, RegisterError, RegisterOptions, Registered, Stats,
     MIN_SQLITE_VERSION, VFS_NAME,
 };
-
-/// The composition root's half of a connection being opened: the code and message to fail
-/// it with, if the store backend refused its main database (`store_db/refusals.rs`). `sys`
-/// calls this instead of naming the backend.
-pub(crate) fn open_refusal(api: &ApiTable, db: backend::Connection) -> Option<(std::ffi::c_int, String)> {
-    store_db::open_refusal(api, db)
-}
-
-/// A per-connection entry point that calls [`open_refusal`] is registered in this process.
-pub(crate) fn note_refusal_hook_registered() {
-    store_db::note_hook_registered()
-}
-
-/// Makes sure the per-connection entry point runs for a connection with a refusal to tell
-/// at open (`sys/entry.rs`).
-pub(crate) fn rearm_refusal_hook() {
-    sys::entry::rearm_refusal_hook()
-}
+pub(crate) use vfs::{note_refusal_hook_registered, open_refusal};

@@ -25,8 +25,8 @@ use crate::names::{self, StoreJournalPlace};
 use crate::store_db::StoreFactory;
 use crate::sys::api::ApiTable;
 use crate::sys::handles::{BaseVfs, SqliteName};
-use crate::sys::traits::VfsMethods;
-pub use crate::sys::traits::{RegisterError, Registered};
+pub use crate::sys::registration::{RegisterError, Registered};
+use crate::sys::vfs::VfsMethods;
 use crate::sys::vfs::{register_vfs, registered_state};
 
 /// The name the extension entry point registers.
@@ -409,4 +409,20 @@ impl VfsMethods for VfsState {
     fn sleep(micros: u64) {
         crate::store_db::sleep_until_lock_released(micros);
     }
+}
+
+/// The composition root's half of a connection being opened: the code and message to fail
+/// it with, if the store backend refused its main database (`store_db/refusals.rs`). The
+/// entry points (`sys/entry.rs`) call this through the crate root instead of naming the
+/// backend.
+pub(crate) fn open_refusal(
+    api: &ApiTable,
+    db: crate::backend::Connection,
+) -> Option<(std::ffi::c_int, String)> {
+    crate::store_db::open_refusal(api, db)
+}
+
+/// A per-connection entry point that calls [`open_refusal`] is registered in this process.
+pub(crate) fn note_refusal_hook_registered() {
+    crate::store_db::note_hook_registered()
 }

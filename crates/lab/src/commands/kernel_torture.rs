@@ -39,8 +39,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use crate::commands::torture::args::TortureArgs;
 use crate::commands::torture::deferred::{self, Ack, LossWindowSummary, LossWindows};
-use crate::commands::torture::TortureArgs;
 use crate::commands::vfs_kill_torture::{ChildKind, RunningChild};
 use crate::loopfs::{self, Emulation, FsKind, LoopFs};
 use crate::output::{self, Human};

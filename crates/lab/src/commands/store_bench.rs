@@ -230,6 +230,36 @@ fn measure(args: &StoreBenchArgs, dir: &Path, loop_fs: Option<&LoopFs>) -> Resul
     })
 }
 
+/// One round of what `report --baseline` takes from store-bench, in a fresh temporary
+/// directory: the single-thread commit rate, the raw pwrite+fdatasync floor beside it, and
+/// the time to recover a log of `recovery_records` records over `recovery_pages` pages.
+pub struct StoreRound {
+    pub single_per_sec: f64,
+    pub raw_per_sec: f64,
+    pub recovery_ms: f64,
+}
+
+pub fn measure_round(
+    commits: u64,
+    recovery_pages: u64,
+    recovery_records: u64,
+    seed: u64,
+) -> Result<StoreRound> {
+    let work_dir = output::work_dir("onesync-store-bench-", None, None)?;
+    let dir = work_dir.path();
+    let single = bench_single(dir, commits, seed, None).context("single-thread phase")?;
+    let raw = bench_raw_fdatasync(dir, commits, seed, None).context("raw fdatasync baseline")?;
+    let recovery = bench_recovery(dir, recovery_pages, recovery_records, seed).context("recovery phase")?;
+    work_dir
+        .close()
+        .context("removing the benchmark's work directory")?;
+    Ok(StoreRound {
+        single_per_sec: single.rate(commits),
+        raw_per_sec: raw.rate(commits),
+        recovery_ms: recovery.open_ms,
+    })
+}
+
 fn bench_options() -> Options {
     Options {
         page_size: PAGE_SIZE,

@@ -15,7 +15,7 @@ use super::ffi::{
     ValueInt64Fn, ValueTextFn, ValueTypeFn, VfsFindFn, VfsRegisterFn, VtabConfigFn, VtabOnConflictFn,
 };
 use super::handles::{Connection, SqliteName};
-use super::traits::RegisterError;
+use super::registration::RegisterError;
 
 /// `sqlite3_vtab_config`, as a loading SQLite hands it over (variadic) or as
 /// a host wrapper that passes one `int` (Rust cannot define a variadic function).

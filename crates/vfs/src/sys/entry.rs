@@ -9,7 +9,8 @@ use super::ffi::ConnectionInitFn;
 use super::ffi::{self, sqlite3_api_routines, SQLITE_ERROR, SQLITE_OK_LOAD_PERMANENTLY};
 use super::guard::guard;
 use super::handles::Connection;
-use super::traits::RegisterError;
+use super::refusal_hook;
+use super::registration::RegisterError;
 
 /// Oldest SQLite the extension loads into: `SQLITE_OK_LOAD_PERMANENTLY`
 /// (which keeps the library mapped after the loading connection closes, so
@@ -173,24 +174,11 @@ pub fn register_open_refusal_hook(api: &ApiTable) -> Result<(), RegisterError> {
     Ok(())
 }
 
-/// The per-connection entry point that tells refusals, and the SQLite it was registered with.
-static REFUSAL_HOOK: std::sync::Mutex<Option<(ApiTable, ConnectionInitFn)>> = std::sync::Mutex::new(None);
-
+/// Remembers the per-connection entry point for [`refusal_hook::rearm`], then tells the
+/// store backend (through the crate root) that one is registered.
 fn remember_refusal_hook(api: ApiTable, hook: ConnectionInitFn) {
-    *REFUSAL_HOOK.lock().unwrap_or_else(|e| e.into_inner()) = Some((api, hook));
+    refusal_hook::remember(api, hook);
     crate::note_refusal_hook_registered();
-}
-
-/// Makes sure the per-connection entry point runs for the connection being opened, which
-/// has a refusal to tell at open: `sqlite3_shutdown()` forgets automatic extensions, and an
-/// application that initializes SQLite again does not know to register onesync's anew
-/// (registering it again is a no-op while it is registered). Called while SQLite opens the
-/// connection, before it runs the automatic extensions.
-pub(crate) fn rearm_refusal_hook() {
-    let hook = *REFUSAL_HOOK.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((api, hook)) = hook {
-        let _ = api.run_on_new_connections(hook);
-    }
 }
 
 /// Run by the host's SQLite for each connection it opens after

@@ -1,5 +1,7 @@
 //! Safe handles on what SQLite hands over: the underlying VFS, a file's name as xOpen
-//! received it, a connection, and the open request built from them.
+//! received it, and a connection. The bottom of `sys` beside `ffi`: it names nothing else,
+//! so everything above can pass these around (the open request built from them is
+//! `open_request.rs`).
 //!
 //! Each wraps a raw pointer that only this module's callers in `sys` create, from SQLite's
 //! own arguments, and each is valid for as long as SQLite's contract keeps the pointer
@@ -9,10 +11,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use super::api::ApiTable;
 use super::ffi::{sqlite3_vfs, SQLITE_IOERR, SQLITE_IOERR_DELETE};
-use super::passthrough::PassThrough;
-use super::traits::{IoResult, Opened};
 
 /// The VFS that was the default when ours was registered: every file this crate does not
 /// serve itself goes there.
@@ -124,70 +123,5 @@ impl Connection {
     /// The pointer as a number: the connection's identity.
     pub fn id(&self) -> usize {
         self.0 as usize
-    }
-}
-
-/// What `xOpen` of a file asks a factory for. Valid during that call (the name is SQLite's);
-/// this crate keeps a [`OpenRequest::duplicate`] while the file is open.
-#[derive(Debug)]
-pub struct OpenRequest {
-    pub(crate) base: BaseVfs,
-    pub(crate) name: SqliteName,
-    pub(crate) flags: c_int,
-}
-
-impl OpenRequest {
-    /// The database path (without URI parameters), if it has one.
-    pub fn name(&self) -> Option<&CStr> {
-        self.name.get()
-    }
-
-    /// SQLite's name for the file.
-    pub(crate) fn sqlite_name(&self) -> SqliteName {
-        self.name
-    }
-
-    /// The same request, kept by this crate for as long as the file is open (SQLite's name
-    /// stays valid that long).
-    pub(crate) fn duplicate(&self) -> Self {
-        Self { ..*self }
-    }
-
-    /// The `SQLITE_OPEN_*` flags of the open.
-    pub fn flags(&self) -> c_int {
-        self.flags
-    }
-
-    /// The same file with other open flags.
-    pub(crate) fn with_flags(&self, flags: c_int) -> Self {
-        Self { flags, ..*self }
-    }
-
-    /// A URI parameter of the open (`db`, `nolock`, `vfs`, ...).
-    pub(crate) fn uri_parameter(&self, api: &ApiTable, key: &CStr) -> Option<String> {
-        api.uri_parameter(self.name, key)
-    }
-
-    /// Whether the underlying VFS is SQLite's unix VFS (or one of its
-    /// variants: `unix-excl`, `unix-none`, ...).
-    pub fn base_is_unix(&self) -> bool {
-        let name = self.base.name();
-        name.is_some_and(|n| n.to_bytes() == b"unix" || n.to_bytes().starts_with(b"unix-"))
-    }
-
-    /// Opens the file with the underlying VFS and returns it as such (for a
-    /// backend that wraps it).
-    pub fn open_passthrough_file(&self) -> IoResult<(PassThrough, c_int)> {
-        PassThrough::open(self.base, self.name, self.flags)
-    }
-
-    /// Opens the file with the underlying VFS, unchanged: the pass-through
-    /// backend.
-    pub fn open_passthrough(&self) -> IoResult<Opened> {
-        let (file, out_flags) = self.open_passthrough_file()?;
-        Ok(Opened {
-            backend: Box::new(file),
-            out_flags,
-        })
     }
 }

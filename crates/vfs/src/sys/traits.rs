@@ -2,7 +2,6 @@
 //! and returns, which the shims in `sys` call and convert back into result codes.
 
 use std::ffi::{c_int, c_void};
-use std::fmt;
 use std::ptr;
 
 use super::ffi::{
@@ -10,7 +9,6 @@ use super::ffi::{
     SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_NOTFOUND, SQLITE_OK,
 };
 use super::file_control::FileControlCall;
-use super::handles::{BaseVfs, OpenRequest, SqliteName};
 
 /// A SQLite result code as the error: `Err(SQLITE_IOERR_WRITE)` etc.
 pub type IoResult<T> = Result<T, c_int>;
@@ -132,52 +130,4 @@ pub struct Opened {
     pub backend: Box<dyn DbBackend>,
     /// What `xOpen` reports in `*pOutFlags` (usually the request's flags).
     pub out_flags: c_int,
-}
-
-/// Outcome of a successful registration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Registered {
-    /// A new VFS was registered.
-    New,
-    /// That SQLite already had a VFS of this name; nothing was changed.
-    AlreadyRegistered,
-}
-
-/// Why registration failed: a SQLite result code and a message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RegisterError {
-    pub code: c_int,
-    pub message: String,
-}
-
-impl RegisterError {
-    pub(crate) fn new(code: c_int, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for RegisterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "onesync vfs: {} (SQLite code {})", self.message, self.code)
-    }
-}
-
-impl std::error::Error for RegisterError {}
-
-/// What `pAppData` of a VFS registered by [`super::vfs::register_vfs`] serves: its
-/// `xOpen`, `xDelete`, `xAccess` and `xSleep`; every other method forwards to [`Self::base`].
-pub(crate) trait VfsMethods: Send + Sync + 'static {
-    /// The underlying VFS.
-    fn base(&self) -> BaseVfs;
-    /// `xOpen`: the file and the out-flags.
-    fn open(&self, req: &OpenRequest) -> IoResult<(Box<dyn DbBackend>, c_int)>;
-    /// `xDelete`: a raw result code.
-    fn delete(&self, name: SqliteName, sync_dir: bool) -> c_int;
-    /// `xAccess`: a raw result code, the answer in `*out`.
-    fn access(&self, name: SqliteName, flags: c_int, out: &mut c_int) -> c_int;
-    /// `xSleep`: waits up to `micros` microseconds.
-    fn sleep(micros: u64);
 }

@@ -15,12 +15,29 @@ use super::ffi::{
 };
 use super::file::{self, OnesyncFile};
 use super::guard::guard;
-use super::handles::{BaseVfs, OpenRequest, SqliteName};
-use super::traits::{RegisterError, Registered, VfsMethods};
+use super::handles::{BaseVfs, SqliteName};
+use super::open_request::OpenRequest;
+use super::registration::{RegisterError, Registered};
+use super::traits::{DbBackend, IoResult};
 
 /// Addresses of every `sqlite3_vfs` this crate registered, in any SQLite of
 /// the process, with the type of its state. The lock also serialises find-then-register.
 static REGISTERED: Mutex<Vec<(usize, TypeId)>> = Mutex::new(Vec::new());
+
+/// What `pAppData` of a VFS registered by [`register_vfs`] serves: its
+/// `xOpen`, `xDelete`, `xAccess` and `xSleep`; every other method forwards to [`Self::base`].
+pub(crate) trait VfsMethods: Send + Sync + 'static {
+    /// The underlying VFS.
+    fn base(&self) -> BaseVfs;
+    /// `xOpen`: the file and the out-flags.
+    fn open(&self, req: &OpenRequest) -> IoResult<(Box<dyn DbBackend>, c_int)>;
+    /// `xDelete`: a raw result code.
+    fn delete(&self, name: SqliteName, sync_dir: bool) -> c_int;
+    /// `xAccess`: a raw result code, the answer in `*out`.
+    fn access(&self, name: SqliteName, flags: c_int, out: &mut c_int) -> c_int;
+    /// `xSleep`: waits up to `micros` microseconds.
+    fn sleep(micros: u64);
+}
 
 /// Registers a VFS called `name` with the SQLite behind `api`, served by the state
 /// `make_state` builds from the underlying VFS (the default one). Idempotent per name: if

@@ -22,17 +22,17 @@ mod crash_files;
 pub mod iolog;
 pub mod run;
 pub mod scenario;
+pub mod store;
 pub mod trace;
 pub mod worker;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
+use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
-use onesync_store::{Error as StoreError, Options, Store};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
@@ -41,24 +41,14 @@ use self::crash_files::CrashFiles;
 use self::iolog::{Fate, Log};
 use self::run::{Outcome, Setup};
 use self::scenario::{Backend, NegativeControl, Scenario, Sync};
+pub use self::store::{
+    aux_uri, explore_options, open_store, plain_aux_path, register_explore_vfs, CHECKPOINT_INTERVAL,
+    INTERVAL_ENV, MAX_GROWTH_STEP_ENV, ROLLED_BACK_MARK, SPILL_MARK, SPILL_ROWS, WORKER_BUSY_TIMEOUT,
+};
 use crate::output::{self, Human};
 use crate::progress::{phase_bar, phase_spinner};
 use crate::workloads::bank;
 
-/// The explorer's registration of the onesync VFS.
-pub const EXPLORE_VFS: &str = "onesync-explore";
-/// Commits between checkpoints in the explorer's stores (the VFS's default is 1000).
-pub const CHECKPOINT_INTERVAL: u64 = 3;
-/// How long a worker's SQLite waits for a lock: steps run one at a time, so only a
-/// process stopped at a crash point can hold one.
-pub const WORKER_BUSY_TIMEOUT: Duration = Duration::from_millis(500);
-/// Filler rows of a [`Cmd::Spill`](scenario::Cmd::Spill) transaction (about 120 KiB, far
-/// more than its two cached pages).
-pub const SPILL_ROWS: i64 = 300;
-/// Marks the transfer id of a spilling transaction that is committed ...
-pub const SPILL_MARK: &str = "-spill-";
-/// ... and of one that is rolled back.
-pub const ROLLED_BACK_MARK: &str = "-rolled-back-";
 /// Failing runs whose directories are kept for inspection.
 const KEEP_FAILED_RUNS: usize = 10;
 
@@ -129,85 +119,6 @@ pub struct ExploreArgs {
     #[arg(long, value_name = "FILE|-")]
     pub json: Option<PathBuf>,
 }
-
-/// The explorer's store options: `base` (the VFS's) with a checkpoint every
-/// [`CHECKPOINT_INTERVAL`] commits (or as [`INTERVAL_ENV`] says), a small file growing in
-/// small steps, and small windows.
-pub fn explore_options(base: &Options) -> Options {
-    let interval = std::env::var(INTERVAL_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CHECKPOINT_INTERVAL);
-    let max_growth_step = std::env::var(MAX_GROWTH_STEP_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(base.max_growth_step);
-    Options {
-        checkpoint_interval: interval,
-        initial_capacity: 256 << 10,
-        growth_step: 256 << 10,
-        max_growth_step,
-        window_bytes: 64 << 10,
-        ..base.clone()
-    }
-}
-
-/// Set by the explorer in its workers: the scenario's checkpoint interval.
-pub const INTERVAL_ENV: &str = "ONESYNC_EXPLORE_CHECKPOINT_INTERVAL";
-
-/// Set by the explorer in its workers where the scenario has one: the store's
-/// `max_growth_step`.
-pub const MAX_GROWTH_STEP_ENV: &str = "ONESYNC_EXPLORE_MAX_GROWTH_STEP";
-
-/// Registers the explorer's VFS with the bundled SQLite (idempotent).
-pub fn register_explore_vfs() -> Result<()> {
-    let api = onesync_vfs::api_table_from_sys!(rusqlite::ffi);
-    let opener: onesync_vfs::StoreOpener = Arc::new(|path: &Path, opts: &Options, create: bool| {
-        let opts = explore_options(opts);
-        match Store::open(path, &opts) {
-            Err(StoreError::NotFound(_)) if create => Store::create(path, &opts),
-            other => other,
-        }
-    });
-    onesync_vfs::register_with(
-        &api,
-        onesync_vfs::RegisterOptions {
-            name: EXPLORE_VFS.to_owned(),
-            make_default: false,
-            main_db: Box::new(onesync_vfs::StoreFactory::with_opener(api, opener)),
-            memory_journals: true,
-            files: None,
-        },
-    )
-    .map_err(|e| anyhow!("registering the {EXPLORE_VFS} VFS: {e}"))?;
-    Ok(())
-}
-
-/// Opens the store at `path` (creating it if `create`) through the explorer's VFS.
-pub fn open_store(path: &Path, create: bool) -> Result<Connection> {
-    register_explore_vfs()?;
-    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI;
-    if create {
-        flags |= OpenFlags::SQLITE_OPEN_CREATE;
-    }
-    let conn = Connection::open_with_flags_and_vfs(path, flags, EXPLORE_VFS)
-        .with_context(|| format!("opening {}", path.display()))?;
-    conn.busy_timeout(WORKER_BUSY_TIMEOUT)?;
-    Ok(conn)
-}
-
-/// The URI of the store's second database `aux`.
-pub fn aux_uri(path: &Path) -> String {
-    format!("file:{}?vfs={EXPLORE_VFS}&db=aux", path.display())
-}
-
-/// The plain SQLite file a process attaches as `aux` beside the store at `path`.
-pub fn plain_aux_path(path: &Path) -> PathBuf {
-    path.with_file_name(PLAIN_AUX_NAME)
-}
-
-/// File name of the plain SQLite file of `attach-plain` scenarios.
-pub const PLAIN_AUX_NAME: &str = "bank-aux.db";
 
 /// One broken promise at one crash point.
 #[derive(Serialize, Debug, Clone)]
@@ -306,7 +217,7 @@ struct Shared<'a> {
 
 pub fn run(args: &ExploreArgs) -> Result<ExitCode> {
     // The store's write log (`ONESYNC_IO_LOG`) and sabotage are test hooks.
-    crate::needs_test_hooks("explore")?;
+    crate::hooks::needs_test_hooks("explore")?;
     if args.list {
         for s in scenario::all() {
             println!("{:<20} {}", s.name, s.about);

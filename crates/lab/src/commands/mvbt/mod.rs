@@ -30,12 +30,10 @@ use crate::schemes::mvbt::{self as mvbt_schemes, MvbtTable};
 use crate::schemes::{stock, wal, Scheme};
 use crate::workloads::kv::{self, load, value, KeySet, Query, KEY_SPACE_FACTOR, VALUE_BYTES};
 pub use torture::{run_child, MvbtChildArgs};
+use torture::{MAIN_DB, TREE_FILE};
 
 /// SQLite's page size, for turning stock modes' bytes written into pages.
 const SQLITE_PAGE_BYTES: f64 = 4096.0;
-/// Main database and tree file names in a run's directory.
-const MAIN_DB: &str = "main.db";
-const TREE_FILE: &str = "kv.mvbt";
 const STOCK_DB: &str = "stock.db";
 
 #[derive(clap::Args, Debug)]

@@ -28,6 +28,11 @@ use crate::output::{self, Human};
 use crate::progress::phase_bar;
 use crate::schemes::mvbt::open_with_mvbt;
 
+/// Main database and tree file names in a run's directory (the experiments in `mod.rs` use
+/// the same names).
+pub(super) const MAIN_DB: &str = "main.db";
+pub(super) const TREE_FILE: &str = "kv.mvbt";
+
 const ACCOUNTS: i64 = 50;
 const INITIAL_BALANCE: i64 = 1000;
 const LEDGER_BASE: i64 = 1 << 40;
@@ -392,10 +397,10 @@ fn kills(args: &MvbtTortureArgs, seed: u64, summary: &mut Summary) -> Result<()>
     let exe = std::env::current_exe().context("finding the onesync binary to run as the child")?;
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b69_6c6c);
     {
-        let conn = open_with_mvbt(&work.path().join(super::MAIN_DB))?;
+        let conn = open_with_mvbt(&work.path().join(MAIN_DB))?;
         conn.execute_batch(&format!(
             "CREATE VIRTUAL TABLE kv USING mvbt(file='{}')",
-            work.path().join(super::TREE_FILE).display()
+            work.path().join(TREE_FILE).display()
         ))?;
         conn.execute_batch("BEGIN")?;
         for account in 0..ACCOUNTS {
@@ -454,7 +459,7 @@ fn kills(args: &MvbtTortureArgs, seed: u64, summary: &mut Summary) -> Result<()>
 
 /// Audits the table through SQL after a kill; returns the transfers present.
 fn audit_sql(dir: &Path, acknowledged: &BTreeSet<i64>) -> Result<BTreeSet<i64>> {
-    let conn = open_with_mvbt(&dir.join(super::MAIN_DB))?;
+    let conn = open_with_mvbt(&dir.join(MAIN_DB))?;
     let mut bank = Bank::default();
     let mut stmt = conn.prepare("SELECT key, value FROM kv ORDER BY key")?;
     let mut rows = stmt.query([])?;
@@ -480,7 +485,7 @@ fn audit_sql(dir: &Path, acknowledged: &BTreeSet<i64>) -> Result<BTreeSet<i64>> 
 
 /// The child: transfers through SQL, printing `committed ID` after each COMMIT returns.
 pub fn run_child(args: &MvbtChildArgs) -> Result<()> {
-    let conn = open_with_mvbt(&args.dir.join(super::MAIN_DB))?;
+    let conn = open_with_mvbt(&args.dir.join(MAIN_DB))?;
     print_line(READY_LINE)?;
     let mut rng = SmallRng::seed_from_u64(args.seed);
     let started = Instant::now();

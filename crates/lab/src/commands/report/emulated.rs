@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use onesync_device::Preset;
 
 use super::charts::sweep_chart;
-use super::{html_tables, markdown_tables};
+use super::comparison::{self, html_tables, markdown_tables};
 use crate::commands::bench::{self, ModeResult};
 use crate::loopfs::{EmulateArgs, FsKind};
 use crate::schemes::{Durability, Mode};
@@ -33,7 +33,7 @@ struct Run {
 /// The crash-safe modes of the standard report: durable at COMMIT, then at NORMAL and OFF
 /// (wal-normal their baseline, and the reference the others pay their flushes against).
 fn insert_modes() -> Vec<Mode> {
-    super::INSERT_MODES
+    comparison::INSERT_MODES
         .into_iter()
         .filter(|m| m.scheme().durability() != Durability::None)
         .collect()
@@ -57,7 +57,7 @@ pub fn run(out: &Path, presets: &[Preset], txns: u64) -> Result<ExitCode> {
             ..EmulateArgs::default()
         };
         let bench_args = |workload: Workload, mode: Vec<Mode>| {
-            super::report_bench_args(
+            comparison::report_bench_args(
                 workload,
                 mode,
                 txns,

@@ -12,7 +12,9 @@
 //! `report --results DIR` writes the stamped headline results instead, and `--update-readme`
 //! and `--print-readme-table` render the README's table from them (`results.rs`, `stamp.rs`).
 
+mod baseline;
 mod charts;
+mod comparison;
 mod emulated;
 mod results;
 mod stamp;
@@ -24,8 +26,11 @@ use std::process::ExitCode;
 use charts::{bar_chart, cdf_chart, flash_color, labelled_bars, line_chart, series};
 
 use anyhow::{Context, Result};
+use comparison::{
+    html_tables, markdown_tables, of_class, report_bench_args, DBBENCH_MODES, INSERT_MODES, NOTE,
+};
 
-use crate::commands::bench::{self, headline, BenchArgs, ModeResult, Place};
+use crate::commands::bench::{self, headline, ModeResult};
 use crate::commands::flash::{self, FlashResult};
 use crate::loopfs::{EmulateArgs, FsKind};
 use crate::schemes::Durability;
@@ -36,9 +41,36 @@ use crate::workloads::Workload;
 pub struct ReportArgs {
     /// Directory to write report.html and report.md into (created if missing)
     #[arg(long, value_name = "DIR",
-          required_unless_present_any = ["results", "update_readme", "print_readme_table"],
-          conflicts_with_all = ["results", "update_readme", "print_readme_table"])]
+          required_unless_present_any = ["results", "update_readme", "print_readme_table", "baseline", "write_baseline"],
+          conflicts_with_all = ["results", "update_readme", "print_readme_table", "baseline", "write_baseline"])]
     pub out: Option<PathBuf>,
+
+    /// Check for regressions: run issue 41's headline figures in alternating rounds (insert
+    /// FULL and NORMAL, p99.9 latency at NORMAL, dbbench with 4 threads, store-bench's
+    /// single/raw and recovery) and print each median and 95% interval beside this baseline
+    /// file's median and the target, with a verdict (better, same, worse; target met or
+    /// missed). With --results also writes DIR/baseline-check-YYYY-MM-DD.md
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["update_readme", "print_readme_table", "emulate"])]
+    pub baseline: Option<PathBuf>,
+
+    /// Run the same figures and record them (medians, intervals, every round; stamped) as a
+    /// baseline file for --baseline
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["update_readme", "print_readme_table", "emulate"])]
+    pub write_baseline: Option<PathBuf>,
+
+    /// With --baseline: exit with status 1 when a figure is worse than the baseline (by
+    /// default the check reports and exits 0)
+    #[arg(long, requires = "baseline")]
+    pub fail_on_worse: bool,
+
+    /// Single-page commits the check's recovery replays (store-bench's --recovery-records)
+    #[arg(long, value_name = "N", default_value_t = 10_000, hide = true)]
+    pub recovery_records: u64,
+
+    /// Pages of the store whose recovery the check times (store-bench's --recovery-pages)
+    #[arg(long, value_name = "N", default_value_t = 65_536, hide = true,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub recovery_pages: u64,
 
     /// Run the headline comparison (`bench` with no workload) in alternating rounds and write
     /// DIR/headline-YYYY-MM-DD.md, .json and .svg, stamped with the command, commit, UTC time
@@ -47,7 +79,8 @@ pub struct ReportArgs {
     #[arg(long, value_name = "DIR", conflicts_with_all = ["emulate", "no_fs", "no_flash"])]
     pub results: Option<PathBuf>,
 
-    /// Rounds of the headline for --results (each figure the median of the rounds)
+    /// Rounds of the headline for --results, and of --baseline and --write-baseline (each
+    /// figure the median of the rounds)
     #[arg(long, value_name = "N", default_value_t = headline::DEFAULT_ROUNDS,
           value_parser = clap::value_parser!(u64).range(1..=1000),
           conflicts_with_all = ["out", "update_readme", "print_readme_table"])]
@@ -85,84 +118,22 @@ pub struct ReportArgs {
     pub no_flash: bool,
 }
 
-/// Grouped by durability class (FULL, then NORMAL and OFF, then not crash-safe); the first is
-/// the FULL modes' baseline, wal-normal the NORMAL and OFF modes'.
-const INSERT_MODES: [Mode; 10] = [
-    Mode::Delete,
-    Mode::Truncate,
-    Mode::Persist,
-    Mode::Wal,
-    Mode::Onesync,
-    Mode::WalNormal,
-    Mode::OnesyncNormal,
-    Mode::OnesyncOff,
-    Mode::Memory,
-    Mode::Off,
-];
-
-/// WAL and onesync at each level: the NORMAL-class runs cost well under a second each.
-const DBBENCH_MODES: [Mode; 5] = [
-    Mode::Wal,
-    Mode::Onesync,
-    Mode::WalNormal,
-    Mode::OnesyncNormal,
-    Mode::OnesyncOff,
-];
-
-/// The report's groups of modes, by what a returned COMMIT promises, with their titles.
-const CLASSES: [(Durability, &str); 3] = [
-    (Durability::AtCommit, "durable at COMMIT (synchronous=FULL)"),
-    (
-        Durability::AfterCheckpoint,
-        "atomic, durable shortly after COMMIT (synchronous=NORMAL and OFF)",
-    ),
-    (Durability::None, "not crash-safe (negative controls)"),
-];
-
-/// The durability class of the mode of `r` (an unknown mode claims nothing).
-fn class_of(r: &ModeResult) -> Durability {
-    Mode::by_name(r.mode).map_or(Durability::None, |m| m.scheme().durability())
-}
-
-/// The results of `class`, in run order.
-fn of_class(results: &[ModeResult], class: Durability) -> Vec<ModeResult> {
-    results.iter().filter(|r| class_of(r) == class).cloned().collect()
-}
-
-/// What the report asks `bench` for: its standard settings (seed 1, dbbench on 4 threads,
-/// each on its own table) with the place, size and device given.
-fn report_bench_args(
-    workload: Workload,
-    mode: Vec<Mode>,
-    txns: u64,
-    fs: Option<FsKind>,
-    fs_size_mib: u64,
-    emulate: EmulateArgs,
-) -> BenchArgs {
-    BenchArgs {
-        workload,
-        mode,
-        txns,
-        place: Place {
-            dir: None,
-            fs,
-            fs_size_mib,
-            emulate,
-        },
-        device: None,
-        seed: 1,
-        threads: 4,
-        shared_table: false,
-        pages: 5,
-        searches_per_write: 1.0,
-        json: None,
-    }
-}
-
 /// Where `--update-readme` and `--print-readme-table` read the results without `--results`.
 const RESULTS_DIR: &str = "docs/results";
 
 pub fn run(args: &ReportArgs) -> Result<ExitCode> {
+    if args.baseline.is_some() || args.write_baseline.is_some() {
+        return baseline::run(&baseline::CheckArgs {
+            baseline: args.baseline.as_deref(),
+            write_baseline: args.write_baseline.as_deref(),
+            results: args.results.as_deref(),
+            rounds: args.rounds,
+            txns: args.txns.unwrap_or(headline::DEFAULT_TXNS),
+            recovery_pages: args.recovery_pages,
+            recovery_records: args.recovery_records,
+            fail_on_worse: args.fail_on_worse,
+        });
+    }
     let results_dir = args.results.as_deref().unwrap_or(Path::new(RESULTS_DIR));
     if let Some(readme) = &args.update_readme {
         results::update_readme(readme, results_dir)?;
@@ -287,101 +258,6 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
         md_path.display()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// What the tables' groups and ratios mean (Markdown and HTML alike).
-const NOTE: &str = "The modes are grouped by what a returned COMMIT promises. Ratios are of \
-                    transactions per second: NORMAL and OFF modes against wal-normal (stock \
-                    SQLite's way to the same promise: atomic, not yet durable), the others \
-                    against the first mode run. memory and off are not crash-safe: \
-                    references, not choices.\n";
-
-const COLUMNS: [&str; 11] = [
-    "mode",
-    "txn/s",
-    "ratio (against)",
-    "p50 us",
-    "p99 us",
-    "p99.9 us",
-    "writes/txn",
-    "KiB/txn",
-    "fsyncs/txn",
-    "dev KiB/txn",
-    "dev flushes/txn",
-];
-
-/// `r`'s cells; its ratio is to its baseline among `results`.
-fn row(results: &[ModeResult], r: &ModeResult) -> [String; 11] {
-    let opt = |v: Option<f64>, digits: usize| v.map_or("–".to_owned(), |v| format!("{v:.digits$}"));
-    [
-        r.mode.to_owned(),
-        format!("{:.0}", r.tps),
-        bench::ratio(results, r).map_or("–".to_owned(), |(ratio, base)| format!("{ratio:.2} ({base})")),
-        format!("{:.0}", r.latency_us.p50),
-        format!("{:.0}", r.latency_us.p99),
-        format!("{:.0}", r.latency_us.p999),
-        format!("{:.2}", r.per_txn.write_calls),
-        format!("{:.2}", r.per_txn.bytes_written / 1024.0),
-        format!("{:.3}", r.per_txn.fsyncs),
-        opt(r.per_txn.dev_kb, 2),
-        opt(r.per_txn.dev_flushes, 3),
-    ]
-}
-
-/// The classes that ran, in [`CLASSES`] order, each with its title and rows (ratios taken
-/// among all of `results`, so a class's baseline may be another class's mode).
-fn groups(results: &[ModeResult]) -> Vec<(&'static str, Vec<[String; 11]>)> {
-    CLASSES
-        .iter()
-        .map(|&(class, title)| {
-            let rows = results
-                .iter()
-                .filter(|r| class_of(r) == class)
-                .map(|r| row(results, r))
-                .collect::<Vec<_>>();
-            (title, rows)
-        })
-        .filter(|(_, rows)| !rows.is_empty())
-        .collect()
-}
-
-/// A table per class, each under a `heading` ("###") title.
-fn markdown_tables(results: &[ModeResult], heading: &str) -> String {
-    let mut out = String::new();
-    for (title, rows) in groups(results) {
-        let _ = write!(
-            out,
-            "{heading} {title}\n\n| {} |\n|{}\n",
-            COLUMNS.join(" | "),
-            "---|".repeat(COLUMNS.len())
-        );
-        for cells in rows {
-            let _ = writeln!(out, "| {} |", cells.join(" | "));
-        }
-        out.push('\n');
-    }
-    out
-}
-
-/// A table per class, each under a `tag` ("h3") title.
-fn html_tables(results: &[ModeResult], tag: &str) -> String {
-    let mut out = String::new();
-    for (title, rows) in groups(results) {
-        let _ = write!(out, "<{tag}>{title}</{tag}>\n<table><tr>");
-        for c in COLUMNS {
-            let _ = write!(out, "<th>{c}</th>");
-        }
-        out.push_str("</tr>\n");
-        for cells in rows {
-            out.push_str("<tr>");
-            for cell in cells {
-                let _ = write!(out, "<td>{cell}</td>");
-            }
-            out.push_str("</tr>\n");
-        }
-        out.push_str("</table>\n");
-    }
-    out
 }
 
 /// The X-FTL experiments on the simulated drive (shorter runs than the subcommands'

@@ -57,7 +57,7 @@ pub fn write(dir: &Path, rounds: u64, txns: u64) -> Result<Vec<PathBuf>> {
 }
 
 /// The stamp as Markdown lines.
-fn stamp_lines(stamp: &Stamp) -> String {
+pub fn stamp_lines(stamp: &Stamp) -> String {
     format!(
         "- command: `{}`\n- commit: `{}`\n- date: {} (UTC)\n- machine: {}\n",
         stamp.command,

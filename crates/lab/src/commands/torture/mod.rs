@@ -29,6 +29,7 @@
 //! With `--fs` and `--emulate` the cuts are real instead (`kernel_torture.rs`): transfer
 //! processes on a real filesystem on an emulated device whose power is cut.
 
+pub mod args;
 pub mod deferred;
 mod timed_cut;
 
@@ -47,13 +48,13 @@ use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
 use crate::commands::kernel_torture;
-use crate::commands::vfs_kill_torture::{self, ChildKind, KillTortureArgs, Synchronous, OFF_FLUSH_ONE_IN};
-use crate::loopfs::{EmulateArgs, FsKind};
+use crate::commands::vfs_kill_torture::{self, ChildKind, KillTortureArgs, OFF_FLUSH_ONE_IN};
 use crate::output::{self, Human};
 use crate::progress::{log_every, phase_bar};
-use crate::schemes::{apply_pragmas, DeferredFlush, Mode, Scheme, Storage};
+use crate::schemes::{apply_pragmas, DeferredFlush, Scheme, Storage};
 use crate::sim::power_cut_files::SimFs;
 use crate::workloads::bank;
+pub use args::{NegativeControl, TortureArgs};
 use deferred::{Ack, LossWindowSummary, LossWindows};
 use timed_cut::CutClock;
 
@@ -71,110 +72,6 @@ const MAX_DEFERRED_RUN: Duration = Duration::from_millis(80);
 /// Longest pause between two transfers of a deferred run, one picked per run: from
 /// back-to-back commits (many per flush) to a few per flush interval.
 const DEFERRED_PAUSES_MICROS: [u64; 4] = [0, 200, 2_000, 8_000];
-
-#[derive(clap::Args, Debug)]
-pub struct TortureArgs {
-    /// The commit scheme to torture
-    #[arg(long, value_enum)]
-    pub mode: Mode,
-
-    /// Simulated power cuts
-    #[arg(long, value_name = "N", default_value_t = 1000)]
-    pub power_cuts: u64,
-
-    /// Real SIGKILLs of a child process running transfers (0: none)
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub kills: u64,
-
-    /// Seed [default: random, printed]
-    #[arg(long, value_name = "S")]
-    pub seed: Option<u64>,
-
-    /// Write the summary as JSON to FILE, or to stdout with "-"
-    #[arg(long, value_name = "FILE|-")]
-    pub json: Option<PathBuf>,
-
-    /// Cut power through the real kernel instead of a simulation: make this filesystem on an
-    /// emulated device (--emulate), run transfer processes on it and cut the device's power
-    /// (needs root, /dev/fuse and loop devices)
-    #[arg(long, value_enum, value_name = "FS")]
-    pub fs: Option<FsKind>,
-
-    #[command(flatten)]
-    pub emulate: EmulateArgs,
-
-    /// With --fs: transfer processes running at each cut
-    #[arg(long, value_name = "P", default_value_t = 2,
-          value_parser = clap::value_parser!(u64).range(1..=16))]
-    pub processes: u64,
-
-    /// With --fs: open every child connection with concurrent=1 (concurrent writers, a
-    /// onesync mode only): the processes' write transactions run at once and share flushes
-    #[arg(long, requires = "fs")]
-    pub concurrent: bool,
-
-    /// With --fs: the longest time from starting the processes to a random-moment cut
-    #[arg(long, value_name = "MS", default_value_t = 300)]
-    pub max_delay_ms: u64,
-
-    /// With --fs: the image's size [default: 512]
-    #[arg(long, value_name = "MIB", requires = "fs")]
-    pub fs_size_mib: Option<u64>,
-
-    /// With --fs: run the mode with this PRAGMA synchronous instead of its own (e.g. extra:
-    /// journal_mode=DELETE then also syncs the directory after deleting its journal)
-    #[arg(long, value_enum, value_name = "LEVEL", requires = "fs")]
-    pub synchronous: Option<Synchronous>,
-
-    /// With --fs btrfs: make the database's directory NOCOW (chattr +C), so that its files are
-    /// overwritten in place as on ext4 and xfs instead of copied on write
-    #[arg(long, requires = "fs")]
-    pub nodatacow: bool,
-
-    /// With --fs: cuts on one database before starting over on a fresh one (in the same
-    /// filesystem), so that the ledger does not fill a small image
-    #[arg(long, value_name = "N", default_value_t = 250,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub cuts_per_database: u64,
-
-    /// Run a negative control instead: it must fail (exit status non-zero). Applies to the
-    /// power cuts of a onesync mode (kills cannot see it: the page cache survives a kill)
-    #[arg(long, value_enum, value_name = "CONTROL")]
-    pub negative_control: Option<NegativeControl>,
-
-    /// onesync-normal: the loss window allowed beyond the store's flush interval (one flush,
-    /// near-instant in the simulation, and the flusher thread's wake-up on a busy machine)
-    #[arg(long, value_name = "MS", default_value_t = 10)]
-    pub loss_window_slack_ms: u64,
-}
-
-/// A defect put back on purpose, which the torture must catch.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NegativeControl {
-    /// The store's flushes skip the device flush yet count their commits durable
-    /// (`Sabotage::SkippedFlush`): commits reported durable are lost at a power cut
-    SkippedFlush,
-    /// A process flushing for every process reads how far they have written only after its
-    /// flush (`Sabotage::FlushCoverageReadLate`): commits written during that flush are
-    /// acknowledged unflushed (needs several processes)
-    FlushCoverageReadLate,
-}
-
-impl NegativeControl {
-    pub fn name(self) -> &'static str {
-        match self {
-            NegativeControl::SkippedFlush => "skipped-flush",
-            NegativeControl::FlushCoverageReadLate => "flush-coverage-read-late",
-        }
-    }
-
-    pub fn sabotage(self) -> Sabotage {
-        match self {
-            NegativeControl::SkippedFlush => Sabotage::SkippedFlush,
-            NegativeControl::FlushCoverageReadLate => Sabotage::FlushCoverageReadLate,
-        }
-    }
-}
 
 #[derive(Serialize, Default, Debug)]
 struct Summary {
@@ -202,7 +99,7 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         bail!("--negative-control sabotages the onesync store: use a onesync mode");
     }
     if sabotage.is_some() {
-        crate::needs_test_hooks("torture --negative-control")?;
+        crate::hooks::needs_test_hooks("torture --negative-control")?;
     }
     if args.fs.is_some() {
         return kernel_torture::run(args);
