@@ -85,6 +85,35 @@ fn json_to_a_file_leaves_the_table_on_stdout() {
     assert!(written.get("single").is_some(), "{written}");
 }
 
+/// Recovery replays every record written after the checkpoint, on a store past
+/// `Options::max_growth_step` (64 MiB), where the store checkpoints to reuse superseded slots
+/// before it grows: with the default bound that took a checkpoint among the records.
+#[test]
+fn recovery_replays_every_record_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "store-bench",
+        "--commits",
+        "10",
+        "--recovery-pages",
+        "16384",
+        "--recovery-records",
+        "3000",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+        "-",
+    ];
+    let output = onesync(&args);
+    let report = parse_report(&output);
+    assert_eq!(
+        number(&report, "/recovery_records_replayed"),
+        3000.0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[test]
 fn missing_dir_is_a_clear_error() {
     let mut args = SMALL_RUN.to_vec();

@@ -32,10 +32,11 @@ const RAW_FILE_BYTES: u64 = 64 * MIB;
 /// Pages per transaction when filling a store before a phase: large transactions keep
 /// setup fast without asking the store for one enormous commit.
 const SETUP_PAGES_PER_TXN: u64 = 1024;
-/// Log room reserved per single-page commit in the recovery phase: such a record is one
-/// 512-byte block, doubled for headroom, because a full log would force a checkpoint and
-/// leave recovery less to replay than asked.
-const RECOVERY_LOG_BYTES_PER_RECORD: u64 = 1024;
+/// Log room reserved per single-page commit in the recovery phase: the store counts each
+/// record as the slot it occupies (one page), doubled for the jump records between
+/// windows, because a full log would force a checkpoint and leave recovery less to replay
+/// than asked.
+const RECOVERY_LOG_BYTES_PER_RECORD: u64 = 2 * PAGE_SIZE as u64;
 const FILE_NAME: &str = "main";
 
 #[derive(clap::Args, Debug)]
@@ -401,9 +402,14 @@ fn bench_recovery(dir: &Path, pages: u64, records: u64, seed: u64) -> Result<Rec
         // 0: no checkpoint by count, so every record is still in the log at open.
         checkpoint_interval: 0,
         log_capacity: defaults.log_capacity.max(log_for_records),
-        // Room for the pages and for every record with its page, so that the store never
-        // has to reclaim space (a checkpoint) before the open being timed.
-        initial_capacity: (pages + 3 * records + 1024) * PAGE_SIZE as u64,
+        // Room for the pages, so that setup does not grow the file step by step (the
+        // setup's checkpoint gives the free end back, so this is no room for the records).
+        initial_capacity: (pages + 1024) * PAGE_SIZE as u64,
+        // A store of `max_growth_step` or more checkpoints to reuse superseded slots
+        // before it grows (a space bound the store keeps on purpose), and every record
+        // here supersedes a page: with the default, the default store (256 MiB)
+        // checkpointed among the records. No bound: they grow the file and stay in the log.
+        max_growth_step: u64::MAX,
         ..defaults
     };
     let path = dir.join("recovery.store");
