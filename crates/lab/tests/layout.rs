@@ -364,11 +364,6 @@ const NOT_YET_UNTANGLED: &[&str] = &[
     "crates/flash/src/hostfs/mod.rs",
     "crates/flash/src/hostfs/layout.rs",
     "crates/flash/src/hostfs/types.rs",
-    "crates/mvbt-vtab/src/cursor.rs",
-    "crates/mvbt-vtab/src/lib.rs",
-    "crates/mvbt-vtab/src/plan.rs",
-    "crates/mvbt-vtab/src/sys/entry.rs",
-    "crates/mvbt-vtab/src/table.rs",
 ];
 
 #[test]
