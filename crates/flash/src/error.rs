@@ -1,6 +1,6 @@
 //! Errors the drive returns. Host misuse is an error, never a panic.
 
-use crate::{Lpn, TxId};
+use crate::ids::{Lpn, TxId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FlashError {

@@ -81,6 +81,7 @@ pub mod counters;
 pub mod error;
 pub mod fuzz;
 pub mod hostfs;
+mod ids;
 mod meta;
 mod nand;
 mod ssd;
@@ -88,9 +89,5 @@ mod ssd;
 pub use config::{Geometry, Sabotage, SsdConfig, Timing};
 pub use counters::{Counters, Recovery};
 pub use error::FlashError;
+pub use ids::{Lpn, TxId};
 pub use ssd::Ssd;
-
-/// Logical page number.
-pub type Lpn = u64;
-/// Host-chosen transaction id, nonzero.
-pub type TxId = u64;

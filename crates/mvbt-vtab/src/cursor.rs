@@ -4,31 +4,20 @@ use std::ffi::c_int;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
-use onesync_mvbt::{Key, Version};
+use onesync_mvbt::Version;
 
 use super::error::VtabError;
 use super::registry::TreeState;
-use super::table::MvbtTable;
+use super::schema::{COL_AS_OF, COL_KEY, COL_VALUE};
+use super::table::{MvbtTable, Scan};
 use super::value::{key_range, version_of, KeyOp, KeyRange, MvbtValue};
-use super::{COL_AS_OF, COL_KEY, COL_VALUE, PAGE_ROWS};
 use crate::sys::vtab::SqlValue;
 
-/// What a cursor is reading: a buffered page of rows and where the next page starts.
-#[derive(Default)]
-pub(crate) struct Scan {
-    rows: Vec<(Key, Vec<u8>)>,
-    pos: usize,
-    /// Lower bound of the next page; None once the range is exhausted.
-    next_low: Option<Bound<Key>>,
-    high: Option<Bound<Key>>,
-    /// The version read (None: the open transaction, own writes included).
-    at: Option<Version>,
-    /// The `as_of` column's value.
-    shown_version: Version,
-}
+/// Rows a cursor fetches from the tree at a time.
+const PAGE_ROWS: usize = 256;
 
 impl Scan {
-    /// `xFilter`: the plan's letters (see [`super::IDX_KEY_EQ`]), one argument each.
+    /// `xFilter`: the plan's letters (see [`crate::IDX_KEY_EQ`]), one argument each.
     pub(super) fn filter(
         &mut self,
         t: &MvbtTable,

@@ -3,7 +3,7 @@
 
 use std::ffi::c_int;
 
-use super::{COL_AS_OF, COL_KEY, COL_ROWID, IDX_AS_OF, IDX_KEY_EQ, IDX_KEY_HIGH, IDX_KEY_LOW};
+use super::schema::{COL_AS_OF, COL_KEY, COL_ROWID, IDX_AS_OF, IDX_KEY_EQ, IDX_KEY_HIGH, IDX_KEY_LOW};
 use crate::sys::vtab::{IndexConstraint, IndexPlan};
 use onesync_vfs::ffi::{
     SQLITE_CONSTRAINT, SQLITE_INDEX_CONSTRAINT_EQ, SQLITE_INDEX_CONSTRAINT_GE, SQLITE_INDEX_CONSTRAINT_GT,

@@ -6,13 +6,13 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use onesync_mvbt::{Key, Tree};
+use onesync_mvbt::{Key, Tree, Version};
 
-use super::cursor::Scan;
 use super::error::VtabError;
 use super::registry::{self, SharedTree, TreeState, Writer};
+use super::schema::SCHEMA;
 use super::value::{key_of, MvbtValue};
-use super::{args, plan, SCHEMA};
+use super::{args, plan};
 use crate::sys::vtab::{IndexPlan, SqlValue, VirtualTable, VtabConnection};
 use onesync_vfs::ffi::{SQLITE_FULL, SQLITE_IOERR_DELETE, SQLITE_OK, SQLITE_REPLACE};
 
@@ -27,6 +27,21 @@ pub(crate) struct MvbtTable {
     pub(super) shared: Arc<SharedTree>,
     /// The file name is derived from the table name (no `file=`).
     file_named_after_table: bool,
+}
+
+/// What a cursor is reading (`cursor.rs` runs it): a buffered page of rows and where the
+/// next page starts.
+#[derive(Default)]
+pub(crate) struct Scan {
+    pub(super) rows: Vec<(Key, Vec<u8>)>,
+    pub(super) pos: usize,
+    /// Lower bound of the next page; None once the range is exhausted.
+    pub(super) next_low: Option<Bound<Key>>,
+    pub(super) high: Option<Bound<Key>>,
+    /// The version read (None: the open transaction, own writes included).
+    pub(super) at: Option<Version>,
+    /// The `as_of` column's value.
+    pub(super) shown_version: Version,
 }
 
 impl MvbtTable {

@@ -2,14 +2,12 @@
 
 use crate::format::{self, Stamp, StampKind};
 use crate::node::Node;
-use crate::{Error, Result, Tree, Version};
+use crate::tree::{FileLock, Tree};
+use crate::types::{Error, Result, Version};
 use nix::fcntl::{Flock, FlockArg};
 use onesync_store::io::FileIo;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::path::Path;
-
-/// The exclusive `flock` on a tree's file (released when dropped).
-pub(crate) type FileLock = Flock<File>;
 
 /// Opens (optionally creating) `path` read-write and takes the exclusive lock: the file's
 /// I/O and the lock, held on a second descriptor of the same open file.

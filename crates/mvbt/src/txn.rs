@@ -3,39 +3,9 @@
 
 use crate::format::StampKind;
 use crate::node::Node;
-use crate::{Error, Result, Tree, Version};
+use crate::tree::{RootState, Savepoint, Tree, Txn};
+use crate::types::{Error, Result, Version};
 use std::collections::{BTreeSet, HashMap};
-
-type RootState = (u64, u32, Version);
-
-pub(crate) struct Txn {
-    pub version: Version,
-    /// Nodes to write at commit.
-    pub dirty: BTreeSet<u64>,
-    /// Nodes whose newest on-disk image is a spill of this transaction.
-    pub spilled: BTreeSet<u64>,
-    /// Each touched node as it was before the transaction (None: allocated by it).
-    pub pre: HashMap<u64, Option<Node>>,
-    pub savepoints: Vec<Savepoint>,
-    /// Nodes taken from the free set (they go back on rollback).
-    pub allocated: Vec<u64>,
-    /// Nodes whose last reference went; free once the commit is durable.
-    pub pending_free: Vec<u64>,
-    /// Reference count changes, to undo on rollback.
-    pub ref_log: Vec<(u64, i32)>,
-    pub root_before: RootState,
-    pub last_modified: Option<u64>,
-}
-
-pub(crate) struct Savepoint {
-    /// Node images as they were when the savepoint was taken (copy on first write after
-    /// it), with whether the node was dirty then.
-    images: HashMap<u64, (Option<Node>, bool)>,
-    allocated: usize,
-    pending_free: usize,
-    ref_log: usize,
-    root: RootState,
-}
 
 impl Tree {
     pub(crate) fn usable(&self) -> Result<()> {

@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::initramfs::static_busybox;
 use crate::kernel::newest_kernel;
 use crate::process::{find_program, run_to_completion, running_as_root};
-use crate::Progress;
+use crate::types::Progress;
 
 /// A Debian package and how to tell that it is installed.
 pub struct Need {

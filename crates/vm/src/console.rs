@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::process::{last_lines, later};
 use crate::qemu::Qemu;
-use crate::GuestRun;
+use crate::types::GuestRun;
 
 /// Console lines kept for error messages.
 const TAIL_LINES: usize = 40;

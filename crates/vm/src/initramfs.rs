@@ -15,7 +15,7 @@ use cpio::newc::{Builder, ModeFileType};
 
 use crate::elf::read_elf_info;
 use crate::kernel::{guest_modules, module_dir};
-use crate::GuestFiles;
+use crate::types::GuestFiles;
 
 /// The guest's /init; `@MODULES@` becomes the module files to insmod, in order, and `@ARGS@`
 /// the name of the per-boot file.

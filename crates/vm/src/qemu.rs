@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::GuestRun;
+use crate::types::GuestRun;
 
 /// Guest memory, MiB.
 const GUEST_MEMORY_MIB: u32 = 1024;

@@ -6,17 +6,9 @@ use std::collections::BTreeMap;
 use onesync_codec::OnDisk;
 
 use super::layout::{CommitBlock, Descriptor, JournalSuperblock};
+use super::state::JournalState;
 use super::{FlashFs, FsError, FsResult};
 use crate::Lpn;
-
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct JournalState {
-    /// Next log position to write, and the sequence number of the next transaction.
-    pub(super) head: u64,
-    pub(super) next_seq: u64,
-    /// Log blocks in use since the tail (wasted wrap-around space included).
-    pub(super) used: u64,
-}
 
 impl FlashFs {
     /// Commits the running transaction's metadata plus `data` blocks through the journal.

@@ -87,13 +87,12 @@
 
 use onesync_codec::{DecodeError, OnDisk, Problem, Reader, Writer};
 
+use super::types::MAX_NAME;
 use super::{FsError, FsResult};
 use crate::Lpn;
 
 /// Bytes per inode record.
 pub const INODE_SIZE: usize = 512;
-/// Longest file name.
-pub const MAX_NAME: usize = 96;
 /// Extents an inode holds (ext4 keeps 4 in the inode and grows a tree; a fixed list keeps
 /// the format simple and allocation in chunks keeps files to a few extents).
 pub(super) const MAX_EXTENTS: usize = 48;

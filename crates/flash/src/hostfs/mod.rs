@@ -39,66 +39,22 @@ mod cache;
 mod commit;
 mod journal;
 pub(crate) mod layout;
+mod state;
 mod types;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use onesync_codec::{OnDisk, Problem};
 
-pub use layout::{INODE_SIZE, MAX_NAME};
-pub use types::{FileId, FsConfig, FsCounters, FsError, FsResult, Journaling, MountReport};
+pub use layout::INODE_SIZE;
+pub use state::FlashFs;
+pub use types::{FileId, FsConfig, FsCounters, FsError, FsResult, Journaling, MountReport, MAX_NAME};
 
-use crate::{Lpn, Ssd, TxId};
+use crate::{Lpn, Ssd};
 use allocator::expand;
 use cache::{file_blocks, homes};
-use journal::JournalState;
 use layout::{Extents, Inode, InodeSlot, Layout, Superblock};
-
-/// One open-able file's in-memory state.
-#[derive(Clone, Debug)]
-struct FileState {
-    inode: Inode,
-    /// File blocks that hold data (allocated blocks past these read as zeros: ext4's
-    /// unwritten extents).
-    initialized: BTreeSet<u64>,
-    /// The inode changed since its last commit (an fdatasync must commit).
-    needs_commit: bool,
-    /// Written since the last commit: the modification time changed (only `fsync` cares).
-    times_changed: bool,
-    /// X-FTL: the open drive transaction, the blocks written under it, and the inode as
-    /// last committed (restored by an abort).
-    tx: Option<TxId>,
-    tx_written: BTreeSet<u64>,
-    committed: Option<Inode>,
-}
-
-/// The filesystem. Not thread-safe: share it behind a mutex.
-pub struct FlashFs {
-    ssd: Ssd,
-    cfg: FsConfig,
-    layout: Layout,
-    inodes: Vec<Option<FileState>>,
-    names: HashMap<String, u32>,
-    /// Data blocks in use (index: lpn - data_start).
-    used_blocks: Vec<bool>,
-    alloc_cursor: u64,
-    /// Freed by operations not yet committed: reusable (and discardable) after the commit.
-    /// (X-FTL: with the file whose commit releases them; `None`: any commit.)
-    freed_uncommitted: Vec<(Lpn, u64, Option<u32>)>,
-    /// The page cache: every file block read or written since the mount.
-    cache: BTreeMap<(u32, u64), Box<[u8]>>,
-    /// Cached blocks changed since they were last written to the drive.
-    dirty: BTreeSet<(u32, u64)>,
-    /// Metadata blocks changed in the running transaction.
-    meta_dirty: BTreeSet<Lpn>,
-    /// Blocks logged in the journal and not yet written home (newest content).
-    pending_home: BTreeMap<Lpn, Box<[u8]>>,
-    journal: JournalState,
-    running_since_us: Option<f64>,
-    next_generation: u64,
-    next_tx: TxId,
-    counters: FsCounters,
-}
+use state::{FileState, JournalState};
 
 impl FlashFs {
     /// Makes a new, empty filesystem on the drive (mkfs).

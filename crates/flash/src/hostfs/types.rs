@@ -1,8 +1,10 @@
-//! The filesystem's public types: mount options, errors, file handles, counters.
+//! The filesystem's public types: mount options, errors, file handles, counters, the longest
+//! file name.
 
 use crate::FlashError;
 
-use super::layout::MAX_NAME;
+/// Longest file name.
+pub const MAX_NAME: usize = 96;
 
 /// How the filesystem makes a file's changes durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

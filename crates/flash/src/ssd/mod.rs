@@ -13,9 +13,8 @@ use onesync_codec::Writer;
 use crate::config::{Layout, Sabotage, SsdConfig};
 use crate::counters::Counters;
 use crate::error::FlashError;
+use crate::ids::{Lpn, TxId};
 use crate::nand::{Nand, NandError, NandRead, Oob, PageKind};
-use crate::{Lpn, TxId};
-use persist::LogState;
 
 const UNMAPPED: u32 = u32::MAX;
 
@@ -533,5 +532,55 @@ impl Ssd {
             }
         }
         Ok(())
+    }
+}
+
+// The mapping log's position and state (`persist.rs` writes it, `recovery.rs` reads it back).
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LogPos {
+    pub(super) block: u32,
+    pub(super) page: u32,
+    pub(super) seq: u64,
+}
+
+/// DRAM state of the metadata area.
+#[derive(Clone, Debug)]
+pub(super) struct LogState {
+    /// The open log block and its next page (`None`: open `next_block` on the next write).
+    pub(super) cur: Option<(u32, u32)>,
+    pub(super) next_block: u32,
+    /// Where the log that follows the latest complete checkpoint starts.
+    pub(super) start: LogPos,
+    /// Log pages written since that checkpoint.
+    pub(super) since_ckpt: u64,
+    /// The next persist must write a checkpoint first (fresh drive, or after a restart).
+    pub(super) needs_ckpt: bool,
+    /// Generation of the latest complete checkpoint (0: none).
+    pub(super) gen: u64,
+    /// Highest generation on flash, incomplete checkpoints included.
+    pub(super) gen_seen: u64,
+    /// Checkpoint region holding the latest complete checkpoint.
+    pub(super) region: Option<u32>,
+    pub(super) next_seq: u64,
+}
+
+impl LogState {
+    pub(super) fn fresh() -> LogState {
+        LogState {
+            cur: None,
+            next_block: 0,
+            start: LogPos {
+                block: 0,
+                page: 0,
+                seq: 0,
+            },
+            since_ckpt: 0,
+            needs_ckpt: true,
+            gen: 0,
+            gen_seen: 0,
+            region: None,
+            next_seq: 1,
+        }
     }
 }

@@ -3,8 +3,7 @@
 
 use onesync_codec::OnDisk;
 
-use super::persist::{LogPos, LogState};
-use super::{BState, Owner, Ssd, UNMAPPED};
+use super::{BState, LogPos, LogState, Owner, Ssd, UNMAPPED};
 use crate::counters::Recovery;
 use crate::error::FlashError;
 use crate::meta::{Entries, Header, Kind, MetaPage};

@@ -1,7 +1,7 @@
 //! Other processes: the cross-process write lock (claimed per commit, checkpoint or growth)
 //! and catching up with the commits and checkpoints they appended, read from the store file.
 
-use super::{bump, lock, Kept, Meta, Shared};
+use super::shared::{bump, lock, Kept, Meta, Shared};
 use crate::error::{Error, Result};
 use crate::format::{Header, Op, Record, RecordKind, NO_SLOT};
 use crate::io::StorageIo;

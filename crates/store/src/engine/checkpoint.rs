@@ -2,7 +2,7 @@
 //! names it, so that recovery starts there and slots superseded before it can be reused;
 //! and the final checkpoint on close.
 
-use super::{bump, lock, Meta, Shared};
+use super::shared::{bump, lock, Meta, Shared};
 use crate::error::{Error, Result};
 use crate::format::{slot_offset, CheckpointRef, Header, LogRef};
 use crate::options::Sabotage;

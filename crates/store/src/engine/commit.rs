@@ -3,7 +3,7 @@
 
 use super::catch_up::WriterClaim;
 use super::group_commit::PendingCommit;
-use super::{bump, Shared};
+use super::shared::{bump, Shared};
 use crate::error::{CommitError, Error, Result};
 use crate::format::{slot_offset, Op};
 use crate::state::State;

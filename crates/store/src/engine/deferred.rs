@@ -10,57 +10,13 @@
 //! [`Options::deferred_flush_interval`]: crate::Options::deferred_flush_interval
 //! [`Options::deferred_flush_bytes`]: crate::Options::deferred_flush_bytes
 
-use super::{lock, Shared};
+use super::shared::{lock, micros, Deferred, Shared};
 use crate::error::{Error, Result};
-use crate::options::Options;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
-use crate::wakeup::Wakeup;
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// The background flusher's schedule, shared with its thread (which holds the engine only
-/// weakly, so that dropping the store ends it).
-pub(super) struct Deferred {
-    schedule: Mutex<Schedule>,
-    wake: Wakeup,
-    /// The interval in µs (settable while open: `Store::set_deferred_flush_interval`).
-    interval_micros: AtomicU64,
-    /// `Counters::bytes_written` when the last flush began: bytes written since are not
-    /// yet durable, and `Options::deferred_flush_bytes` of them call a flush at once.
-    bytes_at_last_flush: AtomicU64,
-}
-
-impl Deferred {
-    pub fn new(opts: &Options) -> Deferred {
-        Deferred {
-            schedule: Mutex::default(),
-            wake: Wakeup::new(),
-            interval_micros: AtomicU64::new(micros(opts.deferred_flush_interval)),
-            bytes_at_last_flush: AtomicU64::new(0),
-        }
-    }
-
-    /// A flush is starting that covers everything written up to `bytes_written`.
-    pub fn flush_starting(&self, bytes_written: u64) {
-        self.bytes_at_last_flush
-            .fetch_max(bytes_written, Ordering::Relaxed);
-    }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-#[derive(Default)]
-struct Schedule {
-    /// When the next background flush is due: set by the first commit shown undurable
-    /// after the last flush, so none waits longer than the interval.
-    due: Option<Instant>,
-    thread_started: bool,
-    stop: bool,
-}
 
 /// How often the written-prefix wait rechecks (a concurrent committer's write takes
 /// microseconds; the condvar usually wakes it first).

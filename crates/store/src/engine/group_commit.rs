@@ -1,7 +1,7 @@
 //! Group commit: which commits are written, which are durable, and the flush one committer
 //! runs for every commit written so far.
 
-use super::{bump, lock, Kept, Meta, Shared};
+use super::shared::{bump, lock, Kept, Meta, Shared};
 use crate::error::{CommitError, Error, Result};
 use crate::format::Op;
 use crate::options::Sabotage;

@@ -2,7 +2,7 @@
 //! (and release builds with the feature `invariants`) each time the `meta` lock is
 //! released, and the `writer` lock after a claim changes.
 
-use super::{FlushState, Kept, Meta, Shared, WriterClaims};
+use super::shared::{FlushState, Kept, Meta, Shared, WriterClaims};
 use std::sync::TryLockError;
 
 /// Waiting slots looked up in the allocator per check, newest first: enough to catch a slot

@@ -8,24 +8,11 @@
 //! last changed the page (`PageEntry::seq`, never 0 once committed) along with its slot,
 //! checksum and overlay, so equal entries mean equal contents, whichever process wrote them.
 
-use super::{lock, Shared};
+use super::shared::{lock, Content, PageKey, Shared};
 use crate::state::PageEntry;
-use std::collections::HashMap;
-use std::sync::Arc;
 
 /// Pages kept at most (a few MiB at SQLite's page sizes); past it the cache starts over.
 const RECENT_PAGES: usize = 512;
-
-/// A page: its file and number.
-pub(crate) type PageKey = (u32, u64);
-
-/// A page's content, shared (the cache and a reader's copy source).
-pub(crate) type Content = Arc<[u8]>;
-
-#[derive(Default)]
-pub(crate) struct RecentPages {
-    pages: HashMap<PageKey, (PageEntry, Content)>,
-}
 
 impl Shared {
     /// Copy the content of `(file, page)` as of `entry` into `buf`, if it is known.

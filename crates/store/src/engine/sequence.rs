@@ -1,7 +1,7 @@
 //! Sequencing: give a commit its sequence number and its place in the chain (record and
 //! pages, best contiguous), and make it the latest state. Nothing is written here.
 
-use super::{bump, lock, Meta, Shared};
+use super::shared::{bump, lock, Meta, Shared};
 use crate::error::{Error, Result};
 use crate::format::{slot_offset, Op, Record, RecordKind};
 use std::collections::BTreeSet;

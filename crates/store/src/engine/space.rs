@@ -2,7 +2,7 @@
 //! that keeps a full disk committable, growing the file, and reusing slots once no
 //! checkpoint-to-be and no reader needs them (invariant 6).
 
-use super::{bump, lock, Meta, Shared};
+use super::shared::{bump, lock, Meta, Shared};
 use crate::error::{Error, Result};
 use crate::format::{slot_offset, MAX_CHECKPOINT_EXTENTS, SLOT_BASE};
 use crate::io::StorageIo;

@@ -45,7 +45,7 @@
 //! | 6 | m | bytes | replace the page's bytes at `offset` |
 //!
 
-use super::FORMAT_VERSION;
+use super::constants::FORMAT_VERSION;
 use crate::error::Result;
 use onesync_codec::{DecodeError, OnDisk, Reader, Writer};
 

@@ -39,7 +39,9 @@
 //! then the CRC, then the fields.
 //!
 
-use super::{valid_page_size, FORMAT_VERSION, HEADER_BLOCK, HEADER_LEN, MAGIC, MAX_CHECKPOINT_EXTENTS};
+use super::constants::{
+    valid_page_size, FORMAT_VERSION, HEADER_BLOCK, HEADER_LEN, MAGIC, MAX_CHECKPOINT_EXTENTS,
+};
 use crate::error::{Error, Result};
 use onesync_codec::{DecodeError, OnDisk, Reader, Writer};
 

@@ -37,39 +37,17 @@
 //!
 
 mod checkpoint;
+mod constants;
 mod header;
 mod record;
 
 pub use checkpoint::{Checkpoint, CheckpointEncoder};
+pub use constants::{
+    slot_offset, valid_page_size, FORMAT_VERSION, HEADER_BLOCK, HEADER_LEN, MAGIC, MAX_CHECKPOINT_EXTENTS,
+    MAX_NAME_LEN, MAX_PAGE_SIZE, MIN_PAGE_SIZE, NO_SLOT, RECORD_ALIGN, SLOT_BASE,
+};
 pub use header::{CheckpointRef, Header, LogRef};
 pub use record::{Op, Record, RecordKind};
-
-pub const MAGIC: [u8; 16] = *b"onesync store\0\r\n";
-pub const FORMAT_VERSION: u32 = 1;
-pub const HEADER_BLOCK: u64 = 4096;
-/// Bytes of a header copy covered by its CRC (fixed fields, checkpoint extents, CRC).
-pub const HEADER_LEN: usize = 1024;
-/// Runs of slots a checkpoint may occupy (so that a fragmented store can still write one).
-pub const MAX_CHECKPOINT_EXTENTS: usize = 56;
-/// Byte offset of slot 0.
-pub const SLOT_BASE: u64 = 2 * HEADER_BLOCK;
-/// Commit records are aligned to, and padded to a multiple of, this many bytes.
-pub const RECORD_ALIGN: u64 = 512;
-/// `slot` value of a page that reads as zeros (plus any overlay) and occupies no slot.
-pub const NO_SLOT: u64 = u64::MAX;
-pub const MIN_PAGE_SIZE: u32 = 512;
-pub const MAX_PAGE_SIZE: u32 = 65536;
-/// Longest logical file name.
-pub const MAX_NAME_LEN: usize = 1024;
-
-/// Byte offset of slot `slot` for pages of `page_size` bytes.
-pub fn slot_offset(slot: u64, page_size: u64) -> u64 {
-    SLOT_BASE + slot * page_size
-}
-
-pub fn valid_page_size(page_size: u32) -> bool {
-    (MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&page_size) && page_size.is_power_of_two()
-}
 
 /// Little-endian readers for the offset tests, and seeds for the decoder fuzz tests taken
 /// from a real store.

@@ -82,7 +82,7 @@
 //! | 17 | 2 | length | u16, `m` |
 //! | 19 | m | bytes | overlaid at `offset` |
 
-use super::RECORD_ALIGN;
+use super::constants::RECORD_ALIGN;
 use onesync_codec::{DecodeError, OnDisk, Reader, Writer};
 use std::sync::Arc;
 
