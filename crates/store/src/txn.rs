@@ -211,23 +211,30 @@ fn diff_ranges(old: &[u8], new: &[u8], limit: usize) -> Option<Vec<(usize, usize
                 .filter(|&k| old_word[k] != new_word[k])
                 .map(|k| at + k)
             {
-                match ranges.last_mut() {
-                    Some((_, end)) if i < *end + DIFF_GAP => {
-                        covered += i + 1 - *end;
-                        *end = i + 1;
-                    }
-                    _ => {
-                        ranges.push((i, i + 1));
-                        covered += 1;
-                    }
-                }
-                if covered > limit || ranges.len() > MAX_OVERLAY_RANGES {
+                if !add_differing_byte(&mut ranges, &mut covered, i, limit) {
                     return None;
                 }
             }
         }
     }
     Some(ranges)
+}
+
+/// Adds differing byte `i` (past every byte added before) to `ranges`, joining it to the last
+/// range when the gap is short; `false` once they cover more than `limit` bytes or are too
+/// many.
+fn add_differing_byte(ranges: &mut Vec<(usize, usize)>, covered: &mut usize, i: usize, limit: usize) -> bool {
+    match ranges.last_mut() {
+        Some((_, end)) if i < *end + DIFF_GAP => {
+            *covered += i + 1 - *end;
+            *end = i + 1;
+        }
+        _ => {
+            ranges.push((i, i + 1));
+            *covered += 1;
+        }
+    }
+    *covered <= limit && ranges.len() <= MAX_OVERLAY_RANGES
 }
 
 /// A set of page writes and file changes that commits atomically, or not at all.
@@ -876,22 +883,13 @@ impl Drop for Transaction {
 mod tests {
     use super::*;
 
-    /// The byte-at-a-time definition `diff_ranges` must agree with.
+    /// The byte-at-a-time definition `diff_ranges` must agree with (every byte compared; the
+    /// same rule for joining them into ranges).
     fn diff_ranges_by_byte(old: &[u8], new: &[u8], limit: usize) -> Option<Vec<(usize, usize)>> {
         let mut ranges: Vec<(usize, usize)> = Vec::new();
         let mut covered = 0;
         for i in (0..old.len()).filter(|&i| old[i] != new[i]) {
-            match ranges.last_mut() {
-                Some((_, end)) if i < *end + DIFF_GAP => {
-                    covered += i + 1 - *end;
-                    *end = i + 1;
-                }
-                _ => {
-                    ranges.push((i, i + 1));
-                    covered += 1;
-                }
-            }
-            if covered > limit || ranges.len() > MAX_OVERLAY_RANGES {
+            if !add_differing_byte(&mut ranges, &mut covered, i, limit) {
                 return None;
             }
         }
