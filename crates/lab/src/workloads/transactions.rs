@@ -29,9 +29,9 @@ const PAYLOAD_BYTES: usize = 100;
 ///
 /// Each letter is 32 random bits scaled to 0..26 (a bias below 1e-8), two letters per
 /// draw: the generator sits in every writer's loop, and drawing each letter through
-/// `random_range` into a `String` of `char`s cost about 18 µs of CPU per 100-row
-/// transaction (a `perf` profile of `bench writers --processes 16`), which a CPU-bound
-/// scheme paid and a flush-bound one did not.
+/// `random_range` into a `String` of `char`s was a visible share of a CPU-bound scheme's time
+/// per 100-row transaction and not of a flush-bound one's (`perf record` of `bench writers
+/// --processes 16`).
 pub fn payload(rng: &mut SmallRng) -> String {
     let letter = |bits: u64| b'a' + (((bits & 0xffff_ffff) * 26) >> 32) as u8;
     let mut bytes = [0u8; PAYLOAD_BYTES];

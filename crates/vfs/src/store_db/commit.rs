@@ -86,7 +86,7 @@ impl StoreDb {
         // A SQLite that sends SQLITE_FCNTL_COMMIT_PHASETWO has committed by now: what is
         // left is a rollback's (or a read's). Without it (an old SQLite), guess.
         let phasetwo = self.connection.phasetwo_seen();
-        if let Some(ct) = coord.conns.get_mut(&self.conn) {
+        if let Some(ct) = coord.conns.get_mut(&self.connection.id) {
             if let Some(txn) = ct.txn.as_ref().filter(|_| !phasetwo) {
                 // Commit when every member synced after its last write (a
                 // completed commit), or when a member's change counter moved
@@ -106,16 +106,16 @@ impl StoreDb {
                     result = Self::sequence_locked(&self.api, &mut coord, &self.connection, false);
                 }
             }
-            if let Some(ct) = coord.conns.get_mut(&self.conn) {
+            if let Some(ct) = coord.conns.get_mut(&self.connection.id) {
                 ct.abort();
             }
         }
         let mut pending = None;
-        if let Some(ct) = coord.conns.get_mut(&self.conn) {
+        if let Some(ct) = coord.conns.get_mut(&self.connection.id) {
             ct.members.remove(&self.handle);
             if ct.members.is_empty() {
                 pending = ct.pending.take();
-                coord.conns.remove(&self.conn);
+                coord.conns.remove(&self.connection.id);
             }
         }
         drop(coord);
@@ -132,7 +132,7 @@ impl StoreDb {
             return Ok(());
         }
         let mut coord = lock(&self.store.coord);
-        let Some(ct) = coord.conns.get_mut(&self.conn) else {
+        let Some(ct) = coord.conns.get_mut(&self.connection.id) else {
             return Ok(());
         };
         if ct.super_journal.as_ref().is_none_or(|s| s.name() != name) {
@@ -143,7 +143,7 @@ impl StoreDb {
         if checked.is_err() {
             // Nothing of it may ever commit: SQLite rolls back what it wrote into the
             // store on top of the last commit, into a new transaction.
-            if let Some(ct) = lock(&self.store.coord).conns.get_mut(&self.conn) {
+            if let Some(ct) = lock(&self.store.coord).conns.get_mut(&self.connection.id) {
                 let told = ct.super_journal.take();
                 ct.abort();
                 ct.super_journal = told;
@@ -222,7 +222,7 @@ impl StoreDb {
             return Ok(());
         }
         let mut coord = lock(&self.store.coord);
-        let Some(ct) = coord.conns.get_mut(&self.conn) else {
+        let Some(ct) = coord.conns.get_mut(&self.connection.id) else {
             return Ok(());
         };
         if ct.members.values().any(|m| m.wrote) {
@@ -231,8 +231,8 @@ impl StoreDb {
             // Nothing written since the last commit (a read in exclusive mode began it).
             ct.abort();
         }
-        let others = coord.handles_by_conn.keys().any(|&c| c != self.conn);
-        let Some(ct) = coord.conns.get_mut(&self.conn) else {
+        let others = coord.handles_by_conn.keys().any(|&c| c != self.connection.id);
+        let Some(ct) = coord.conns.get_mut(&self.connection.id) else {
             return Ok(());
         };
         let Some(pending) = ct.pending.take() else {

@@ -174,7 +174,7 @@ impl StoreDb {
     pub(super) fn connection_writes_store(&self) -> bool {
         lock(&self.store.coord)
             .conns
-            .get(&self.conn)
+            .get(&self.connection.id)
             .is_some_and(|c| !c.members.is_empty())
     }
 
@@ -191,7 +191,7 @@ impl StoreDb {
             let file = coord.files.entry(self.logical.clone()).or_default();
             match file.writer {
                 None => {}
-                Some((_, conn)) if conn == self.conn => return Err(SQLITE_BUSY),
+                Some((_, conn)) if conn == self.connection.id => return Err(SQLITE_BUSY),
                 Some(_) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
@@ -510,7 +510,7 @@ impl StoreDb {
             cw.pending = pending;
         }
         let mut coord = lock(&self.store.coord);
-        coord.last_commit.insert(self.conn, seq);
+        coord.last_commit.insert(self.connection.id, seq);
         let file = coord.files.entry(self.logical.clone()).or_default();
         file.changed_at = file.changed_at.max(seq);
         Ok(())

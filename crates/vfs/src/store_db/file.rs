@@ -88,7 +88,7 @@ impl StoreDb {
         f: impl FnOnce(&mut Transaction, &mut Member) -> IoResult<T>,
     ) -> IoResult<T> {
         let mut coord = lock(&self.store.coord);
-        let conn = coord.conns.get_mut(&self.conn).ok_or(SQLITE_IOERR)?;
+        let conn = coord.conns.get_mut(&self.connection.id).ok_or(SQLITE_IOERR)?;
         let member = conn.members.get_mut(&self.handle).ok_or(SQLITE_IOERR)?;
         if conn.txn.is_none() {
             // A write after the commit was sequenced (never expected from
@@ -262,7 +262,7 @@ impl DbBackend for StoreDb {
             return Ok(());
         }
         let mut coord = lock(&self.store.coord);
-        let Some(ct) = coord.conns.get_mut(&self.conn) else {
+        let Some(ct) = coord.conns.get_mut(&self.connection.id) else {
             return Ok(());
         };
         if let Some(m) = ct.members.get_mut(&self.handle) {
@@ -289,7 +289,10 @@ impl DbBackend for StoreDb {
                 );
             Self::sequence_locked(&self.api, &mut coord, &self.connection, journal_on_disk)?;
             if journal_on_disk {
-                let pending = coord.conns.get_mut(&self.conn).and_then(|ct| ct.pending.take());
+                let pending = coord
+                    .conns
+                    .get_mut(&self.connection.id)
+                    .and_then(|ct| ct.pending.take());
                 drop(coord);
                 if let Some(pending) = pending {
                     pending
@@ -437,7 +440,7 @@ impl DbBackend for StoreDb {
                 let clean = !self.is_writer()
                     || lock(&self.store.coord)
                         .conns
-                        .get(&self.conn)
+                        .get(&self.connection.id)
                         .is_none_or(|c| c.members.values().all(|m| !m.wrote));
                 if !clean {
                     return SQLITE_IOERR;
@@ -456,7 +459,7 @@ impl DbBackend for StoreDb {
             FileControl::RollbackAtomic => {
                 self.batch = false;
                 let mut coord = lock(&self.store.coord);
-                if let Some(ct) = coord.conns.get_mut(&self.conn) {
+                if let Some(ct) = coord.conns.get_mut(&self.connection.id) {
                     if let Some(txn) = ct.txn.take() {
                         txn.abort();
                     }
@@ -506,12 +509,12 @@ impl DbBackend for StoreDb {
         // A connection closes its databases together; keeping its entry past that would
         // let the map grow with every connection ever opened.
         let mut coord = lock(&self.store.coord);
-        coord.last_commit.remove(&self.conn);
+        coord.last_commit.remove(&self.connection.id);
         if self.joined {
-            if let Some(n) = coord.handles_by_conn.get_mut(&self.conn) {
+            if let Some(n) = coord.handles_by_conn.get_mut(&self.connection.id) {
                 *n -= 1;
                 if *n == 0 {
-                    coord.handles_by_conn.remove(&self.conn);
+                    coord.handles_by_conn.remove(&self.connection.id);
                 }
             }
         }

@@ -53,12 +53,11 @@ pub(crate) struct StoreDb {
     pub(super) store: Arc<OpenStore>,
     pub(super) logical: String,
     pub(super) handle: u64,
-    /// The SQLite connection (its `sqlite3*`), grouping handles into one
-    /// write transaction.
-    pub(super) conn: usize,
     /// Known from SQLITE_FCNTL_PDB, and registered with the connection.
     pub(super) joined: bool,
-    /// The connection's state (`connections.rs`); one of the handle's own until joined.
+    /// The SQLite connection (its `sqlite3*` is `connection.id`), grouping handles into one
+    /// write transaction, and its state (`connections.rs`); one of the handle's own until
+    /// joined.
     pub(super) connection: Arc<ConnectionState>,
     pub(super) level: LockLevel,
     /// What this handle reads while it holds SHARED and is not the writer.
@@ -128,7 +127,6 @@ impl StoreDb {
                 handle,
                 // Until SQLite tells us its connection (SQLITE_FCNTL_PDB), the
                 // handle is its own group.
-                conn: usize::MAX - handle as usize,
                 joined: false,
                 connection: Arc::new(ConnectionState::new(usize::MAX - handle as usize)),
                 level: LockLevel::None,
@@ -244,12 +242,11 @@ impl StoreDb {
             return;
         }
         let is_main = is_main_database(&self.api, db, self.name);
-        self.conn = db.id();
         self.joined = true;
-        self.connection = join_connection(self.conn, self.handle, is_main, self.nolock);
+        self.connection = join_connection(db.id(), self.handle, is_main, self.nolock);
         *lock(&self.store.coord)
             .handles_by_conn
-            .entry(self.conn)
+            .entry(self.connection.id)
             .or_default() += 1;
     }
 }
@@ -294,14 +291,14 @@ impl StoreDb {
             } else {
                 assert_eq!(
                     file.and_then(|f| f.writer),
-                    Some((self.handle, self.conn)),
+                    Some((self.handle, self.connection.id)),
                     "a serial writer that is not the file's writer: {}",
                     here()
                 );
                 assert!(
                     coord
                         .conns
-                        .get(&self.conn)
+                        .get(&self.connection.id)
                         .is_some_and(|c| c.members.contains_key(&self.handle)),
                     "a serial writer outside its connection's transaction: {}",
                     here()

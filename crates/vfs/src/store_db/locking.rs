@@ -163,7 +163,7 @@ impl StoreDb {
             let held_by_another = match file.writer {
                 Some((h, _)) if h == self.handle => return Ok(()),
                 // Our own connection (the same database twice): waiting would never end.
-                Some((_, conn)) if conn == self.conn => return Err(SQLITE_BUSY),
+                Some((_, conn)) if conn == self.connection.id => return Err(SQLITE_BUSY),
                 Some(_) => true,
                 // Concurrent writers (`concurrent=1`) hold the file as a group: a serial
                 // writer waits for all of them.
@@ -242,7 +242,7 @@ impl StoreDb {
         {
             return Err(self.stale_snapshot());
         }
-        let conn = coord.conns.entry(self.conn).or_default();
+        let conn = coord.conns.entry(self.connection.id).or_default();
         if conn.txn.as_ref().is_some_and(|t| t.base_seq() < changed_at) {
             return Err(self.stale_snapshot());
         }
@@ -269,7 +269,7 @@ impl StoreDb {
             },
         );
         if let Some(file) = coord.files.get_mut(&self.logical) {
-            file.writer = Some((self.handle, self.conn));
+            file.writer = Some((self.handle, self.connection.id));
         }
         Ok(())
     }
@@ -286,7 +286,7 @@ impl StoreDb {
                 .files
                 .get(&self.logical)
                 .and_then(|f| f.writer)
-                .is_some_and(|(_, conn)| conn != self.conn);
+                .is_some_and(|(_, conn)| conn != self.connection.id);
             let left = deadline.saturating_duration_since(Instant::now());
             if !busy || left.is_zero() {
                 return;

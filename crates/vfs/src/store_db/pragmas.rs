@@ -80,7 +80,10 @@ impl StoreDb {
             (Some("onesync_commit"), _) => {
                 // This connection's last commit, and how far commits are durable: a COMMIT
                 // that has returned must have seq <= durable_seq.
-                let seq = lock(&self.store.coord).last_commit.get(&self.conn).copied();
+                let seq = lock(&self.store.coord)
+                    .last_commit
+                    .get(&self.connection.id)
+                    .copied();
                 reply(
                     serde_json::json!({
                         "seq": seq,

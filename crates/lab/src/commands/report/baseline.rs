@@ -140,8 +140,8 @@ impl Verdict {
 }
 
 /// Within this factor of the baseline's median a figure is `same` whatever its interval: ten
-/// rounds narrow an interval to a few percent, and a quiet machine drifts that much from one
-/// run to the next (recovery 104.9 ms in one run, 105.3-110.0 in the next, same code).
+/// rounds narrow an interval to a few percent, and a quiet machine drifts about that much
+/// from one run to the next of the same code (run `report --baseline` twice and compare).
 const TOLERANCE: f64 = 1.05;
 
 /// `worse` when the interval lies wholly on the bad side of `baseline_median` (beyond
