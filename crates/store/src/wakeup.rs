@@ -81,19 +81,21 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
-    /// A waiter that went to sleep before the notify is woken; a notify with nobody waiting
-    /// is not remembered (as a condvar's).
+    /// A waiter that went to sleep before the notify is woken by it, long before its timeout
+    /// (a notify that skipped a counted waiter would leave it to time out), and is no longer
+    /// counted after.
     #[test]
     fn wakes_a_sleeping_waiter() {
+        const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
         let shared = Arc::new((Mutex::new(false), Wakeup::new()));
         let waiter = {
             let shared = shared.clone();
             std::thread::spawn(move || {
                 let (flag, wakeup) = &*shared;
-                let mut set = flag.lock().unwrap();
-                while !*set {
-                    set = wakeup.wait(set).unwrap();
-                }
+                let started = std::time::Instant::now();
+                let set = flag.lock().unwrap();
+                let (set, _) = wakeup.wait_timeout_while(set, TIMEOUT, |set| !*set).unwrap();
+                (*set, started.elapsed())
             })
         };
         while shared.1.waiters.load(SeqCst) == 0 {
@@ -101,7 +103,8 @@ mod tests {
         }
         *shared.0.lock().unwrap() = true;
         shared.1.notify_all();
-        waiter.join().unwrap();
+        let (woken, waited) = waiter.join().unwrap();
+        assert!(woken && waited < TIMEOUT / 2, "woken {woken} after {waited:?}");
         assert_eq!(shared.1.waiters.load(SeqCst), 0);
     }
 }
