@@ -154,6 +154,11 @@ pub enum Sabotage {
     /// the commits it lost to durable: after their process died before they were, every
     /// retry conflicts with them again (the explorer's `concurrent-growth` control).
     StalledRetryUnflushed,
+    /// A process takes `WRITE`, `FLUSH` and user locks for real without reading the notes
+    /// of a process alone with the store, which holds them in memory (`lease`): while that
+    /// process commits, the joiner writes too, and the two fork the chain or overwrite each
+    /// other's database.
+    LeaseIgnored,
 }
 
 #[cfg(feature = "test-hooks")]
@@ -167,7 +172,8 @@ impl Sabotage {
     /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`, `announced-flush-trusted`,
     /// `patch-ranges-by-offset`, `kept-operations-unapplied`, `checkpoint-followed-partly`,
     /// `fence-ignored`, `relocated-pointer-missed`, `stalled-retry-unflushed`,
-    /// `moved-pages-unflushed`, `store-journal-in-memory`, `multi-file-commit-deferred`), if any.
+    /// `moved-pages-unflushed`, `store-journal-in-memory`, `multi-file-commit-deferred`,
+    /// `lease-ignored`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
@@ -190,6 +196,7 @@ impl Sabotage {
             Ok("fence-ignored") => Some(Sabotage::FenceIgnored),
             Ok("relocated-pointer-missed") => Some(Sabotage::RelocatedPointerMissed),
             Ok("stalled-retry-unflushed") => Some(Sabotage::StalledRetryUnflushed),
+            Ok("lease-ignored") => Some(Sabotage::LeaseIgnored),
             _ => None,
         }
     }

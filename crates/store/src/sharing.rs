@@ -52,6 +52,10 @@
 //!   and a reader of any process shows every commit up to that word. The word only rises
 //!   (see [`Sharing::publish_shown`]), so a commit reported shown stays shown to every new
 //!   reader whatever order overlapping publications land in.
+//! * The lease (`lease`): while one read-write process has the store open since it opened
+//!   it, it holds `WRITE`, `FLUSH` and the user locks in memory, noted in the side file; every
+//!   other process arriving ends that, and each real take of those locks here first reads
+//!   the notes (`Sharing::take`).
 //! * The written word also spares followers a read: a process following the chain checks
 //!   that a record's pages hold what it says (its writer may still be writing them, or have
 //!   died) only past the written word; below it every write returned.
@@ -60,24 +64,13 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use nix::errno::Errno;
-use nix::fcntl::{fcntl, FcntlArg};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
-
-/// Lock offsets: past any store, below i64::MAX.
-const LOCK_BASE: i64 = 1 << 62;
-const OPEN: i64 = LOCK_BASE;
-const INIT: i64 = LOCK_BASE + 1;
-const WRITE: i64 = LOCK_BASE + 2;
-/// Held shared by read-only processes while they read (see the module's notes).
-const READ_ONLY: i64 = LOCK_BASE + 3;
-/// Held (exclusive) by the process flushing for every process's written commits.
-pub const FLUSH: i64 = LOCK_BASE + 4;
-/// Locks the VFS takes per logical file (SQLite's RESERVED), hashed into this range.
-const USER_BASE: i64 = LOCK_BASE + 4096;
-const USER_RANGE: u64 = 1 << 24;
+use crate::lease::{self, Lease, NoteValues, NoteWords, USER_NOTES};
+pub use crate::locks::FLUSH;
+use crate::locks::{locked_elsewhere, set_lock, Kind, Lockable, ALONE, INIT, OPEN, READ_ONLY};
+use crate::shared_words::{MapSideFile, SharedWords};
 
 /// Side-file layout (little-endian):
 ///
@@ -89,18 +82,28 @@ const USER_RANGE: u64 = 1 << 24;
 /// | 24 | 8 | sequence number up to which commits are written and shown before they were durable (`synchronous=NORMAL`/`OFF`) |
 /// | 32 | 8 | sequence number up to which every commit is written (its writes returned), perhaps not durable |
 /// | 40 | 8 | the written word read by the flush announced last (see the module's notes: which flush to wait for, never what is durable) |
-/// | 48 | 16 | zero |
+/// | 48 | 8 | the lease's note of `WRITE` (`lease`: bit 0 held exclusive, bit 1 shared, by the process alone with the store) |
+/// | 56 | 8 | the lease's note of `FLUSH` |
 /// | 64 + 16·i | 8 | entry i: the oldest commit its owner may still read (`NO_PIN`: none) |
 /// | 72 + 16·i | 8 | entry i: how far the chain was durable when its owner last flushed |
-const SHM_MAGIC: &[u8; 8] = b"onesyncP";
+/// | 2080 + 8·j | 8 | the lease's note of user lock j of 8: `(byte << 2) \| bits`, 0 when unused |
+const SHM_MAGIC: &[u8; 8] = b"onesyncQ";
 pub const SHM_PROGRESS: u64 = 8;
 const SHM_SHOWN: u64 = 24;
 const SHM_WRITTEN: u64 = 32;
 pub const SHM_FLUSH_COVERS: u64 = 40;
+const SHM_LEASE_WRITE: u64 = 48;
+const SHM_LEASE_FLUSH: u64 = 56;
 const SHM_ENTRIES: u64 = 64;
 const ENTRY_LEN: u64 = 16;
 pub const READER_ENTRIES: u64 = 126;
-const SHM_LEN: u64 = SHM_ENTRIES + ENTRY_LEN * READER_ENTRIES;
+const SHM_LEASE_USERS: u64 = SHM_ENTRIES + ENTRY_LEN * READER_ENTRIES;
+const SHM_LEN: u64 = SHM_LEASE_USERS + 8 * USER_NOTES as u64;
+const NOTES: NoteWords = NoteWords {
+    write: (SHM_LEASE_WRITE / 8) as usize,
+    flush: (SHM_LEASE_FLUSH / 8) as usize,
+    users: (SHM_LEASE_USERS / 8) as usize,
+};
 /// Reader entry `i` is owned by whoever holds the lock on this byte of the side file.
 const SHM_ENTRY_LOCKS: i64 = 1 << 20;
 /// Held (exclusive) on the side file while a process without a mapping raises the shown
@@ -111,54 +114,6 @@ pub const NO_PIN: u64 = u64::MAX;
 
 const ENTRIES_READ: &str = "reading the side file's entries";
 const FLUSH_WAIT: &str = "waiting for another process's flush";
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Shared,
-    Exclusive,
-    Unlock,
-}
-
-fn flock(kind: Kind, start: i64) -> libc::flock {
-    let l_type = match kind {
-        Kind::Shared => libc::F_RDLCK,
-        Kind::Exclusive => libc::F_WRLCK,
-        Kind::Unlock => libc::F_UNLCK,
-    };
-    libc::flock {
-        l_type: l_type as i16,
-        l_whence: libc::SEEK_SET as i16,
-        l_start: start,
-        l_len: 1,
-        l_pid: 0,
-    }
-}
-
-/// Take (or change, or drop) one byte's lock; `Ok(false)` if another holder conflicts.
-fn set_lock(file: &File, kind: Kind, start: i64, wait: bool) -> std::io::Result<bool> {
-    let fl = flock(kind, start);
-    loop {
-        let arg = if wait {
-            FcntlArg::F_OFD_SETLKW(&fl)
-        } else {
-            FcntlArg::F_OFD_SETLK(&fl)
-        };
-        match fcntl(file, arg) {
-            Ok(_) => return Ok(true),
-            Err(Errno::EINTR) => continue,
-            Err(Errno::EAGAIN | Errno::EACCES) if !wait => return Ok(false),
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// Whether some other open file description holds a lock on the byte that conflicts with
-/// an exclusive one.
-fn locked_elsewhere(file: &File, start: i64) -> std::io::Result<bool> {
-    let mut fl = flock(Kind::Exclusive, start);
-    fcntl(file, FcntlArg::F_OFD_GETLK(&mut fl))?;
-    Ok(fl.l_type != libc::F_UNLCK as i16)
-}
 
 fn io_err(during: &'static str) -> impl Fn(std::io::Error) -> Error {
     move |e| Error::io(during, e)
@@ -188,18 +143,27 @@ pub struct Sharing {
     /// The highest durable sequence number this process published in its entry (it only
     /// ever raises it: another process may be waiting for it).
     published_durable: AtomicU64,
+    /// Whether this process holds its per-transaction locks in memory (`lease`).
+    lease: Lease,
+    /// The negative control `lease-ignored`: a real lock taken without reading the lease's
+    /// notes.
+    ignore_lease: bool,
 }
 
 /// Holds `FLUSH` (see the module's notes); dropped, it lets go.
 pub struct FlushGuard<'a> {
-    file: &'a File,
+    sharing: &'a Sharing,
 }
 
 impl Drop for FlushGuard<'_> {
     fn drop(&mut self) {
-        let _ = set_lock(self.file, Kind::Unlock, FLUSH, false);
+        self.sharing.give(Lockable::Flush, Kind::Exclusive);
     }
 }
+
+/// How often a process polls for a lock that the process alone with the store holds in
+/// memory (there is no wake-up across processes; this only happens while a lease ends).
+const LEASE_POLL: std::time::Duration = std::time::Duration::from_micros(100);
 
 struct SideFile {
     file: File,
@@ -207,27 +171,7 @@ struct SideFile {
     entry: u64,
     /// The side file mapped into memory (a load or store instead of a system call), when
     /// the opener could map it (`Options::map_side_file`).
-    mapped: Option<Box<dyn SharedWords>>,
-}
-
-/// The side file's bytes as 64-bit words shared with other processes, mapped by whoever
-/// opens the store (the VFS does it at its FFI boundary, where this workspace keeps its
-/// `unsafe`). `words()` covers at least [`SIDE_FILE_LEN`] bytes.
-pub trait SharedWords: Send + Sync {
-    fn words(&self) -> &[AtomicU64];
-}
-
-/// Maps an open side file of at least the given length (see [`SharedWords`]).
-pub type MapSideFile = dyn Fn(&File, usize) -> std::io::Result<Box<dyn SharedWords>> + Send + Sync;
-
-/// [`MapSideFile`] as an [`Options`](crate::Options) field.
-#[derive(Clone)]
-pub struct SideFileMapper(pub std::sync::Arc<MapSideFile>);
-
-impl std::fmt::Debug for SideFileMapper {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SideFileMapper")
-    }
+    mapped: Option<Arc<dyn SharedWords>>,
 }
 
 /// The side file's length: what a mapping must cover.
@@ -367,6 +311,7 @@ impl Sharing {
         store_id: u64,
         read_only: bool,
         map: Option<&MapSideFile>,
+        ignore_lease: bool,
     ) -> Result<(Sharing, Arrival)> {
         let lock_err = io_err("locking the store file");
         let mine = file.try_clone().map_err(io_err("joining the store"))?;
@@ -379,11 +324,16 @@ impl Sharing {
             } else {
                 Arrival::ReadOnly
             };
+            let side_path = side_file_path(file, store_id)?;
+            // Before any lock that a process alone with the store may hold in memory.
+            lease::signal_join(&side_path, file)?;
             let sharing = Sharing {
                 file: mine,
                 side: None,
-                side_path: side_file_path(file, store_id)?,
+                side_path,
                 published_durable: AtomicU64::new(0),
+                lease: Lease::none(NOTES),
+                ignore_lease,
             };
             return Ok((sharing, arrival));
         }
@@ -411,7 +361,9 @@ impl Sharing {
                 // Nobody else: whatever the side file says is from processes now gone.
                 let mut fresh = vec![0u8; SHM_LEN as usize];
                 fresh[..8].copy_from_slice(SHM_MAGIC);
-                for entry in fresh[SHM_ENTRIES as usize..].chunks_exact_mut(ENTRY_LEN as usize) {
+                for entry in
+                    fresh[SHM_ENTRIES as usize..SHM_LEASE_USERS as usize].chunks_exact_mut(ENTRY_LEN as usize)
+                {
                     entry[..8].copy_from_slice(&NO_PIN.to_le_bytes());
                 }
                 shm.write_all_at(&fresh, 0)
@@ -419,8 +371,12 @@ impl Sharing {
                 shm.set_len(SHM_LEN)
                     .map_err(io("resetting the store's side file"))?;
                 set_lock(file, Kind::Shared, OPEN, false).map_err(io("locking the store file"))?;
-            } else if !set_lock(file, Kind::Shared, OPEN, false).map_err(io("locking the store file"))? {
-                return Err(Error::Locked(path.into()));
+            } else {
+                // Before any lock that a process alone with the store may hold in memory.
+                lease::signal_join(&side_path, file)?;
+                if !set_lock(file, Kind::Shared, OPEN, false).map_err(io("locking the store file"))? {
+                    return Err(Error::Locked(path.into()));
+                }
             }
             for entry in 0..READER_ENTRIES {
                 if set_lock(&shm, Kind::Exclusive, SHM_ENTRY_LOCKS + entry as i64, false)
@@ -438,12 +394,20 @@ impl Sharing {
                             side_path.display()
                         )));
                     }
-                    let mapped = match map {
-                        Some(map) => {
-                            Some(map(&shm, SIDE_FILE_LEN).map_err(io("mapping the store's side file"))?)
-                        }
+                    let mapped: Option<Arc<dyn SharedWords>> = match map {
+                        Some(map) => Some(Arc::from(
+                            map(&shm, SIDE_FILE_LEN).map_err(io("mapping the store's side file"))?,
+                        )),
                         None => None,
                     };
+                    // The first process takes the lease where it can (both files mapped).
+                    let lease = match (first, map, &mapped) {
+                        (true, Some(map), Some(words)) => {
+                            Lease::take_alone(file, &side_path, words, NOTES, map)
+                        }
+                        _ => None,
+                    }
+                    .unwrap_or_else(|| Lease::none(NOTES));
                     let sharing = Sharing {
                         file: file.try_clone().map_err(io("joining the store"))?,
                         side: Some(SideFile {
@@ -454,6 +418,8 @@ impl Sharing {
                         }),
                         side_path: side_path.clone(),
                         published_durable: AtomicU64::new(0),
+                        lease,
+                        ignore_lease,
                     };
                     sharing.publish_pin(NO_PIN)?;
                     return Ok(sharing);
@@ -512,46 +478,134 @@ impl Sharing {
         Ok((self.alone() && !readers).then_some(guard))
     }
 
+    /// Take `what` as `kind` (waiting for it, or `Ok(false)` if another process holds it):
+    /// in memory while this process holds the lease (`lease`); else for real, once no
+    /// process alone with the store holds it in memory (`lease`, invariant 3).
+    fn take(&self, what: Lockable, kind: Kind, wait: bool, during: &'static str) -> Result<bool> {
+        if self.lease.take(&self.file, what, kind)? {
+            return Ok(true);
+        }
+        while self.held_by_alone_process(what, kind)? {
+            if !wait {
+                return Ok(false);
+            }
+            std::thread::sleep(LEASE_POLL);
+        }
+        set_lock(&self.file, kind, what.offset(), wait).map_err(io_err(during))
+    }
+
+    /// Let `what` go (held as `kind`).
+    fn give(&self, what: Lockable, kind: Kind) {
+        if !self.lease.give(what, kind) {
+            let _ = set_lock(&self.file, Kind::Unlock, what.offset(), false);
+        }
+    }
+
+    /// Whether this process holds its per-transaction locks in memory (`lease`).
+    pub fn holds_lease(&self) -> bool {
+        self.lease.is_alone()
+    }
+
+    /// Whether another process, alone with the store, holds `what` in memory in a way that
+    /// conflicts with `kind` (`lease`, invariants 3 and 5).
+    fn held_by_alone_process(&self, what: Lockable, kind: Kind) -> Result<bool> {
+        if self.ignore_lease {
+            return Ok(false);
+        }
+        let during = "reading the lease's notes";
+        let words = match &self.side {
+            Some(side) => {
+                let head = side.read_words(SHM_LEASE_WRITE, 2, during)?;
+                let users = side.read_words(SHM_LEASE_USERS, USER_NOTES, during)?;
+                [head, users].concat()
+            }
+            None => match File::open(&self.side_path) {
+                Ok(file) => {
+                    let head = read_words_at(&file, SHM_LEASE_WRITE, 2, during)?;
+                    let users = match read_words_at(&file, SHM_LEASE_USERS, USER_NOTES, during) {
+                        Ok(users) => users,
+                        // A side file of an older layout holds no notes there.
+                        Err(_) => vec![0; USER_NOTES],
+                    };
+                    [head, users].concat()
+                }
+                Err(_) => return Ok(false),
+            },
+        };
+        let mut notes = NoteValues {
+            write: words[0],
+            flush: words[1],
+            ..NoteValues::default()
+        };
+        notes.users.copy_from_slice(&words[2..2 + USER_NOTES]);
+        if !notes.conflict(what, kind) {
+            return Ok(false);
+        }
+        locked_elsewhere(&self.file, ALONE).map_err(io_err(during))
+    }
+
     pub fn lock_writer(&self) -> Result<()> {
-        set_lock(&self.file, Kind::Exclusive, WRITE, true)
-            .map_err(io_err("locking the store for writing"))?;
+        self.take(
+            Lockable::Write,
+            Kind::Exclusive,
+            true,
+            "locking the store for writing",
+        )?;
         Ok(())
     }
 
     /// Keep writers out while reading the chain from its start (a read-only process
     /// joining; its descriptor can take only shared locks).
     pub fn hold_off_writers(&self) -> Result<()> {
-        set_lock(&self.file, Kind::Shared, WRITE, true).map_err(io_err("locking the store for reading"))?;
+        self.take(
+            Lockable::Write,
+            Kind::Shared,
+            true,
+            "locking the store for reading",
+        )?;
         Ok(())
     }
 
     pub fn unlock_writer(&self) {
-        let _ = set_lock(&self.file, Kind::Unlock, WRITE, false);
-    }
-
-    fn user_offset(key: u64) -> i64 {
-        USER_BASE + (key % USER_RANGE) as i64
+        let kind = if self.read_only() {
+            Kind::Shared
+        } else {
+            Kind::Exclusive
+        };
+        self.give(Lockable::Write, kind);
     }
 
     /// Try the exclusive user lock `key` (the VFS: SQLite's RESERVED on one database).
     pub fn try_user_lock(&self, key: u64) -> Result<bool> {
-        set_lock(&self.file, Kind::Exclusive, Self::user_offset(key), false)
-            .map_err(io_err("locking a database of the store"))
+        self.take(
+            Lockable::user(key),
+            Kind::Exclusive,
+            false,
+            "locking a database of the store",
+        )
     }
 
     /// The lock `key` shared: held by any number of processes at once, and refused while
     /// one holds it exclusively (`try_user_lock`).
     pub fn try_user_lock_shared(&self, key: u64) -> Result<bool> {
-        set_lock(&self.file, Kind::Shared, Self::user_offset(key), false)
-            .map_err(io_err("locking a database of the store (shared)"))
+        self.take(
+            Lockable::user(key),
+            Kind::Shared,
+            false,
+            "locking a database of the store (shared)",
+        )
     }
 
     pub fn user_unlock(&self, key: u64) {
-        let _ = set_lock(&self.file, Kind::Unlock, Self::user_offset(key), false);
+        self.give(Lockable::user(key), Kind::Exclusive);
     }
 
     pub fn user_locked_elsewhere(&self, key: u64) -> Result<bool> {
-        locked_elsewhere(&self.file, Self::user_offset(key)).map_err(io_err("testing a database lock"))
+        let what = Lockable::user(key);
+        if locked_elsewhere(&self.file, what.offset()).map_err(io_err("testing a database lock"))? {
+            return Ok(true);
+        }
+        self.held_by_alone_process(what, Kind::Exclusive)
     }
 
     /// Publish the oldest commit this process may still read. A read-only process holds
@@ -624,8 +678,8 @@ impl Sharing {
 
     /// Take `FLUSH`, waiting while another process flushes.
     pub fn lock_flush(&self) -> Result<FlushGuard<'_>> {
-        set_lock(&self.file, Kind::Exclusive, FLUSH, true).map_err(io_err(FLUSH_WAIT))?;
-        Ok(FlushGuard { file: &self.file })
+        self.take(Lockable::Flush, Kind::Exclusive, true, FLUSH_WAIT)?;
+        Ok(FlushGuard { sharing: self })
     }
 
     /// Holding `FLUSH`: say that the flush about to run covers every commit up to `covers`
@@ -648,8 +702,8 @@ impl Sharing {
     /// Wait until nobody holds `FLUSH` exclusive (the announced flush has ended), sharing
     /// the wait with every other process waiting for that flush.
     pub fn wait_for_flush(&self) -> Result<()> {
-        set_lock(&self.file, Kind::Shared, FLUSH, true).map_err(io_err(FLUSH_WAIT))?;
-        set_lock(&self.file, Kind::Unlock, FLUSH, false).map_err(io_err(FLUSH_WAIT))?;
+        self.take(Lockable::Flush, Kind::Shared, true, FLUSH_WAIT)?;
+        self.give(Lockable::Flush, Kind::Shared);
         Ok(())
     }
 
@@ -773,6 +827,7 @@ impl Sharing {
         if let Some(side) = &self.side {
             if last {
                 let _ = std::fs::remove_file(&side.path);
+                let _ = std::fs::remove_file(lease::join_file_path(&side.path));
             }
             let _ = set_lock(
                 &side.file,
@@ -780,6 +835,9 @@ impl Sharing {
                 SHM_ENTRY_LOCKS + side.entry as i64,
                 false,
             );
+        }
+        if self.lease.is_alone() {
+            let _ = set_lock(&self.file, Kind::Unlock, ALONE, false);
         }
         let _ = set_lock(&self.file, Kind::Unlock, OPEN, false);
     }

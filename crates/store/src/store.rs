@@ -6,7 +6,7 @@ use crate::engine::{write_zeros, Shared, View};
 use crate::error::{Error, Result};
 use crate::format::{slot_offset, CheckpointRef, Header, LogRef, HEADER_BLOCK};
 use crate::io::{FileIo, StorageIo};
-use crate::options::{Options, Stats};
+use crate::options::{Options, Sabotage, Stats};
 use crate::recovery::{newest_header, recover};
 use crate::sharing::{self, Arrival, Sharing};
 use crate::state::State;
@@ -138,6 +138,7 @@ impl Store {
             store_id,
             opts.read_only,
             opts.map_side_file.as_ref().map(|m| m.0.as_ref()),
+            opts.sabotaged(Sabotage::LeaseIgnored),
         )?;
         let io: Box<dyn StorageIo> = Box::new(FileIo::new(file));
         let joined = matches!(arrival, Arrival::Joined | Arrival::ReadOnlyJoined);
@@ -356,6 +357,14 @@ impl Store {
         if let Some(s) = self.shared.sharing() {
             s.user_unlock(key);
         }
+    }
+
+    /// Whether this process takes its per-transaction locks (the write lock, the flush lock,
+    /// [`Store::try_lock_for_process`]) in memory, without a system call: it was the first
+    /// to open the store and no other process has opened it since (the lease of
+    /// `src/lease.rs`).
+    pub fn holds_lease(&self) -> bool {
+        self.shared.sharing().is_some_and(|s| s.holds_lease())
     }
 
     /// Whether another process holds the lock `key`.

@@ -43,6 +43,7 @@ pub(super) fn stats_json(open: &OpenStore) -> String {
         "slots_free": s.slots_free,
         "concurrent_rebased": concurrent.rebased.load(Relaxed),
         "concurrent_relocated": concurrent.relocated.load(Relaxed),
+        "holds_lease": open.store.holds_lease(),
     })
     .to_string()
 }

@@ -488,6 +488,34 @@ pub fn all() -> Vec<Scenario> {
             max_growth_step: None,
         },
         Scenario {
+            name: "join-mid-transaction",
+            about: "a process alone with the store (its locks in memory: the lease) holds a write \
+                    transaction open while a second process opens the store; its COMMIT then \
+                    ends the lease, and both write, at NORMAL and FULL",
+            procs: vec![
+                Proc {
+                    sync: Sync::Normal,
+                    ..writer('A')
+                },
+                writer('B'),
+            ],
+            script: vec![
+                (0, Cmd::Open),
+                (0, Cmd::Xfer(2)),
+                (0, Cmd::Begin),
+                (1, Cmd::Open),
+                (0, Cmd::Commit),
+                (1, Cmd::Xfer(2)),
+                (0, Cmd::Xfer(2)),
+                (1, Cmd::Xfer(1)),
+            ],
+            victims: vec![0, 1],
+            end: End::Kill,
+            sabotage: None,
+            checkpoint_interval: super::CHECKPOINT_INTERVAL,
+            max_growth_step: None,
+        },
+        Scenario {
             name: "mixed-sync",
             about: "two processes taking turns, one with synchronous=NORMAL, one with OFF",
             procs: vec![
