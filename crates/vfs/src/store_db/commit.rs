@@ -16,7 +16,7 @@ use crate::sys::api::ApiTable;
 
 use super::connections::ConnectionState;
 use super::durability::{hand_off, wait_at, WaitAt};
-use super::handle::{commit_err, StoreDb};
+use super::handle::{commit_err, StoreDb, Writing};
 use super::locking::{note_lock_released, process_lock_key};
 use super::registry::{lock, Coordination, CHANGE_COUNTER};
 
@@ -71,6 +71,9 @@ impl StoreDb {
     /// transaction, release the lock; returns the commit to wait for.
     pub(super) fn leave_writer(&mut self) -> IoResult<Option<PendingCommit>> {
         let page_size = self.store.page_size as usize;
+        if self.writing.is_serial() {
+            self.writing = Writing::Idle;
+        }
         let mut coord = lock(&self.store.coord);
         if let Some(file) = coord.files.get_mut(&self.logical) {
             if file.writer.is_some_and(|(h, _)| h == self.handle) {
@@ -188,7 +191,7 @@ impl StoreDb {
     /// journal must be on disk before it commits (`store_journal.rs`, step 2), so that a
     /// crash before the super-journal is deleted rolls the store back with the others.
     fn check_journal_on_disk(&self) -> Result<(), String> {
-        if self.concurrent_write.is_some() {
+        if self.writing.is_concurrent() {
             return Err(format!(
                 "onesync: COMMIT refused: a concurrent write transaction (concurrent=1) on {} \
                  cannot commit atomically with other databases; nothing was written",

@@ -57,7 +57,7 @@ use crate::ffi::{
 };
 
 use super::durability::hand_off;
-use super::handle::{commit_err, read_bytes, store_err, ConcurrentWrite, StoreDb};
+use super::handle::{commit_err, read_bytes, store_err, ConcurrentWrite, StoreDb, Writing};
 use super::locking::{note_lock_released, process_lock_key, PROCESS_LOCK_POLL, WRITER_WAIT};
 use super::registry::{lock, CHANGE_COUNTER};
 use super::relocate::{analyze_appended, get32, Relocation};
@@ -228,7 +228,7 @@ impl StoreDb {
             }
             _ => 0,
         };
-        self.concurrent_write = Some(ConcurrentWrite {
+        self.writing = Writing::Concurrent(ConcurrentWrite {
             reads: std::mem::take(&mut self.shared_reads),
             writes: BTreeMap::new(),
             base_size: size,
@@ -245,7 +245,7 @@ impl StoreDb {
     /// The concurrent writer lets go of RESERVED: what was not committed is dropped (a
     /// rollback's, or a refused commit's); returns the commit's flush to wait for.
     pub(super) fn leave_concurrent_writer(&mut self) -> Option<PendingCommit> {
-        let cw = self.concurrent_write.take()?;
+        let cw = self.writing.take_concurrent()?;
         if cw.wrote {
             // SQLite's cache now holds what it wrote: known only after a commit of exactly
             // those pages (a rollback, a refusal or a merged commit leaves it unknown).
@@ -271,7 +271,7 @@ impl StoreDb {
         let Some((snap, id)) = self.snapshot.as_ref().map(|s| (s, s.file(&self.logical))) else {
             return Err(SQLITE_IOERR_READ);
         };
-        let Some(cw) = self.concurrent_write.as_mut() else {
+        let Some(cw) = self.writing.concurrent_mut() else {
             return Err(SQLITE_IOERR_READ);
         };
         debug_assert!(
@@ -304,7 +304,7 @@ impl StoreDb {
     /// xWrite of a concurrent writer (dropped once the transaction is done).
     pub(super) fn concurrent_write_bytes(&mut self, buf: &[u8], offset: u64) -> IoResult<()> {
         let page_size = self.store.page_size as usize;
-        if self.concurrent_write.as_ref().is_some_and(|cw| cw.done) {
+        if self.writing.concurrent().is_some_and(|cw| cw.done) {
             return Ok(());
         }
         let mut done = 0usize;
@@ -314,7 +314,7 @@ impl StoreDb {
             let within = (at % page_size as u64) as usize;
             let n = (page_size - within).min(buf.len() - done);
             let whole = n == page_size;
-            let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
+            let cw = self.writing.concurrent_mut().ok_or(SQLITE_IOERR)?;
             if whole {
                 // SQLite writes whole pages (the usual case): one copy, into the page kept.
                 let data = &buf[done..done + n];
@@ -344,12 +344,12 @@ impl StoreDb {
                 }
             };
             page[within..within + n].copy_from_slice(&buf[done..done + n]);
-            let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
+            let cw = self.writing.concurrent_mut().ok_or(SQLITE_IOERR)?;
             cw.writes.insert(index, Arc::from(page));
             self.cache_pages.insert(index);
             done += n;
         }
-        let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
+        let cw = self.writing.concurrent_mut().ok_or(SQLITE_IOERR)?;
         cw.size = cw.size.max(offset + buf.len() as u64);
         cw.wrote = true;
         Ok(())
@@ -357,7 +357,7 @@ impl StoreDb {
 
     pub(super) fn concurrent_truncate(&mut self, size: u64) -> IoResult<()> {
         let page_size = self.store.page_size;
-        let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
+        let cw = self.writing.concurrent_mut().ok_or(SQLITE_IOERR)?;
         if cw.done {
             return Ok(());
         }
@@ -373,7 +373,7 @@ impl StoreDb {
     /// conflict (the transaction is then done, and SQLite rolls it back).
     pub(super) fn commit_concurrent(&mut self) -> IoResult<()> {
         let result = self.try_commit_concurrent();
-        if let (Err(code), Some(cw)) = (result, self.concurrent_write.as_mut()) {
+        if let (Err(code), Some(cw)) = (result, self.writing.concurrent_mut()) {
             cw.failed = cw.done && code != SQLITE_BUSY_SNAPSHOT;
         }
         result
@@ -383,7 +383,7 @@ impl StoreDb {
     /// after a failed one (it then writes the pages again through its journal and syncs),
     /// the transaction is open again with nothing written (invariant 5).
     pub(super) fn concurrent_batch_undone(&mut self) {
-        if let Some(cw) = self.concurrent_write.as_mut().filter(|cw| !cw.done || cw.failed) {
+        if let Some(cw) = self.writing.concurrent_mut().filter(|cw| !cw.done || cw.failed) {
             cw.writes.clear();
             cw.wrote = false;
             cw.size = cw.base_size;
@@ -394,7 +394,7 @@ impl StoreDb {
     }
 
     fn try_commit_concurrent(&mut self) -> IoResult<()> {
-        let Some(cw) = self.concurrent_write.as_mut() else {
+        let Some(cw) = self.writing.concurrent_mut() else {
             return Ok(());
         };
         if cw.done || !cw.wrote {
@@ -467,7 +467,7 @@ impl StoreDb {
             match txn.commit_without_waiting() {
                 Ok(pending) => {
                     self.store.concurrent_commits.count(verbatim, relocated);
-                    let cw = self.concurrent_write.as_mut().ok_or(SQLITE_IOERR)?;
+                    let cw = self.writing.concurrent_mut().ok_or(SQLITE_IOERR)?;
                     cw.writes.clear();
                     cw.committed_verbatim = verbatim.then_some(pending.seq());
                     return self.sequenced(pending);
@@ -484,7 +484,7 @@ impl StoreDb {
     }
 
     fn refuse_conflict(&mut self, why: &str) -> c_int {
-        if let Some(cw) = self.concurrent_write.as_mut() {
+        if let Some(cw) = self.writing.concurrent_mut() {
             cw.writes.clear();
         }
         // The retry reads the latest written state, not the durable one, which lacks the
@@ -506,7 +506,7 @@ impl StoreDb {
         let seq = pending.seq();
         let synchronous = self.connection.commit_synchronous(&[self.handle]);
         let pending = hand_off(pending, synchronous, false).map_err(commit_err(&self.api, "committing"))?;
-        if let Some(cw) = self.concurrent_write.as_mut() {
+        if let Some(cw) = self.writing.concurrent_mut() {
             cw.pending = pending;
         }
         let mut coord = lock(&self.store.coord);

@@ -100,7 +100,7 @@ impl StoreDb {
     }
 
     pub(super) fn size_now(&self) -> IoResult<u64> {
-        if let Some(cw) = &self.concurrent_write {
+        if let Some(cw) = self.writing.concurrent() {
             return Ok(cw.size);
         }
         if self.is_writer() {
@@ -132,7 +132,7 @@ impl DbBackend for StoreDb {
     fn read(&mut self, buf: &mut [u8], offset: u64) -> IoResult<()> {
         self.assert_state("xRead");
         let page_size = self.store.page_size;
-        if self.concurrent_write.is_some() {
+        if self.writing.is_concurrent() {
             return self.concurrent_read(buf, offset);
         }
         if self.is_writer() {
@@ -185,7 +185,7 @@ impl DbBackend for StoreDb {
             // write takes one (ended at PHASETWO, `end_nolock_transaction`).
             self.lock(LockLevel::Reserved)?;
         }
-        if self.concurrent_write.is_some() {
+        if self.writing.is_concurrent() {
             return self.concurrent_write_bytes(buf, offset);
         }
         if !self.is_writer() {
@@ -233,7 +233,7 @@ impl DbBackend for StoreDb {
 
     fn truncate(&mut self, size: u64) -> IoResult<()> {
         self.assert_state("xTruncate");
-        if self.concurrent_write.is_some() {
+        if self.writing.is_concurrent() {
             return self.concurrent_truncate(size);
         }
         if !self.is_writer() {
@@ -255,7 +255,7 @@ impl DbBackend for StoreDb {
 
     fn sync(&mut self, _flags: c_int) -> IoResult<()> {
         self.assert_state("xSync");
-        if self.concurrent_write.is_some() && !self.batch {
+        if self.writing.is_concurrent() && !self.batch {
             return self.commit_concurrent();
         }
         if !self.is_writer() {
@@ -397,14 +397,14 @@ impl DbBackend for StoreDb {
                     SQLITE_ERROR
                 }
             },
-            FileControl::CommitPhaseTwo if self.concurrent_write.is_some() => {
+            FileControl::CommitPhaseTwo if self.writing.is_concurrent() => {
                 self.connection.note_phasetwo();
                 // synchronous=OFF commits here (SQLite never calls xSync); a FULL commit's
                 // flush is waited for before COMMIT returns.
                 if let Err(code) = self.commit_concurrent() {
                     return code;
                 }
-                let pending = self.concurrent_write.as_mut().and_then(|cw| cw.pending.take());
+                let pending = self.writing.concurrent_mut().and_then(|cw| cw.pending.take());
                 match pending.map(|p| p.wait()) {
                     Some(Err(e)) => commit_err(&self.api, "making a commit durable")(e),
                     _ => self.end_nolock_transaction(),
@@ -415,21 +415,21 @@ impl DbBackend for StoreDb {
                 Err(code) => code,
             },
             FileControl::Pragma(ref pragma) => self.pragma(pragma),
-            FileControl::BeginAtomic if self.concurrent_write.is_some() => {
-                if self.concurrent_write.as_ref().is_some_and(|cw| cw.wrote) {
+            FileControl::BeginAtomic if self.writing.is_concurrent() => {
+                if self.writing.concurrent().is_some_and(|cw| cw.wrote) {
                     return SQLITE_IOERR;
                 }
                 self.batch = true;
                 SQLITE_OK
             }
-            FileControl::CommitAtomic if self.concurrent_write.is_some() => {
+            FileControl::CommitAtomic if self.writing.is_concurrent() => {
                 self.batch = false;
                 match self.commit_concurrent() {
                     Ok(()) => SQLITE_OK,
                     Err(code) => code,
                 }
             }
-            FileControl::RollbackAtomic if self.concurrent_write.is_some() => {
+            FileControl::RollbackAtomic if self.writing.is_concurrent() => {
                 self.batch = false;
                 self.concurrent_batch_undone();
                 SQLITE_OK

@@ -2,12 +2,12 @@
 //! below and `assert_state`, which checks it at every callback in debug builds and with the
 //! feature `invariants`.
 //!
-//! | state | `level` | `snapshot` | `concurrent_write` | the store's `Coordination` (`registry.rs`) |
+//! | state | `level` | `snapshot` | `writing` | the store's `Coordination` (`registry.rs`) |
 //! |---|---|---|---|---|
-//! | Idle | NONE | none | none | not counted |
-//! | Reading | SHARED | what it reads: the latest durable state when taken (the latest written for a writer's retry) | none | counted in `files[logical].shared` |
-//! | Serial writer | RESERVED to EXCLUSIVE | its base (reads and writes go to the connection's store transaction) | none | counted in `shared`; `files[logical].writer` is this handle; a member of `conns[conn]` |
-//! | Concurrent writer (`concurrent.rs`) | RESERVED to EXCLUSIVE | its base | the transaction | counted in `shared` and in `files[logical].concurrent_writers` |
+//! | Idle | NONE | none | `Idle` | not counted |
+//! | Reading | SHARED | what it reads: the latest durable state when taken (the latest written for a writer's retry) | `Idle` | counted in `files[logical].shared` |
+//! | Serial writer | RESERVED to EXCLUSIVE | its base (reads and writes go to the connection's store transaction) | `Serial` | counted in `shared`; `files[logical].writer` is this handle; a member of `conns[conn]` |
+//! | Concurrent writer (`concurrent.rs`) | RESERVED to EXCLUSIVE | its base | `Concurrent`: the transaction | counted in `shared` and in `files[logical].concurrent_writers` |
 //!
 //! | event (callback) | from | to |
 //! |---|---|---|
@@ -76,8 +76,8 @@ pub(crate) struct StoreDb {
     /// In concurrent mode, the store pages read under SHARED: the read set a write
     /// transaction starts with.
     pub(super) shared_reads: BTreeSet<u64>,
-    /// The concurrent write transaction, from RESERVED to the unlock.
-    pub(super) concurrent_write: Option<ConcurrentWrite>,
+    /// Whether and how this handle writes: the state table's writer rows.
+    pub(super) writing: Writing,
     /// In concurrent mode, the store state SQLite's page cache is known to agree with (a
     /// snapshot it read from, or this handle's own commit of exactly its pages); `None`
     /// when unknown. See `concurrent.rs`, invariant 2.
@@ -139,7 +139,7 @@ impl StoreDb {
                 _claim: claim,
                 concurrent: o.concurrent,
                 shared_reads: BTreeSet::new(),
-                concurrent_write: None,
+                writing: Writing::Idle,
                 cache_state: None,
                 cache_pages: HashSet::new(),
                 cache_pages_read: false,
@@ -213,6 +213,52 @@ pub(super) fn read_bytes(
     Ok(())
 }
 
+/// Whether and how a handle writes (the state table's last column but one).
+pub(super) enum Writing {
+    /// Idle or Reading: not a writer.
+    Idle,
+    /// The file's writer in this process; its pages go to the connection's store
+    /// transaction (`locking.rs`, `commit.rs`).
+    Serial,
+    /// A concurrent write transaction of its own (`concurrent.rs`).
+    Concurrent(ConcurrentWrite),
+}
+
+impl Writing {
+    pub(super) fn is_concurrent(&self) -> bool {
+        matches!(self, Writing::Concurrent(_))
+    }
+
+    pub(super) fn is_serial(&self) -> bool {
+        matches!(self, Writing::Serial)
+    }
+
+    pub(super) fn concurrent(&self) -> Option<&ConcurrentWrite> {
+        match self {
+            Writing::Concurrent(cw) => Some(cw),
+            _ => None,
+        }
+    }
+
+    pub(super) fn concurrent_mut(&mut self) -> Option<&mut ConcurrentWrite> {
+        match self {
+            Writing::Concurrent(cw) => Some(cw),
+            _ => None,
+        }
+    }
+
+    /// The concurrent transaction, leaving `Idle`; `None` (and no change) otherwise.
+    pub(super) fn take_concurrent(&mut self) -> Option<ConcurrentWrite> {
+        match std::mem::replace(self, Writing::Idle) {
+            Writing::Concurrent(cw) => Some(cw),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+}
+
 /// A concurrent writer's transaction (invariant 1).
 pub(super) struct ConcurrentWrite {
     /// Store pages (0-based) read from the base, validated at commit.
@@ -265,13 +311,12 @@ impl StoreDb {
             "a snapshot exactly while SHARED or above: {}",
             here()
         );
-        if self.concurrent_write.is_some() {
-            assert!(
-                self.level >= LockLevel::Reserved,
-                "a concurrent transaction below RESERVED: {}",
-                here()
-            );
-        }
+        assert_eq!(
+            self.level >= LockLevel::Reserved,
+            !matches!(self.writing, Writing::Idle),
+            "a writer exactly at RESERVED and above: {}",
+            here()
+        );
         let coord = lock(&self.store.coord);
         let file = coord.files.get(&self.logical);
         if self.level >= LockLevel::Shared {
@@ -282,13 +327,18 @@ impl StoreDb {
             );
         }
         if self.level >= LockLevel::Reserved {
-            if self.concurrent_write.is_some() {
+            if self.writing.is_concurrent() {
                 assert!(
                     file.is_some_and(|f| f.concurrent_writers >= 1),
                     "a concurrent writer not counted: {}",
                     here()
                 );
             } else {
+                assert!(
+                    self.writing.is_serial(),
+                    "a writer neither serial nor concurrent: {}",
+                    here()
+                );
                 assert_eq!(
                     file.and_then(|f| f.writer),
                     Some((self.handle, self.connection.id)),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{IoResult, LockLevel};
 use crate::ffi::{SQLITE_BUSY, SQLITE_IOERR_LOCK, SQLITE_IOERR_READ, SQLITE_READONLY};
 
-use super::handle::{commit_err, store_err, StoreDb};
+use super::handle::{commit_err, store_err, StoreDb, Writing};
 use super::registry::{lock, Coordination, Member, OpenStore, CHANGE_COUNTER};
 
 /// How long a connection asking for RESERVED waits for another connection of
@@ -191,6 +191,8 @@ impl StoreDb {
             self.store.store.unlock_for_process(key);
             return Err(e);
         }
+        drop(coord);
+        self.writing = Writing::Serial;
         RETRY_AT_ONCE.with(|r| r.set(false));
         Ok(())
     }
@@ -307,7 +309,7 @@ impl StoreDb {
         let mut to_wait = None;
         let mut result = Ok(());
         let left_writer = self.is_writer() && level < LockLevel::Reserved;
-        if left_writer && self.concurrent_write.is_some() {
+        if left_writer && self.writing.is_concurrent() {
             to_wait = self.leave_concurrent_writer();
         } else if left_writer {
             match self.leave_writer() {
