@@ -22,19 +22,11 @@ use rusqlite::{Connection, OpenFlags};
 mod common;
 
 fn have_cli() -> bool {
-    let ok = common::have("sqlite3", &["--version"]);
-    if !ok {
-        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
-    }
-    ok
+    common::have_sqlite3_cli()
 }
 
 fn preamble(db: &Path) -> String {
-    format!(
-        ".load {}\n.open 'file:{}?vfs=onesync'\n",
-        common::cdylib().with_extension("").display(),
-        db.display()
-    )
+    common::cli_open_store(db)
 }
 
 /// A CLI process fed one batch of statements at a time.
@@ -47,13 +39,7 @@ struct Cli {
 
 impl Cli {
     fn open(db: &Path) -> Cli {
-        let mut child = Command::new("sqlite3")
-            .arg(":memory:")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("running sqlite3");
+        let mut child = common::spawn_sqlite3_cli(false);
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
         let mut cli = Cli {
@@ -99,13 +85,7 @@ impl Cli {
 
 /// Runs `sql` in a CLI process of its own; returns (stdout, stderr).
 fn run_once(db: &Path, sql: &str) -> (String, String) {
-    let mut child = Command::new("sqlite3")
-        .arg(":memory:")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running sqlite3");
+    let mut child = common::spawn_sqlite3_cli(true);
     let script = format!("{}{sql}\n", preamble(db));
     child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
@@ -225,13 +205,7 @@ fn a_read_only_process_ends_the_lease_too() {
         common::cdylib().with_extension("").display(),
         db.display()
     );
-    let mut reader = Command::new("sqlite3")
-        .arg(":memory:")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut reader = common::spawn_sqlite3_cli(true);
     reader.stdin.take().unwrap().write_all(ro.as_bytes()).unwrap();
     let out = reader.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1", "{out:?}");

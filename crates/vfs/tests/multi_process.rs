@@ -5,35 +5,21 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 mod common;
 
 fn have_cli() -> bool {
-    let ok = common::have("sqlite3", &["--version"]);
-    if !ok {
-        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
-    }
-    ok
+    common::have_sqlite3_cli()
 }
 
 fn preamble(db: &Path) -> String {
-    format!(
-        ".bail on\n.load {}\n.open 'file:{}?vfs=onesync'\n",
-        common::cdylib().with_extension("").display(),
-        db.display()
-    )
+    format!(".bail on\n{}", common::cli_open_store(db))
 }
 
 fn spawn_cli() -> Child {
-    Command::new("sqlite3")
-        .arg(":memory:")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running sqlite3")
+    common::spawn_sqlite3_cli(true)
 }
 
 /// Runs a whole script in one CLI process; returns its stdout, failing on any error.

@@ -300,3 +300,37 @@ pub fn exercise_rollbacks(conn: &rusqlite::Connection) {
     .unwrap();
     assert_eq!(count(conn, "SELECT count(*) FROM t"), 3);
 }
+
+/// Whether the stock `sqlite3` CLI is on PATH (saying so when it is not: the caller skips).
+pub fn have_sqlite3_cli() -> bool {
+    let ok = have("sqlite3", &["--version"]);
+    if !ok {
+        eprintln!("SKIPPED: no sqlite3 CLI on PATH (apt-get install sqlite3)");
+    }
+    ok
+}
+
+/// The CLI lines that load `libonesync.so` and open the store `db` through it.
+pub fn cli_open_store(db: &Path) -> String {
+    format!(
+        ".load {}\n.open 'file:{}?vfs=onesync'\n",
+        cdylib().with_extension("").display(),
+        db.display()
+    )
+}
+
+/// A `sqlite3` CLI on `:memory:`, its stdin and stdout piped (stderr piped when
+/// `capture_stderr`, else inherited).
+pub fn spawn_sqlite3_cli(capture_stderr: bool) -> std::process::Child {
+    Command::new("sqlite3")
+        .arg(":memory:")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(if capture_stderr {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        })
+        .spawn()
+        .expect("running sqlite3")
+}
