@@ -14,7 +14,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command};
 
 use onesync_vfs::{api_table_from_sys, register_static, VFS_NAME};
 use rusqlite::{Connection, OpenFlags};
