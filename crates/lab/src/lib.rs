@@ -59,6 +59,9 @@ enum Command {
     ///
     /// `bench writers --workload own-rows|shared-pages|hot-rows` runs concurrent writers
     /// (threads or processes) instead: txn/s, retries and commit latency per mode
+    ///
+    /// `bench scale --sizes 100M,1G` measures databases of those sizes on wal and onesync:
+    /// open time, updates/s, inserts/s, peak RSS, bytes per commit, reopen after a kill
     Bench(bench::BenchCommand),
     /// Bank transfers under simulated power cuts (and real kills) on one commit scheme;
     /// checks integrity, conservation of money and every acknowledged transfer
@@ -112,6 +115,9 @@ enum Command {
     /// One process's writers of `bench writers --processes` (not for direct use)
     #[command(name = "__bench-writers-child", hide = true)]
     BenchWritersChild(bench::WritersChildArgs),
+    /// One measurement of `bench scale`, in a process of its own (not for direct use)
+    #[command(name = "__bench-scale-child", hide = true)]
+    BenchScaleChild(bench::ScaleChildArgs),
     /// The child process of vfs-kill-torture (not for direct use)
     #[command(name = "__transfer-child", hide = true)]
     TransferChild(vfs_kill_torture::TransferChildArgs),
@@ -137,6 +143,7 @@ pub fn main_entry() -> ExitCode {
         Command::VmSelftestChild(args) => vm::guest::selftest_child(args).map(|()| ExitCode::SUCCESS),
         Command::VmTpcb(args) => vm::guest::tpcb(args).map(|()| ExitCode::SUCCESS),
         Command::BenchWritersChild(args) => bench::run_writers_child(args).map(|()| ExitCode::SUCCESS),
+        Command::BenchScaleChild(args) => bench::run_scale_child(args).map(|()| ExitCode::SUCCESS),
         Command::TransferChild(args) => vfs_kill_torture::run_child(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {

@@ -57,7 +57,7 @@ pub fn set_concurrent(conn: &Connection) -> Result<()> {
 }
 
 /// `file:` and `path`, absolute, with the characters a URI's path cannot hold escaped.
-fn file_uri(path: &Path) -> Result<String> {
+pub fn file_uri(path: &Path) -> Result<String> {
     let path = std::path::absolute(path).with_context(|| format!("making {} absolute", path.display()))?;
     let text = path
         .to_str()

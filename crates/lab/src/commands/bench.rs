@@ -8,15 +8,20 @@
 //! come from) is the scheme's (`schemes/`); what a transaction does is the workload's
 //! (`workloads/`).
 //!
-//! `onesync-lab bench writers --workload ...` (concurrent writers, [`writers`]) is a subcommand
-//! beside the positional workload, and `bench` with neither runs the headline comparison
-//! ([`headline`]): [`BenchCommand`] is one of the three.
+//! `onesync-lab bench writers --workload ...` (concurrent writers, [`writers`]) and `bench scale
+//! --sizes ...` (a database as it grows, [`scale`]) are subcommands beside the positional
+//! workload, and `bench` with none of them runs the headline comparison ([`headline`]):
+//! [`BenchCommand`] is one of the four.
 
 pub mod headline;
 pub mod measure;
+pub mod scale;
+mod scale_child;
+mod scale_data;
 mod writer_group;
 pub mod writers;
 
+pub use scale_child::{run_child as run_scale_child, ScaleChildArgs};
 pub use writer_group::{run_child as run_writers_child, WritersChildArgs};
 
 use std::path::PathBuf;
@@ -29,14 +34,16 @@ use crate::output::{self, Human};
 pub use measure::{measure, ratio, run, BenchArgs, ModeResult, PerTxn, Place};
 
 /// `onesync-lab bench`: `bench WORKLOAD [OPTIONS]` (one workload, [`BenchArgs`]), `bench writers
-/// --workload W [OPTIONS]` (concurrent writers, [`writers::WritersArgs`]), or `bench` alone
-/// (the headline, [`HeadlineArgs`]). Written by hand because the positional WORKLOAD is
+/// --workload W [OPTIONS]` (concurrent writers, [`writers::WritersArgs`]), `bench scale
+/// [OPTIONS]` (database sizes, [`scale::ScaleArgs`]), or `bench` alone (the headline,
+/// [`HeadlineArgs`]). Written by hand because the positional WORKLOAD is
 /// optional and decides which (clap's derive cannot leave a flattened struct out when its
 /// arguments are missing).
 #[derive(Debug)]
 pub enum BenchCommand {
     Workload(BenchArgs),
     Writers(writers::WritersArgs),
+    Scale(scale::ScaleArgs),
     Headline(HeadlineArgs),
 }
 
@@ -111,6 +118,9 @@ enum BenchSubcommand {
     /// Concurrent writers on one database (threads or processes, one connection each):
     /// txn/s, retries, commit latency; hot-rows checks the counters against the commits
     Writers(writers::WritersArgs),
+    /// How onesync behaves as a database grows (--sizes 100M,1G), against WAL at FULL: open
+    /// time, updates/s, inserts/s, peak RSS, bytes per commit, recovery after a kill
+    Scale(scale::ScaleArgs),
 }
 
 impl clap::FromArgMatches for BenchCommand {
@@ -124,8 +134,10 @@ impl clap::FromArgMatches for BenchCommand {
             .subcommand_name()
             .is_some_and(BenchSubcommand::has_subcommand)
         {
-            let BenchSubcommand::Writers(args) = BenchSubcommand::from_arg_matches_mut(matches)?;
-            Ok(BenchCommand::Writers(args))
+            Ok(match BenchSubcommand::from_arg_matches_mut(matches)? {
+                BenchSubcommand::Writers(args) => BenchCommand::Writers(args),
+                BenchSubcommand::Scale(args) => BenchCommand::Scale(args),
+            })
         } else if matches.contains_id("workload") {
             BenchArgs::from_arg_matches_mut(matches).map(BenchCommand::Workload)
         } else {
@@ -158,6 +170,7 @@ pub fn run_command(command: &BenchCommand) -> Result<ExitCode> {
     match command {
         BenchCommand::Workload(args) => run(args),
         BenchCommand::Writers(args) => writers::run(args),
+        BenchCommand::Scale(args) => scale::run(args),
         BenchCommand::Headline(args) => run_headline(args),
     }
 }

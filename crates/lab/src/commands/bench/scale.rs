@@ -1,0 +1,375 @@
+//! `onesync-lab bench scale --sizes 100M,1G [--updates N] [--dir D] [--rounds N] [--json
+//! FILE|-]`: how onesync behaves as a database grows, against stock SQLite's WAL at
+//! synchronous=FULL on the same data.
+//!
+//! Per size, a plain database of 1000-byte rows and its store copy are built once and kept
+//! in a cache directory (`scale_data`). Per mode (wal, onesync) a fresh working copy is made
+//! and measured by a child process of its own (`scale_child`): the open to the first query's
+//! row, one-row updates and inserts each its own transaction, the peak RSS, and bytes written
+//! per update commit; the child then dies by SIGKILL without closing, and a second child's
+//! open and first query time the recovery. With `--rounds N` the modes take turns in each
+//! round and each figure is the median of the rounds.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::headline::median;
+use super::scale_child::{ChildReport, ChildRun};
+use super::scale_data::{
+    cache_dir, ensure, file_len, gib, leftover_work_dirs, working_copy, Cached, Size, WORK_DIR_PREFIX,
+};
+use super::writers::round_order;
+use crate::meters::per;
+use crate::output::{self, Human};
+use crate::progress::phase_spinner;
+use crate::schemes::Mode;
+
+/// The modes compared, the first the ratios' base.
+const MODES: [Mode; 2] = [Mode::Wal, Mode::Onesync];
+
+#[derive(clap::Args, Debug)]
+pub struct ScaleArgs {
+    /// Database sizes, each a whole number of MiB or GiB (M or G: 100M, 1G, 10G); a size the
+    /// disk has no room for is skipped
+    #[arg(long, value_name = "SIZES", value_delimiter = ',', default_value = "100M,1G")]
+    pub sizes: Vec<Size>,
+
+    /// One-row updates per mode, each its own transaction, then as many one-row inserts
+    #[arg(long, value_name = "N", default_value_t = 2000,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub updates: u64,
+
+    /// The cache directory: the databases built for each size are kept here and reused by
+    /// later runs, and the working copies made here [default: /var/tmp/onesync-scale]
+    #[arg(long, value_name = "D")]
+    pub dir: Option<PathBuf>,
+
+    /// Run each mode this many times per size, the modes taking turns; every figure is the
+    /// median of the rounds
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=50))]
+    pub rounds: u64,
+
+    /// Seed of the rows chosen
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Write {"results":[...],"skipped":[...]} (one result per size and mode) to FILE, or to
+    /// stdout with "-" (then nothing else goes to stdout)
+    #[arg(long, value_name = "FILE|-")]
+    pub json: Option<PathBuf>,
+}
+
+/// One mode at one size: each figure the median of the rounds.
+#[derive(Serialize, Debug, Clone)]
+pub struct ScaleResult {
+    pub size: String,
+    pub size_bytes: u64,
+    /// Rows of table t as built (the measurements add `updates` more).
+    pub rows: u64,
+    pub mode: &'static str,
+    /// The cached database the mode's working copies were made of (the plain file for wal,
+    /// the store for onesync), bytes.
+    pub file_bytes: u64,
+    pub updates: u64,
+    pub rounds: u64,
+    /// A fresh process's open to its first query's row.
+    pub open_ms: f64,
+    pub updates_per_s: f64,
+    /// updates/s and inserts/s over wal's at the same size (the median of the rounds' ratios).
+    pub ratio: f64,
+    pub inserts_per_s: f64,
+    pub inserts_ratio: f64,
+    pub peak_rss_mib: f64,
+    /// Bytes written per update commit, checkpoints included.
+    pub bytes_per_update_commit: f64,
+    /// The store's checkpoints during the updates (`None` for wal).
+    pub checkpoints: Option<f64>,
+    /// A fresh process's open to its first query's row after the measuring process died by
+    /// SIGKILL without closing.
+    pub reopen_after_kill_ms: f64,
+    pub rounds_updates_per_s: Vec<f64>,
+    pub rounds_ratio: Vec<f64>,
+}
+
+/// A size there was no room for.
+#[derive(Serialize, Debug, Clone)]
+pub struct Skipped {
+    pub size: String,
+    pub reason: String,
+}
+
+#[derive(Serialize)]
+struct Results<'a> {
+    /// The cache directory.
+    dir: &'a Path,
+    results: &'a [ScaleResult],
+    skipped: &'a [Skipped],
+}
+
+/// One mode's run: its measuring child's report and the reopen after the kill.
+struct Run {
+    child: ChildReport,
+    reopen_ms: f64,
+}
+
+pub fn run(args: &ScaleArgs) -> Result<ExitCode> {
+    output::check_json_path(args.json.as_deref())?;
+    let dir = cache_dir(args.dir.as_deref())?;
+    for left in leftover_work_dirs(&dir)? {
+        eprintln!(
+            "bench scale: {} is left from an interrupted run (or one still running): remove it \
+             for its room",
+            left.display()
+        );
+    }
+    let mut results = Vec::new();
+    let mut skipped = Vec::new();
+    for &size in &args.sizes {
+        let cached = Cached::in_dir(&dir, size);
+        if let Some((need, free)) = cached.missing_room(&dir, size)? {
+            let reason = format!(
+                "it needs about {} free in {} (what is not built yet of the plain database and \
+                 its store copy, and a working copy), and {} are free",
+                gib(need),
+                dir.display(),
+                gib(free)
+            );
+            eprintln!("bench scale: skipping {size}: {reason}");
+            skipped.push(Skipped {
+                size: size.to_string(),
+                reason,
+            });
+            continue;
+        }
+        let rows = ensure(&cached, size).with_context(|| format!("building the {size} databases"))?;
+        results
+            .extend(measure_size(args, &dir, &cached, size, rows).with_context(|| format!("size {size}"))?);
+    }
+    output::emit(
+        args.json.as_deref(),
+        &Results {
+            dir: &dir,
+            results: &results,
+            skipped: &skipped,
+        },
+        &table(args, &dir, &results, &skipped),
+        Human::Stdout,
+    )?;
+    // Nothing measured is no answer.
+    Ok(if results.is_empty() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Both modes at `size`, over the rounds.
+fn measure_size(
+    args: &ScaleArgs,
+    dir: &Path,
+    cached: &Cached,
+    size: Size,
+    rows: u64,
+) -> Result<Vec<ScaleResult>> {
+    let mut runs: Vec<Vec<Run>> = MODES.iter().map(|_| Vec::new()).collect();
+    for round in 1..=args.rounds {
+        // The same rows for both modes of a round.
+        let seed = args.seed.wrapping_add(round - 1);
+        for i in round_order(MODES.len(), round) {
+            let mode = MODES[i];
+            let run = measure_mode(dir, cached, size, rows, mode, args.updates, seed)
+                .with_context(|| format!("mode {} (round {round})", mode.name()))?;
+            runs[i].push(run);
+        }
+    }
+    let base = &runs[0];
+    let results = MODES
+        .iter()
+        .zip(&runs)
+        .map(|(&mode, runs)| {
+            let figure = |f: &dyn Fn(&Run) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+            let rounds_updates_per_s: Vec<f64> = runs.iter().map(|r| r.child.updates_per_s).collect();
+            let rounds_ratio: Vec<f64> = runs
+                .iter()
+                .zip(base)
+                .map(|(r, b)| per(r.child.updates_per_s, b.child.updates_per_s))
+                .collect();
+            let inserts_ratios: Vec<f64> = runs
+                .iter()
+                .zip(base)
+                .map(|(r, b)| per(r.child.inserts_per_s, b.child.inserts_per_s))
+                .collect();
+            let file = if mode == Mode::Wal {
+                &cached.plain
+            } else {
+                &cached.store
+            };
+            ScaleResult {
+                size: size.to_string(),
+                size_bytes: size.bytes(),
+                rows,
+                mode: mode.name(),
+                file_bytes: file_len(file).unwrap_or(0),
+                updates: args.updates,
+                rounds: args.rounds,
+                open_ms: figure(&|r| r.child.open_ms),
+                updates_per_s: median(&rounds_updates_per_s),
+                ratio: median(&rounds_ratio),
+                inserts_per_s: figure(&|r| r.child.inserts_per_s),
+                inserts_ratio: median(&inserts_ratios),
+                peak_rss_mib: figure(&|r| r.child.peak_rss_kib as f64 / 1024.0),
+                bytes_per_update_commit: figure(&|r| {
+                    per(r.child.update_bytes as f64, r.child.update_commits as f64)
+                }),
+                checkpoints: runs
+                    .iter()
+                    .all(|r| r.child.update_checkpoints.is_some())
+                    .then(|| figure(&|r| r.child.update_checkpoints.unwrap_or(0) as f64)),
+                reopen_after_kill_ms: figure(&|r| r.reopen_ms),
+                rounds_updates_per_s,
+                rounds_ratio,
+            }
+        })
+        .collect();
+    Ok(results)
+}
+
+/// One mode on a fresh working copy: the measuring child (killed at its end), then the
+/// reopening child.
+fn measure_mode(
+    dir: &Path,
+    cached: &Cached,
+    size: Size,
+    rows: u64,
+    mode: Mode,
+    updates: u64,
+    seed: u64,
+) -> Result<Run> {
+    let work = tempfile::Builder::new()
+        .prefix(WORK_DIR_PREFIX)
+        .tempdir_in(dir)
+        .with_context(|| format!("making a work directory in {}", dir.display()))?;
+    let copy = working_copy(cached, work.path(), size, mode == Mode::Wal)?;
+    let spinner = phase_spinner(mode.name(), "open, updates and inserts in a child process");
+    let mut child = ChildRun {
+        db: &copy,
+        mode,
+        rows,
+        updates,
+        seed,
+        kill: true,
+    };
+    let measured = child.run()?;
+    spinner.set_message("reopening after the kill");
+    child.updates = 0;
+    child.kill = false;
+    let reopened = child.run().context("reopening after the kill")?;
+    spinner.finish_and_clear();
+    Ok(Run {
+        child: measured,
+        reopen_ms: reopened.open_ms,
+    })
+}
+
+/// "-" for a missing figure.
+fn or_dash(value: Option<f64>, digits: usize) -> String {
+    value.map_or("-".to_owned(), |v| format!("{v:.digits$}"))
+}
+
+pub fn table(args: &ScaleArgs, dir: &Path, results: &[ScaleResult], skipped: &[Skipped]) -> String {
+    let rounds = if args.rounds > 1 {
+        format!(", the median of {} rounds, the modes taking turns", args.rounds)
+    } else {
+        String::new()
+    };
+    let mut out = format!(
+        "bench scale ({} one-row updates, then as many inserts, per mode, each in a fresh process \
+         on a fresh copy{rounds}; cache {}):\n",
+        args.updates,
+        dir.display()
+    );
+    let width = MODES.iter().map(|m| m.name().len()).max().unwrap_or(0);
+    out.push_str(&format!(
+        "{:>5}  {:<width$} {:>8} {:>10} {:>6} {:>10} {:>9} {:>13} {:>12} {:>13}\n",
+        "size",
+        "mode",
+        "open ms",
+        "updates/s",
+        "ratio",
+        "inserts/s",
+        "peak RSS",
+        "bytes/update",
+        "checkpoints",
+        "reopen after"
+    ));
+    out.push_str(&format!(
+        "{:>5}  {:<width$} {:>8} {:>10} {:>6} {:>10} {:>9} {:>13} {:>12} {:>13}\n",
+        "", "", "", "", "", "", "MiB", "commit", "", "kill ms"
+    ));
+    for r in results {
+        out.push_str(&format!(
+            "{:>5}  {:<width$} {:>8.1} {:>10.0} {:>6.2} {:>10.0} {:>9.1} {:>13.0} {:>12} {:>13.1}\n",
+            r.size,
+            r.mode,
+            r.open_ms,
+            r.updates_per_s,
+            r.ratio,
+            r.inserts_per_s,
+            r.peak_rss_mib,
+            r.bytes_per_update_commit,
+            or_dash(r.checkpoints, 0),
+            r.reopen_after_kill_ms,
+        ));
+    }
+    out.push_str(concat!(
+        "(open ms: a fresh process's open to its first query's row (SELECT v FROM t WHERE id = ?), ",
+        "the files hot in the page cache\n",
+        " ratio: updates/s over wal's at the same size; peak RSS: the process's VmHWM after the inserts\n",
+        " bytes/update commit: bytes written per update commit, checkpoints included (onesync: the ",
+        "store's counters; wal: the counting shim's, WAL frames and checkpoints into the database)\n",
+        " checkpoints: the store's during the updates (wal's are not counted)\n",
+        " reopen after kill ms: the same open and query in a fresh process after the measuring one ",
+        "died by SIGKILL without closing)\n",
+    ));
+    let mut sizes: Vec<&ScaleResult> = Vec::new();
+    for r in results {
+        if !sizes.iter().any(|s| s.size == r.size) {
+            sizes.push(r);
+        }
+    }
+    for s in sizes {
+        let files: Vec<String> = results
+            .iter()
+            .filter(|r| r.size == s.size)
+            .map(|r| format!("{} {:.1} MiB", r.mode, r.file_bytes as f64 / (1 << 20) as f64))
+            .collect();
+        out.push_str(&format!(
+            "{}: {} rows of 1000 bytes; files: {}\n",
+            s.size,
+            s.rows,
+            files.join(", ")
+        ));
+    }
+    for r in results.iter().filter(|r| r.rounds > 1) {
+        let rounds: Vec<String> = r
+            .rounds_updates_per_s
+            .iter()
+            .zip(&r.rounds_ratio)
+            .map(|(u, ratio)| format!("{u:.0} ({ratio:.2})"))
+            .collect();
+        out.push_str(&format!(
+            "{} {}: updates/s (ratio) by round: {}\n",
+            r.size,
+            r.mode,
+            rounds.join(", ")
+        ));
+    }
+    for s in skipped {
+        out.push_str(&format!("skipped {}: {}\n", s.size, s.reason));
+    }
+    out
+}

@@ -1,0 +1,123 @@
+//! `onesync-lab bench scale` run as a user would, tiny: a 20M database on wal and onesync
+//! answers in the JSON shape the lab promises with positive figures, a second run reuses the
+//! cached databases, a bad `--sizes` value is refused with a clear message, and a size the
+//! disk has no room for is skipped, saying why.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+
+mod common;
+
+use common::{json, onesync, results, said};
+
+/// `bench scale --sizes SIZES --updates N --dir DIR` with `extra`.
+fn scale(sizes: &str, updates: u64, dir: &Path, extra: &[&str]) -> Output {
+    let updates = updates.to_string();
+    let mut args = vec![
+        "bench",
+        "scale",
+        "--sizes",
+        sizes,
+        "--updates",
+        &updates,
+        "--dir",
+        dir.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    onesync(&args)
+}
+
+fn f(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"))
+}
+
+#[test]
+fn both_modes_answer_with_positive_figures_and_a_second_run_reuses_the_databases() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = scale("20M", 200, dir.path(), &["--json", "-"]);
+    let rows = results(&out);
+    let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["wal", "onesync"], "{}", said(&out));
+    for r in &rows {
+        assert_eq!(r["size"], "20M", "{r}");
+        assert_eq!(r["size_bytes"], 20 << 20, "{r}");
+        assert_eq!(r["rows"], 20 * 1024, "{r}");
+        assert_eq!(r["updates"], 200, "{r}");
+        assert!(f(r, "file_bytes") >= (20 << 20) as f64, "{r}");
+        for key in [
+            "open_ms",
+            "updates_per_s",
+            "ratio",
+            "inserts_per_s",
+            "inserts_ratio",
+            "peak_rss_mib",
+            "bytes_per_update_commit",
+            "reopen_after_kill_ms",
+        ] {
+            assert!(f(r, key) > 0.0, "{key} in {r}");
+        }
+        // An update rewrites a 1000-byte row: a page of 4 KiB at least, whichever the mode.
+        assert!(f(r, "bytes_per_update_commit") >= 4096.0, "{r}");
+    }
+    assert_eq!(f(&rows[0], "ratio"), 1.0);
+    assert!(rows[0]["checkpoints"].is_null(), "{}", rows[0]);
+    assert!(f(&rows[1], "checkpoints") >= 0.0, "{}", rows[1]);
+    assert_eq!(json(&out)["skipped"], serde_json::json!([]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("building"), "{stderr}");
+    assert!(!stderr.contains("reusing"), "{stderr}");
+
+    // The table, and the cached databases reused.
+    let out = scale("20M", 50, dir.path(), &[]);
+    assert!(out.status.success(), "{}", said(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for word in ["bench scale", "updates/s", "wal", "onesync", "20480 rows"] {
+        assert!(stdout.contains(word), "{word}: {stdout}");
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("reusing").count(), 2, "{stderr}");
+    assert!(!stderr.contains("building"), "{stderr}");
+}
+
+#[test]
+fn a_bad_size_is_refused_saying_what_a_size_is() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in ["12X", "1.5G", "0M", "100M,G"] {
+        let out = scale(bad, 10, dir.path(), &[]);
+        assert!(!out.status.success(), "{bad}: {}", said(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("is not a size") || stderr.contains("must be from 1M to 1024G"),
+            "{bad}: {stderr}"
+        );
+    }
+    let out = scale("12X", 10, dir.path(), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("\"12X\" is not a size") && stderr.contains("M (MiB) or G (GiB)"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing built");
+}
+
+#[test]
+fn a_size_without_room_is_skipped_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    // More than any test machine's disk holds: nothing is built.
+    let out = scale("1024G", 10, dir.path(), &["--json", "-"]);
+    assert!(
+        !out.status.success(),
+        "nothing measured is a failure: {}",
+        said(&out)
+    );
+    let report = json(&out);
+    assert_eq!(report["results"], serde_json::json!([]));
+    assert_eq!(report["skipped"][0]["size"], "1024G", "{report}");
+    let reason = report["skipped"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("free"), "{reason}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("skipping 1024G"), "{stderr}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing built");
+}
