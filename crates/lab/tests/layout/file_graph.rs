@@ -200,14 +200,24 @@ pub fn named_paths(
             base.pop();
             i += 2;
         }
-        i = path_tail(&t, i, base, &mut found);
+        let mut leaves = Vec::new();
+        i = path_leaves(&t, i, base, &mut leaves);
+        found.extend(leaves.into_iter().map(|(path, _)| path));
     }
     found
 }
 
-/// Reads the rest of a path after `base::` at `t[i]`: identifiers joined by `::`, maybe ending
-/// in a brace group of paths; pushes every complete path. Returns the index after it.
-pub fn path_tail(t: &[String], mut i: usize, mut base: Vec<String>, found: &mut Vec<Vec<String>>) -> usize {
+/// A path a file names, from the crate root where known, and the name it is brought in as
+/// (`as NAME`; `*` for a glob, whose path is the module globbed).
+pub type Leaf = (Vec<String>, Option<String>);
+
+/// Reads the rest of a path after `prefix::` at `t[i]`: identifiers joined by `::`, maybe
+/// ending in a brace group of paths, `self`, `*` or `as NAME`; pushes every complete path.
+/// Returns the index after it.
+pub fn path_leaves(t: &[String], mut i: usize, mut prefix: Vec<String>, out: &mut Vec<Leaf>) -> usize {
+    let alias_at = |i: usize| {
+        (t.get(i).is_some_and(|s| s == "as")).then(|| t.get(i + 1).cloned()).flatten()
+    };
     loop {
         match t.get(i).map(String::as_str) {
             Some("{") => {
@@ -217,14 +227,17 @@ pub fn path_tail(t: &[String], mut i: usize, mut base: Vec<String>, found: &mut 
                         None => return i,
                         Some("}") => return i + 1,
                         Some(",") => i += 1,
-                        Some("as") => i += 2,
-                        _ => i = path_tail(t, i, base.clone(), found),
+                        _ => i = path_leaves(t, i, prefix.clone(), out),
                     }
                 }
             }
-            Some("self") => {
-                found.push(base);
-                return i + 1;
+            Some("::") => i += 1,
+            // `a::b::{self}` names `b`.
+            Some("self") if !prefix.is_empty() => {
+                let alias = alias_at(i + 1);
+                let end = if alias.is_some() { i + 3 } else { i + 1 };
+                out.push((prefix, alias));
+                return end;
             }
             Some(word)
                 if word
@@ -232,17 +245,20 @@ pub fn path_tail(t: &[String], mut i: usize, mut base: Vec<String>, found: &mut 
                     .next()
                     .is_some_and(|c| c.is_alphanumeric() || c == '_') =>
             {
-                base.push(word.to_string());
-                if t.get(i + 1).is_some_and(|s| s == "::") {
-                    i += 2;
-                } else {
-                    found.push(base);
-                    return i + 1;
+                prefix.push(word.to_string());
+                i += 1;
+                if let Some(alias) = alias_at(i) {
+                    out.push((prefix, Some(alias)));
+                    return i + 2;
+                }
+                if t.get(i).is_none_or(|s| s != "::") {
+                    out.push((prefix, None));
+                    return i;
                 }
             }
             _ => {
                 // `*`, or something a path does not hold: the path so far is what is named.
-                found.push(base);
+                out.push((prefix, Some("*".to_string())));
                 return i + 1;
             }
         }
@@ -284,51 +300,13 @@ pub fn use_tree(
     is_child: &dyn Fn(&[String], &str) -> bool,
     out: &mut BTreeMap<String, Vec<String>>,
 ) {
-    fn leaves(
-        t: &[String],
-        mut i: usize,
-        mut prefix: Vec<String>,
-        out: &mut Vec<(Vec<String>, Option<String>)>,
-    ) -> usize {
-        loop {
-            match t.get(i).map(String::as_str) {
-                Some("{") => {
-                    i += 1;
-                    loop {
-                        match t.get(i).map(String::as_str) {
-                            None => return i,
-                            Some("}") => return i + 1,
-                            Some(",") => i += 1,
-                            _ => i = leaves(t, i, prefix.clone(), out),
-                        }
-                    }
-                }
-                Some("::") => i += 1,
-                Some(word)
-                    if word
-                        .chars()
-                        .next()
-                        .is_some_and(|c| c.is_alphanumeric() || c == '_') =>
-                {
-                    prefix.push(word.to_string());
-                    i += 1;
-                    if t.get(i).is_some_and(|s| s == "as") {
-                        out.push((prefix, t.get(i + 1).cloned()));
-                        return i + 2;
-                    }
-                    if t.get(i).is_none_or(|s| s != "::") {
-                        out.push((prefix, None));
-                        return i;
-                    }
-                }
-                _ => return i + 1, // a glob, or the end
-            }
-        }
-    }
     let mut found = Vec::new();
     let start = usize::from(t.first().is_some_and(|s| s == "::"));
-    leaves(t, start, Vec::new(), &mut found);
+    path_leaves(t, start, Vec::new(), &mut found);
     for (path, alias) in found {
+        if alias.as_deref() == Some("*") {
+            continue; // globs are left out
+        }
         let Some(first) = path.first() else { continue };
         let (mut base, rest): (Vec<String>, &[String]) = match first.as_str() {
             "crate" => (Vec::new(), &path[1..]),
@@ -341,10 +319,6 @@ pub fn use_tree(
         while rest.first().is_some_and(|s| s == "super") {
             base.pop();
             rest.remove(0);
-        }
-        // `use a::b::{self}` names `b`.
-        if rest.last().is_some_and(|s| s == "self") {
-            rest.pop();
         }
         base.extend(rest);
         let Some(name) = alias.or_else(|| base.last().cloned()) else {
