@@ -65,7 +65,7 @@ pub(crate) fn join_file_path(side: &Path) -> PathBuf {
 
 /// The locks held in memory (by this process, counted per kind: several threads may take
 /// `FLUSH`).
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 struct Held {
     write: [u32; 2],
     flush: [u32; 2],
@@ -96,22 +96,45 @@ fn kind_bits(kind: Kind) -> u64 {
     }
 }
 
+/// What [`Held::add`] changed, so that [`Held::undo`] can put it back.
+#[derive(Clone, Copy, Debug)]
+enum Added {
+    Counted,
+    /// A user lock, and how it was held before (`None`: not at all).
+    User(Option<Kind>),
+}
+
 impl Held {
-    /// Note a take; `false` if there is no room for another user lock.
-    fn add(&mut self, what: Lockable, kind: Kind) -> bool {
+    /// Note a take; `None` if there is no room for another user lock.
+    fn add(&mut self, what: Lockable, kind: Kind) -> Option<Added> {
         match what {
             Lockable::Write => self.write[kind_index(kind)] += 1,
             Lockable::Flush => self.flush[kind_index(kind)] += 1,
             Lockable::User(byte) => {
                 let room = self.users.len() < USER_NOTES;
-                match self.users.iter_mut().find(|(b, _)| *b == byte) {
-                    Some(entry) => entry.1 = kind,
-                    None if room => self.users.push((byte, kind)),
-                    None => return false,
-                }
+                return match self.users.iter_mut().find(|(b, _)| *b == byte) {
+                    Some(entry) => Some(Added::User(Some(std::mem::replace(&mut entry.1, kind)))),
+                    None if room => {
+                        self.users.push((byte, kind));
+                        Some(Added::User(None))
+                    }
+                    None => None,
+                };
             }
         }
-        true
+        Some(Added::Counted)
+    }
+
+    /// Take back what `add(what, kind)` did.
+    fn undo(&mut self, what: Lockable, kind: Kind, added: Added) {
+        match (what, added) {
+            (Lockable::User(byte), Added::User(Some(before))) => {
+                if let Some(entry) = self.users.iter_mut().find(|(b, _)| *b == byte) {
+                    entry.1 = before;
+                }
+            }
+            _ => self.remove(what, kind),
+        }
     }
 
     fn remove(&mut self, what: Lockable, kind: Kind) {
@@ -301,15 +324,14 @@ impl Lease {
         if !self.is_alone() {
             return Ok(false);
         }
-        let before = held.clone();
-        if held.add(what, kind) {
+        if let Some(added) = held.add(what, kind) {
             self.publish(&held, what);
             // Invariant 3: the note is visible before the join word is read.
             fence(Ordering::SeqCst);
             if !self.joined() {
                 return Ok(true);
             }
-            *held = before;
+            held.undo(what, kind, added);
             self.publish(&held, what);
         }
         self.give_up(&mut held, store)?;
@@ -398,9 +420,9 @@ mod tests {
     #[test]
     fn a_noted_lock_conflicts_as_the_real_lock_would() {
         let mut held = Held::default();
-        assert!(held.add(Lockable::Write, Kind::Exclusive));
-        assert!(held.add(Lockable::user(7), Kind::Shared));
-        assert!(held.add(Lockable::user(9), Kind::Exclusive));
+        assert!(held.add(Lockable::Write, Kind::Exclusive).is_some());
+        assert!(held.add(Lockable::user(7), Kind::Shared).is_some());
+        assert!(held.add(Lockable::user(9), Kind::Exclusive).is_some());
         let notes = notes_of(&held);
         assert!(notes.conflict(Lockable::Write, Kind::Shared));
         assert!(notes.conflict(Lockable::Write, Kind::Exclusive));
@@ -436,10 +458,36 @@ mod tests {
     fn more_user_locks_than_notes_are_refused() {
         let mut held = Held::default();
         for key in 0..USER_NOTES as u64 {
-            assert!(held.add(Lockable::user(key), Kind::Exclusive));
+            assert!(held.add(Lockable::user(key), Kind::Exclusive).is_some());
         }
-        assert!(!held.add(Lockable::user(USER_NOTES as u64), Kind::Exclusive));
+        assert!(held
+            .add(Lockable::user(USER_NOTES as u64), Kind::Exclusive)
+            .is_none());
         // Taking one already held again needs no room.
-        assert!(held.add(Lockable::user(0), Kind::Shared));
+        assert!(held.add(Lockable::user(0), Kind::Shared).is_some());
+    }
+
+    /// A take the join word turned back leaves the notes as they were before it.
+    #[test]
+    fn an_undone_take_restores_what_was_held() {
+        let mut held = Held::default();
+        held.add(Lockable::user(3), Kind::Shared);
+        held.add(Lockable::Flush, Kind::Exclusive);
+        let before = notes_of(&held);
+        for (what, kind) in [
+            (Lockable::user(3), Kind::Exclusive),
+            (Lockable::user(4), Kind::Exclusive),
+            (Lockable::Flush, Kind::Exclusive),
+            (Lockable::Write, Kind::Shared),
+        ] {
+            let added = held.add(what, kind).expect("room");
+            held.undo(what, kind, added);
+            let after = notes_of(&held);
+            assert_eq!(
+                (after.write, after.flush, after.users),
+                (before.write, before.flush, before.users),
+                "{what:?} {kind:?}"
+            );
+        }
     }
 }

@@ -205,6 +205,20 @@ impl SideFile {
         self.file.write_all_at(&bytes, offset).map_err(io_err(during))
     }
 
+    /// `read_words` into `out`, without allocating where the file is mapped (every real
+    /// lock taken reads the lease's notes).
+    fn read_into(&self, offset: u64, out: &mut [u64], during: &'static str) -> Result<()> {
+        match self.mapped_words(offset, out.len(), during)? {
+            Some(mapped) => {
+                for (value, word) in out.iter_mut().zip(mapped).rev() {
+                    *value = word.load(Ordering::Acquire);
+                }
+            }
+            None => out.copy_from_slice(&read_words_at(&self.file, offset, out.len(), during)?),
+        }
+        Ok(())
+    }
+
     fn read_words(&self, offset: u64, count: usize, during: &'static str) -> Result<Vec<u64>> {
         if let Some(mapped) = self.mapped_words(offset, count, during)? {
             // The reverse of the writer's order (see `write_words`).
@@ -513,31 +527,27 @@ impl Sharing {
             return Ok(false);
         }
         let during = "reading the lease's notes";
-        let words = match &self.side {
+        let mut notes = NoteValues::default();
+        match &self.side {
             Some(side) => {
-                let head = side.read_words(SHM_LEASE_WRITE, 2, during)?;
-                let users = side.read_words(SHM_LEASE_USERS, USER_NOTES, during)?;
-                [head, users].concat()
+                let mut head = [0u64; 2];
+                side.read_into(SHM_LEASE_WRITE, &mut head, during)?;
+                side.read_into(SHM_LEASE_USERS, &mut notes.users, during)?;
+                [notes.write, notes.flush] = head;
             }
+            // A read-only process reads the side file where it is (none: no notes).
             None => match File::open(&self.side_path) {
                 Ok(file) => {
                     let head = read_words_at(&file, SHM_LEASE_WRITE, 2, during)?;
-                    let users = match read_words_at(&file, SHM_LEASE_USERS, USER_NOTES, during) {
-                        Ok(users) => users,
-                        // A side file of an older layout holds no notes there.
-                        Err(_) => vec![0; USER_NOTES],
-                    };
-                    [head, users].concat()
+                    [notes.write, notes.flush] = [head[0], head[1]];
+                    // A side file of an older layout holds no notes there.
+                    if let Ok(users) = read_words_at(&file, SHM_LEASE_USERS, USER_NOTES, during) {
+                        notes.users.copy_from_slice(&users);
+                    }
                 }
                 Err(_) => return Ok(false),
             },
-        };
-        let mut notes = NoteValues {
-            write: words[0],
-            flush: words[1],
-            ..NoteValues::default()
-        };
-        notes.users.copy_from_slice(&words[2..2 + USER_NOTES]);
+        }
         if !notes.conflict(what, kind) {
             return Ok(false);
         }

@@ -216,7 +216,9 @@ pub type Leaf = (Vec<String>, Option<String>);
 /// Returns the index after it.
 pub fn path_leaves(t: &[String], mut i: usize, mut prefix: Vec<String>, out: &mut Vec<Leaf>) -> usize {
     let alias_at = |i: usize| {
-        (t.get(i).is_some_and(|s| s == "as")).then(|| t.get(i + 1).cloned()).flatten()
+        (t.get(i).is_some_and(|s| s == "as"))
+            .then(|| t.get(i + 1).cloned())
+            .flatten()
     };
     loop {
         match t.get(i).map(String::as_str) {

@@ -398,6 +398,66 @@ fn concurrent(name: &'static str, about: &'static str, a: Sync, b: Sync) -> Scen
     }
 }
 
+/// A process alone with the store (its per-transaction locks in memory: the store's lease)
+/// holds a write transaction open while a second process opens the store; its COMMIT ends
+/// the lease (every lock it holds taken for real: a serial writer's exclusive lock, or a
+/// concurrent writer's shared one while the second writes beside it), and both write.
+fn join_mid_transaction(concurrent: bool) -> Scenario {
+    let (a, b) = (0, 1);
+    let (name, about, procs, script) = if concurrent {
+        (
+            "join-mid-concurrent",
+            "a concurrent writer alone with the store (the lease) holds a transaction while a \
+             second concurrent writer opens and begins one; the first COMMIT ends the lease",
+            vec![concurrent_writer('A', Sync::Normal), concurrent_writer('B', Sync::Full)],
+            vec![
+                (a, Cmd::Open),
+                (a, Cmd::Xfer(1)),
+                (a, Cmd::Begin),
+                (b, Cmd::Open),
+                (b, Cmd::Begin),
+                (a, Cmd::Commit),
+                (b, Cmd::Commit),
+                (a, Cmd::Xfer(1)),
+            ],
+        )
+    } else {
+        (
+            "join-mid-transaction",
+            "a process alone with the store (the lease) holds a write transaction while a \
+             second process opens; its COMMIT ends the lease, then both write",
+            vec![
+                Proc {
+                    sync: Sync::Normal,
+                    ..writer('A')
+                },
+                writer('B'),
+            ],
+            vec![
+                (a, Cmd::Open),
+                (a, Cmd::Xfer(2)),
+                (a, Cmd::Begin),
+                (b, Cmd::Open),
+                (a, Cmd::Commit),
+                (b, Cmd::Xfer(2)),
+                (a, Cmd::Xfer(2)),
+                (b, Cmd::Xfer(1)),
+            ],
+        )
+    };
+    Scenario {
+        name,
+        about,
+        procs,
+        script,
+        victims: vec![a, b],
+        end: End::Kill,
+        sabotage: None,
+        checkpoint_interval: super::CHECKPOINT_INTERVAL,
+        max_growth_step: None,
+    }
+}
+
 /// The matrix. Every scenario's store starts as a funded bank (100 accounts).
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -487,34 +547,8 @@ pub fn all() -> Vec<Scenario> {
             checkpoint_interval: super::CHECKPOINT_INTERVAL,
             max_growth_step: None,
         },
-        Scenario {
-            name: "join-mid-transaction",
-            about: "a process alone with the store (its locks in memory: the lease) holds a write \
-                    transaction open while a second process opens the store; its COMMIT then \
-                    ends the lease, and both write, at NORMAL and FULL",
-            procs: vec![
-                Proc {
-                    sync: Sync::Normal,
-                    ..writer('A')
-                },
-                writer('B'),
-            ],
-            script: vec![
-                (0, Cmd::Open),
-                (0, Cmd::Xfer(2)),
-                (0, Cmd::Begin),
-                (1, Cmd::Open),
-                (0, Cmd::Commit),
-                (1, Cmd::Xfer(2)),
-                (0, Cmd::Xfer(2)),
-                (1, Cmd::Xfer(1)),
-            ],
-            victims: vec![0, 1],
-            end: End::Kill,
-            sabotage: None,
-            checkpoint_interval: super::CHECKPOINT_INTERVAL,
-            max_growth_step: None,
-        },
+        join_mid_transaction(false),
+        join_mid_transaction(true),
         Scenario {
             name: "mixed-sync",
             about: "two processes taking turns, one with synchronous=NORMAL, one with OFF",
