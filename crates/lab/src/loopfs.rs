@@ -1,4 +1,4 @@
-//! A throwaway filesystem on a loop device of its own.
+//! A throwaway filesystem on a loop device of its own (and how much room a filesystem has).
 //!
 //! The point is the device counters: `/sys/block/loopN/stat` counts every request the
 //! filesystem sends down, its journal and metadata included, so a benchmark sees what a
@@ -793,4 +793,12 @@ mod tests {
         drop(loop_fs);
         assert!(!work_dir.exists());
     }
+}
+
+/// Bytes free for an unprivileged user in the filesystem holding `dir`.
+pub fn free_bytes(dir: &Path) -> Result<u64> {
+    let stats = nix::sys::statvfs::statvfs(dir)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("statvfs {}", dir.display()))?;
+    Ok(stats.blocks_available() * stats.fragment_size())
 }

@@ -42,7 +42,7 @@ use serde::Serialize;
 use crate::commands::torture::args::TortureArgs;
 use crate::commands::torture::deferred::{self, Ack, LossWindowSummary, LossWindows};
 use crate::commands::vfs_kill_torture::{ChildKind, RunningChild};
-use crate::loopfs::{self, Emulation, FsKind, LoopFs};
+use crate::loopfs::{self, free_bytes, Emulation, FsKind, LoopFs};
 use crate::output::{self, Human};
 use crate::progress::phase_bar;
 use crate::schemes::Mode;
@@ -634,14 +634,6 @@ struct RoundAcks {
     /// The largest `durable_seq` the children reported.
     durable_seen: u64,
     cut_at: Instant,
-}
-
-/// Bytes free for an unprivileged user in the filesystem holding `dir`.
-fn free_bytes(dir: &Path) -> Result<u64> {
-    let stats = nix::sys::statvfs::statvfs(dir)
-        .map_err(std::io::Error::from)
-        .with_context(|| format!("statvfs {}", dir.display()))?;
-    Ok(stats.blocks_available() * stats.fragment_size())
 }
 
 /// "cut 12 (at flush 7)" or "cut 13 (after 120 ms)".

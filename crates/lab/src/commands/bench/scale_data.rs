@@ -10,6 +10,7 @@ use std::str::FromStr;
 use anyhow::{anyhow, bail, Context, Result};
 use rusqlite::OpenFlags;
 
+use crate::loopfs::free_bytes;
 use crate::progress::{phase_bar, phase_spinner};
 use crate::sqlite::{file_uri, in_transaction, open_onesync, open_plain};
 
@@ -160,14 +161,6 @@ impl Cached {
 /// A file's length, if it exists.
 pub fn file_len(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.len())
-}
-
-/// Bytes free for an unprivileged user in the filesystem holding `dir`.
-fn free_bytes(dir: &Path) -> Result<u64> {
-    let stats = nix::sys::statvfs::statvfs(dir)
-        .map_err(std::io::Error::from)
-        .with_context(|| format!("statvfs {}", dir.display()))?;
-    Ok(stats.blocks_available() * stats.fragment_size())
 }
 
 /// "12.3 GiB".

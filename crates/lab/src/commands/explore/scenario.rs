@@ -409,7 +409,10 @@ fn join_mid_transaction(concurrent: bool) -> Scenario {
             "join-mid-concurrent",
             "a concurrent writer alone with the store (the lease) holds a transaction while a \
              second concurrent writer opens and begins one; the first COMMIT ends the lease",
-            vec![concurrent_writer('A', Sync::Normal), concurrent_writer('B', Sync::Full)],
+            vec![
+                concurrent_writer('A', Sync::Normal),
+                concurrent_writer('B', Sync::Full),
+            ],
             vec![
                 (a, Cmd::Open),
                 (a, Cmd::Xfer(1)),
