@@ -18,11 +18,12 @@ pub struct Wakeup {
     waiters: AtomicUsize,
 }
 
-/// Counts a waiter while it lives (also when a wait unwinds).
-struct Counted<'a>(&'a AtomicUsize);
+/// Counts a waiter while it lives (also when a wait unwinds): `Wakeup`'s waiters, and the
+/// VFS's connections waiting for a write lock.
+pub struct Counted<'a>(&'a AtomicUsize);
 
 impl<'a> Counted<'a> {
-    fn new(waiters: &'a AtomicUsize) -> Self {
+    pub fn new(waiters: &'a AtomicUsize) -> Self {
         waiters.fetch_add(1, SeqCst);
         Self(waiters)
     }

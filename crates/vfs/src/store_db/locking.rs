@@ -3,10 +3,9 @@
 //! byte lock), with the waits and wake-ups that replace the busy handler's sleeps.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
-use onesync_store::wakeup::Wakeup;
+use onesync_store::wakeup::{Counted, Wakeup};
 use std::time::{Duration, Instant};
 
 use crate::backend::{IoResult, LockLevel};
@@ -88,22 +87,6 @@ pub(super) fn process_lock_key(logical: &str) -> u64 {
     })
 }
 
-/// Counts a connection waiting for a write lock while it lives.
-pub(super) struct Waiting<'a>(&'a AtomicUsize);
-
-impl<'a> Waiting<'a> {
-    pub(super) fn new(count: &'a AtomicUsize) -> Self {
-        count.fetch_add(1, Relaxed);
-        Self(count)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Relaxed);
-    }
-}
-
 impl OpenStore {
     /// Wait (at most `left`) for a file's writer to let go: a writer holds its lock for
     /// tens of microseconds, so first yield a few times (no sleep and wake-up, which cost
@@ -179,7 +162,7 @@ impl StoreDb {
             // About to commit: a flush starting meanwhile should wait for us a little, and
             // the writer ahead of us should let go of the lock before its flush.
             waiting.get_or_insert_with(|| self.store.store.writer_waiting());
-            counted.get_or_insert_with(|| Waiting::new(&self.store.waiting_writers));
+            counted.get_or_insert_with(|| Counted::new(&self.store.waiting_writers));
             coord = self.store.wait_for_writer_change(coord, left);
         };
         // Other processes: the same lock, held by the process; then their commits to this
