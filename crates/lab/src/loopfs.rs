@@ -630,6 +630,14 @@ pub fn last_lines(text: &str, count: usize) -> String {
     lines[lines.len().saturating_sub(count)..].join("\n")
 }
 
+/// Bytes free for an unprivileged user in the filesystem holding `dir`.
+pub fn free_bytes(dir: &Path) -> Result<u64> {
+    let stats = nix::sys::statvfs::statvfs(dir)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("statvfs {}", dir.display()))?;
+    Ok(stats.blocks_available() * stats.fragment_size())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -793,12 +801,4 @@ mod tests {
         drop(loop_fs);
         assert!(!work_dir.exists());
     }
-}
-
-/// Bytes free for an unprivileged user in the filesystem holding `dir`.
-pub fn free_bytes(dir: &Path) -> Result<u64> {
-    let stats = nix::sys::statvfs::statvfs(dir)
-        .map_err(std::io::Error::from)
-        .with_context(|| format!("statvfs {}", dir.display()))?;
-    Ok(stats.blocks_available() * stats.fragment_size())
 }
