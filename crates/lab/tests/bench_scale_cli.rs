@@ -70,6 +70,8 @@ fn both_modes_answer_with_positive_figures_and_a_second_run_reuses_the_databases
     // The store's forced checkpoint covers exactly the update commits since the fresh open.
     assert!(rows[0]["checkpoint_commits"].is_null(), "{}", rows[0]);
     assert_eq!(f(&rows[1], "checkpoint_commits"), 200.0, "{}", rows[1]);
+    assert_eq!(f(&rows[0], "checkpoint_count"), 1.0, "{}", rows[0]);
+    assert!(f(&rows[1], "checkpoint_count") >= 1.0, "{}", rows[1]);
     // wal copies back at least the pages the updates changed since its last checkpoint.
     assert!(f(&rows[0], "checkpoint_kib") >= 4.0, "{}", rows[0]);
     assert_eq!(json(&out)["skipped"], serde_json::json!([]));

@@ -97,6 +97,9 @@ pub struct ScaleResult {
     pub checkpoint_ms: f64,
     pub checkpoint_kib: f64,
     pub checkpoint_commits: Option<f64>,
+    /// The store's checkpoints in it: 2 when a compacting one followed, giving the file's
+    /// free end back (its moved pages are in `checkpoint_kib`); wal 1.
+    pub checkpoint_count: f64,
     /// A fresh process's open to its first query's row after the measuring process died by
     /// SIGKILL without closing.
     pub reopen_after_kill_ms: f64,
@@ -240,6 +243,7 @@ fn measure_size(
                     .then(|| figure(&|r| r.child.update_checkpoints.unwrap_or(0) as f64)),
                 checkpoint_ms: figure(&|r| r.child.checkpoint_ms),
                 checkpoint_kib: figure(&|r| r.child.checkpoint_bytes as f64 / 1024.0),
+                checkpoint_count: figure(&|r| r.child.checkpoint_count as f64),
                 checkpoint_commits: runs
                     .iter()
                     .all(|r| r.child.checkpoint_commits.is_some())
@@ -409,6 +413,13 @@ pub fn table(args: &ScaleArgs, dir: &Path, results: &[ScaleResult], skipped: &[S
             out.push_str(&format!(
                 "{} {}: the forced checkpoint covered {covered} commits, not the {} updates\n",
                 r.size, r.mode, r.updates
+            ));
+        }
+        if store && r.checkpoint_count > 1.0 {
+            out.push_str(&format!(
+                "{} {}: the forced checkpoint was {:.0} (a compacting one followed to give the \
+                 file's free end back: the pages it moved count in its KiB)\n",
+                r.size, r.mode, r.checkpoint_count
             ));
         }
     }

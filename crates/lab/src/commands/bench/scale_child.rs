@@ -62,6 +62,9 @@ pub struct ChildReport {
     /// and the bytes it wrote.
     pub checkpoint_ms: f64,
     pub checkpoint_bytes: u64,
+    /// A store's checkpoints in it: 2 when a compacting one followed to give the file's free
+    /// end back (wal: 1).
+    pub checkpoint_count: u64,
     /// The commits that checkpoint covers: a store's commits since its last checkpoint, when
     /// it made none of its own since the open (wal: `None`).
     pub checkpoint_commits: Option<u64>,
@@ -110,6 +113,7 @@ pub fn run_child(args: &ScaleChildArgs) -> Result<()> {
         let forced = force_checkpoint(&conn, scheme).context("the checkpoint after the updates")?;
         report.checkpoint_ms = forced.ms;
         report.checkpoint_bytes = forced.bytes;
+        report.checkpoint_count = forced.count;
         report.checkpoint_commits = forced.commits;
 
         let started = Instant::now();
@@ -139,6 +143,7 @@ pub fn run_child(args: &ScaleChildArgs) -> Result<()> {
 struct Forced {
     ms: f64,
     bytes: u64,
+    count: u64,
     commits: Option<u64>,
 }
 
@@ -162,6 +167,7 @@ fn force_checkpoint(conn: &Connection, scheme: &dyn Scheme) -> Result<Forced> {
             Ok(Forced {
                 ms: after.checkpoint_micros.saturating_sub(before.checkpoint_micros) as f64 / 1e3,
                 bytes: after.checkpoint_bytes.saturating_sub(before.checkpoint_bytes),
+                count: after.checkpoints.saturating_sub(before.checkpoints),
                 commits: (before.checkpoints == 0).then_some(before.commit_records + before.records_replayed),
             })
         }
@@ -178,6 +184,7 @@ fn force_checkpoint(conn: &Connection, scheme: &dyn Scheme) -> Result<Forced> {
             Ok(Forced {
                 ms,
                 bytes: IoCounters::sample(conn, scheme)?.minus(io_before).bytes_written,
+                count: 1,
                 commits: None,
             })
         }
