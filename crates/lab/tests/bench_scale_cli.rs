@@ -1,6 +1,7 @@
 //! `onesync-lab bench scale` run as a user would, tiny: a 20M database on wal and onesync
-//! answers in the JSON shape the lab promises with positive figures, a second run reuses the
-//! cached databases, a bad `--sizes` value is refused with a clear message, and a size the
+//! answers in the JSON shape the lab promises with positive figures (a checkpoint's time and
+//! bytes after the updates among them, in the JSON and as the table's columns), a second run
+//! reuses the cached databases, a bad `--sizes` value is refused with a clear message, and a size the
 //! disk has no room for is skipped, saying why.
 
 use std::path::Path;
@@ -55,6 +56,8 @@ fn both_modes_answer_with_positive_figures_and_a_second_run_reuses_the_databases
             "peak_rss_mib",
             "bytes_per_update_commit",
             "reopen_after_kill_ms",
+            "checkpoint_ms",
+            "checkpoint_kib",
         ] {
             assert!(f(r, key) > 0.0, "{key} in {r}");
         }
@@ -64,6 +67,13 @@ fn both_modes_answer_with_positive_figures_and_a_second_run_reuses_the_databases
     assert_eq!(f(&rows[0], "ratio"), 1.0);
     assert!(rows[0]["checkpoints"].is_null(), "{}", rows[0]);
     assert!(f(&rows[1], "checkpoints") >= 0.0, "{}", rows[1]);
+    // The store's forced checkpoint covers exactly the update commits since the fresh open.
+    assert!(rows[0]["checkpoint_commits"].is_null(), "{}", rows[0]);
+    assert_eq!(f(&rows[1], "checkpoint_commits"), 200.0, "{}", rows[1]);
+    assert_eq!(f(&rows[0], "checkpoint_count"), 1.0, "{}", rows[0]);
+    assert!(f(&rows[1], "checkpoint_count") >= 1.0, "{}", rows[1]);
+    // wal copies back at least the pages the updates changed since its last checkpoint.
+    assert!(f(&rows[0], "checkpoint_kib") >= 4.0, "{}", rows[0]);
     assert_eq!(json(&out)["skipped"], serde_json::json!([]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("building"), "{stderr}");
@@ -73,9 +83,45 @@ fn both_modes_answer_with_positive_figures_and_a_second_run_reuses_the_databases
     let out = scale("20M", 50, dir.path(), &[]);
     assert!(out.status.success(), "{}", said(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    for word in ["bench scale", "updates/s", "wal", "onesync", "20480 rows"] {
+    for word in [
+        "bench scale",
+        "updates/s",
+        "wal",
+        "onesync",
+        "20480 rows",
+        "onesync_checkpoint",
+    ] {
         assert!(stdout.contains(word), "{word}: {stdout}");
     }
+    // The checkpoint's columns, with a number in each row.
+    let lines: Vec<&str> = stdout.lines().collect();
+    let header = lines.iter().position(|l| l.contains("checkpoints")).unwrap();
+    let heads: Vec<&str> = lines[header].split_whitespace().collect();
+    assert_eq!(
+        heads.iter().filter(|&&h| h == "checkpoint").count(),
+        2,
+        "{stdout}"
+    );
+    let units: Vec<&str> = lines[header + 1].split_whitespace().collect();
+    assert!(units.windows(2).any(|w| w == ["ms", "KiB"]), "{stdout}");
+    for mode in ["wal", "onesync"] {
+        let row: Vec<&str> = lines
+            .iter()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|w| w.len() == 12 && w[0] == "20M" && w[1] == mode)
+            .unwrap_or_else(|| panic!("no 20M {mode} row of 12 columns: {stdout}"));
+        for column in [9, 10] {
+            let value: f64 = row[column]
+                .parse()
+                .unwrap_or_else(|_| panic!("{mode}: column {column} is {:?}: {stdout}", row[column]));
+            assert!(value >= 0.0, "{mode}: {stdout}");
+        }
+        assert!(
+            row[10].parse::<f64>().unwrap() > 0.0,
+            "{mode}: no checkpoint bytes: {stdout}"
+        );
+    }
+    assert!(!stdout.contains("the forced checkpoint covered"), "{stdout}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.matches("reusing").count(), 2, "{stderr}");
     assert!(!stderr.contains("building"), "{stderr}");

@@ -279,6 +279,12 @@ pub struct Stats {
     /// Other processes' commit records this process applied to its mapping.
     pub records_followed: u64,
     pub checkpoints: u64,
+    /// Bytes checkpoints wrote: the mapping, both header copies, and the pages a compacting
+    /// checkpoint moved (part of `bytes_written`).
+    pub checkpoint_bytes: u64,
+    /// Microseconds spent in checkpoints that succeeded, all together (from waiting for
+    /// the commits in flight to the second header copy's flush).
+    pub checkpoint_micros: u64,
     /// 1 if opening replayed commit records written after the last checkpoint.
     pub recoveries: u64,
     /// Records replayed at open.

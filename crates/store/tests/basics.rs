@@ -290,3 +290,26 @@ fn a_long_chain_recovers_the_same_read_ahead_on_a_thread() {
         }
     }
 }
+
+#[test]
+fn a_checkpoint_counts_its_bytes_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(dir.path().join("s.onesync"), &Options::default()).unwrap();
+    let mut t = store.begin();
+    let main = t.create_file("main").unwrap();
+    for p in 0..100 {
+        t.write_page(main, p, &page(p as u8, 4096)).unwrap();
+    }
+    t.commit().unwrap();
+    let before = store.stats();
+    store.checkpoint().unwrap();
+    let after = store.stats();
+    // One, and a compacting one to give the file's free end back.
+    assert!(after.checkpoints > before.checkpoints, "{after:?}");
+    // Everything written in between is the checkpoints': mappings, header copies, pages moved.
+    let bytes = after.checkpoint_bytes - before.checkpoint_bytes;
+    assert_eq!(bytes, after.bytes_written - before.bytes_written, "{after:?}");
+    assert!(bytes > 0, "{after:?}");
+    // Two flushes on a real file take time.
+    assert!(after.checkpoint_micros > before.checkpoint_micros, "{after:?}");
+}

@@ -197,6 +197,44 @@ fn onesync_stats_is_json() {
     assert_eq!(v["page_size"].as_u64(), Some(4096));
 }
 
+/// `PRAGMA onesync_checkpoint` writes a checkpoint now (its bytes and time counted in
+/// `onesync_stats`) and answers the durable point; a read-only connection is refused.
+#[test]
+fn onesync_checkpoint_checkpoints_and_a_reader_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.db");
+    let conn = open(&path);
+    conn.execute_batch("CREATE TABLE t(a); INSERT INTO t VALUES (1);")
+        .unwrap();
+    let stats = |conn: &Connection| -> serde_json::Value {
+        let json: String = conn.query_row("PRAGMA onesync_stats", [], |r| r.get(0)).unwrap();
+        serde_json::from_str(&json).unwrap()
+    };
+    let before = stats(&conn);
+    let json: String = conn
+        .query_row("PRAGMA onesync_checkpoint", [], |r| r.get(0))
+        .unwrap();
+    let reply: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(reply["durable_seq"], before["last_seq"], "{json}");
+    let after = stats(&conn);
+    let grew = |key: &str| after[key].as_u64().unwrap() > before[key].as_u64().unwrap();
+    for key in ["checkpoints", "checkpoint_bytes", "checkpoint_micros"] {
+        assert!(grew(key), "{key}: {before} then {after}");
+    }
+
+    let reader = Connection::open_with_flags_and_vfs(&path, OpenFlags::SQLITE_OPEN_READ_ONLY, VFS_NAME)
+        .expect("open read-only via onesync");
+    let refused = reader
+        .query_row("PRAGMA onesync_checkpoint", [], |r| r.get::<_, String>(0))
+        .unwrap_err();
+    assert_eq!(
+        refused.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ReadOnly),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("read-only"), "{refused}");
+}
+
 /// The bundled SQLite is built with SQLITE_ENABLE_BATCH_ATOMIC_WRITE
 /// (`.cargo/config.toml` sets LIBSQLITE3_FLAGS for libsqlite3-sys), and onesync
 /// advertises SQLITE_IOCAP_BATCH_ATOMIC, so a commit of a non-empty database

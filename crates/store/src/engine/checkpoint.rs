@@ -9,6 +9,7 @@ use crate::options::Sabotage;
 use crate::state::State;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// What a compacting checkpoint moved: slots that the previous header may still name,
 /// to be given up only once the new header is durable (or, should it fail, at the next
@@ -198,6 +199,7 @@ impl Shared {
     /// the lowest free slots (`compact_into_low_slots`), so that the end of the file can be
     /// given back. Only for a process alone with the store (`give_back_space`).
     pub(super) fn checkpoint_holding_writer(&self, meta: &mut Meta, compact: bool) -> Result<()> {
+        let started = Instant::now();
         let last_seq = meta.state.seq;
         self.wait_all_written(last_seq)?;
         // The checkpoint names pages of every commit so far. A power cut may persist the
@@ -229,7 +231,7 @@ impl Shared {
             let take = piece.len().min((n * self.page_size) as usize);
             let (now, rest) = piece.split_at(take);
             written = written.and_then(|()| {
-                self.write_counted(now, slot_offset(first, self.page_size), "writing a checkpoint")
+                self.write_for_checkpoint(now, slot_offset(first, self.page_size), "writing a checkpoint")
             });
             piece = rest;
         }
@@ -246,7 +248,7 @@ impl Shared {
             }
         });
         let written = written.and_then(|()| {
-            self.write_counted(
+            self.write_for_checkpoint(
                 &encoded,
                 Header::copy_offset(header.generation),
                 "writing the header",
@@ -273,7 +275,7 @@ impl Shared {
         // then damage to either copy later can never roll back onto reused slots.
         let other = Header::copy_offset(header.generation + 1);
         let duplicated = self
-            .write_counted(&encoded, other, "writing the second header copy")
+            .write_for_checkpoint(&encoded, other, "writing the second header copy")
             .and_then(|()| {
                 self.io
                     .sync_data()
@@ -305,6 +307,17 @@ impl Shared {
             }
         }
         self.rebase_on_checkpoint(meta, header.log.seed);
+        bump(
+            &self.counters.checkpoint_micros,
+            started.elapsed().as_micros() as u64,
+        );
+        Ok(())
+    }
+
+    /// `write_counted`, also counted as a checkpoint's (`checkpoint_bytes`).
+    fn write_for_checkpoint(&self, data: &[u8], offset: u64, during: &'static str) -> Result<()> {
+        self.write_counted(data, offset, during)?;
+        bump(&self.counters.checkpoint_bytes, data.len() as u64);
         Ok(())
     }
 
@@ -377,7 +390,7 @@ impl Shared {
                     continue;
                 }
                 let copied = self.read_slot(entry.slot, &mut page).and_then(|()| {
-                    self.write_counted(&page, slot_offset(to, self.page_size), "moving a page")
+                    self.write_for_checkpoint(&page, slot_offset(to, self.page_size), "moving a page")
                 });
                 if let Err(e) = copied {
                     meta.alloc.release(to, 1);

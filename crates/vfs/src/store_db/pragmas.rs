@@ -4,7 +4,10 @@
 use std::ffi::c_int;
 
 use crate::backend::{LockLevel, Pragma};
-use crate::ffi::{SQLITE_ERROR, SQLITE_IOERR, SQLITE_NOTFOUND, SQLITE_NOTICE, SQLITE_OK};
+use crate::ffi::{
+    SQLITE_ERROR, SQLITE_FULL, SQLITE_IOERR, SQLITE_NOTFOUND, SQLITE_NOTICE, SQLITE_OK, SQLITE_READONLY,
+};
+use onesync_store::Error as StoreError;
 
 use super::connections::{parse_switch, parse_sync_interval};
 use super::handle::StoreDb;
@@ -74,6 +77,29 @@ impl StoreDb {
                     Err(e) => {
                         reply(format!("onesync: PRAGMA onesync_flush failed: {e}"));
                         SQLITE_IOERR
+                    }
+                }
+            }
+            (Some("onesync_checkpoint"), _) => {
+                // A mapping checkpoint now (also makes every commit written so far durable):
+                // what the store otherwise does by its own policy and at close.
+                if self.read_only {
+                    reply("onesync: PRAGMA onesync_checkpoint on a read-only connection".to_string());
+                    return SQLITE_READONLY;
+                }
+                match self.store.store.checkpoint() {
+                    Ok(()) => {
+                        let durable = self.store.store.durable_seq();
+                        reply(serde_json::json!({ "durable_seq": durable }).to_string());
+                        SQLITE_OK
+                    }
+                    Err(e) => {
+                        reply(format!("onesync: PRAGMA onesync_checkpoint failed: {e}"));
+                        match e {
+                            StoreError::ReadOnly => SQLITE_READONLY,
+                            StoreError::NoSpace => SQLITE_FULL,
+                            _ => SQLITE_IOERR,
+                        }
                     }
                 }
             }

@@ -34,6 +34,8 @@ pub(super) fn stats_json(open: &OpenStore) -> String {
         "catch_ups": s.catch_ups,
         "records_followed": s.records_followed,
         "checkpoints": s.checkpoints,
+        "checkpoint_bytes": s.checkpoint_bytes,
+        "checkpoint_micros": s.checkpoint_micros,
         "recoveries": s.recoveries,
         "records_replayed": s.records_replayed,
         "conflicts": s.conflicts,

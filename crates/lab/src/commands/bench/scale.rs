@@ -5,9 +5,11 @@
 //! Per size, a plain database of 1000-byte rows and its store copy are built once and kept
 //! in a cache directory (`scale_data`). Per mode (wal, onesync) a fresh working copy is made
 //! and measured by a child process of its own (`scale_child`): the open to the first query's
-//! row, one-row updates and inserts each its own transaction, the peak RSS, and bytes written
-//! per update commit; the child then dies by SIGKILL without closing, and a second child's
-//! open and first query time the recovery. With `--rounds N` the modes take turns in each
+//! row, one-row updates and inserts each its own transaction, the peak RSS, bytes written per
+//! update commit, and the time and bytes of one checkpoint forced right after the updates (the
+//! same number of commits from a fresh open at every size: issue 42's "a checkpoint
+//! proportional to what changed"); the child then dies by SIGKILL without closing, and a
+//! second child's open and first query time the recovery. With `--rounds N` the modes take turns in each
 //! round and each figure is the median of the rounds.
 
 use std::path::{Path, PathBuf};
@@ -37,8 +39,9 @@ pub struct ScaleArgs {
     #[arg(long, value_name = "SIZES", value_delimiter = ',', default_value = "100M,1G")]
     pub sizes: Vec<Size>,
 
-    /// One-row updates per mode, each its own transaction, then as many one-row inserts
-    #[arg(long, value_name = "N", default_value_t = 2000,
+    /// One-row updates per mode, each its own transaction, then as many one-row inserts; the
+    /// checkpoint measured right after the updates covers these commits
+    #[arg(long, value_name = "N", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub updates: u64,
 
@@ -88,6 +91,15 @@ pub struct ScaleResult {
     pub bytes_per_update_commit: f64,
     /// The store's checkpoints during the updates (`None` for wal).
     pub checkpoints: Option<f64>,
+    /// The checkpoint forced right after the updates: its time and the bytes it wrote
+    /// (`scale_child::force_checkpoint`), and for a store the commits it covered (`None` for
+    /// wal, or when the store checkpointed by itself during the updates in some round).
+    pub checkpoint_ms: f64,
+    pub checkpoint_kib: f64,
+    pub checkpoint_commits: Option<f64>,
+    /// The store's checkpoints in it: 2 when a compacting one followed, giving the file's
+    /// free end back (its moved pages are in `checkpoint_kib`); wal 1.
+    pub checkpoint_count: f64,
     /// A fresh process's open to its first query's row after the measuring process died by
     /// SIGKILL without closing.
     pub reopen_after_kill_ms: f64,
@@ -229,6 +241,13 @@ fn measure_size(
                     .iter()
                     .all(|r| r.child.update_checkpoints.is_some())
                     .then(|| figure(&|r| r.child.update_checkpoints.unwrap_or(0) as f64)),
+                checkpoint_ms: figure(&|r| r.child.checkpoint_ms),
+                checkpoint_kib: figure(&|r| r.child.checkpoint_bytes as f64 / 1024.0),
+                checkpoint_count: figure(&|r| r.child.checkpoint_count as f64),
+                checkpoint_commits: runs
+                    .iter()
+                    .all(|r| r.child.checkpoint_commits.is_some())
+                    .then(|| figure(&|r| r.child.checkpoint_commits.unwrap_or(0) as f64)),
                 reopen_after_kill_ms: figure(&|r| r.reopen_ms),
                 rounds_updates_per_s,
                 rounds_ratio,
@@ -254,7 +273,10 @@ fn measure_mode(
         .tempdir_in(dir)
         .with_context(|| format!("making a work directory in {}", dir.display()))?;
     let copy = working_copy(cached, work.path(), size, mode == Mode::Wal)?;
-    let spinner = phase_spinner(mode.name(), "open, updates and inserts in a child process");
+    let spinner = phase_spinner(
+        mode.name(),
+        "open, updates, a checkpoint and inserts in a child process",
+    );
     let mut child = ChildRun {
         db: &copy,
         mode,
@@ -287,14 +309,14 @@ pub fn table(args: &ScaleArgs, dir: &Path, results: &[ScaleResult], skipped: &[S
         String::new()
     };
     let mut out = format!(
-        "bench scale ({} one-row updates, then as many inserts, per mode, each in a fresh process \
-         on a fresh copy{rounds}; cache {}):\n",
+        "bench scale ({} one-row updates, a checkpoint, then as many inserts, per mode, each in a \
+         fresh process on a fresh copy{rounds}; cache {}):\n",
         args.updates,
         dir.display()
     );
     let width = MODES.iter().map(|m| m.name().len()).max().unwrap_or(0);
     out.push_str(&format!(
-        "{:>5}  {:<width$} {:>8} {:>10} {:>6} {:>10} {:>9} {:>13} {:>12} {:>13}\n",
+        "{:>5}  {:<width$} {:>8} {:>10} {:>6} {:>10} {:>9} {:>13} {:>12} {:>11} {:>11} {:>13}\n",
         "size",
         "mode",
         "open ms",
@@ -304,15 +326,17 @@ pub fn table(args: &ScaleArgs, dir: &Path, results: &[ScaleResult], skipped: &[S
         "peak RSS",
         "bytes/update",
         "checkpoints",
+        "checkpoint",
+        "checkpoint",
         "reopen after"
     ));
     out.push_str(&format!(
-        "{:>5}  {:<width$} {:>8} {:>10} {:>6} {:>10} {:>9} {:>13} {:>12} {:>13}\n",
-        "", "", "", "", "", "", "MiB", "commit", "", "kill ms"
+        "{:>5}  {:<width$} {:>8} {:>10} {:>6} {:>10} {:>9} {:>13} {:>12} {:>11} {:>11} {:>13}\n",
+        "", "", "", "", "", "", "MiB", "commit", "", "ms", "KiB", "kill ms"
     ));
     for r in results {
         out.push_str(&format!(
-            "{:>5}  {:<width$} {:>8.1} {:>10.0} {:>6.2} {:>10.0} {:>9.1} {:>13.0} {:>12} {:>13.1}\n",
+            "{:>5}  {:<width$} {:>8.1} {:>10.0} {:>6.2} {:>10.0} {:>9.1} {:>13.0} {:>12} {:>11.1} {:>11.0} {:>13.1}\n",
             r.size,
             r.mode,
             r.open_ms,
@@ -322,6 +346,8 @@ pub fn table(args: &ScaleArgs, dir: &Path, results: &[ScaleResult], skipped: &[S
             r.peak_rss_mib,
             r.bytes_per_update_commit,
             or_dash(r.checkpoints, 0),
+            r.checkpoint_ms,
+            r.checkpoint_kib,
             r.reopen_after_kill_ms,
         ));
     }
@@ -332,6 +358,14 @@ pub fn table(args: &ScaleArgs, dir: &Path, results: &[ScaleResult], skipped: &[S
         " bytes/update commit: bytes written per update commit, checkpoints included (onesync: the ",
         "store's counters; wal: the counting shim's, WAL frames and checkpoints into the database)\n",
         " checkpoints: the store's during the updates (wal's are not counted)\n",
+        " checkpoint ms, KiB: one checkpoint forced right after the updates, so after the same ",
+        "commits from a fresh open at every size. onesync: PRAGMA onesync_checkpoint, the ",
+        "store's checkpoint_micros and checkpoint_bytes around it (the mapping, both header ",
+        "copies, pages a compacting checkpoint moved; the data pages were written at commit); ",
+        "it covers every update commit unless the store checkpointed by itself (checkpoints). ",
+        "wal: PRAGMA wal_checkpoint(TRUNCATE), timed around the pragma, and the bytes the ",
+        "counting shim saw it write into the database file (the pages copied back); it copies ",
+        "only what the log gathered since wal's last automatic checkpoint (every 1000 log pages)\n",
         " reopen after kill ms: the same open and query in a fresh process after the measuring one ",
         "died by SIGKILL without closing)\n",
     ));
@@ -367,6 +401,27 @@ pub fn table(args: &ScaleArgs, dir: &Path, results: &[ScaleResult], skipped: &[S
             r.mode,
             rounds.join(", ")
         ));
+    }
+    for r in results {
+        let store = r.mode == Mode::Onesync.name();
+        if store && r.checkpoint_commits != Some(r.updates as f64) {
+            let covered = r
+                .checkpoint_commits
+                .map_or("fewer (the store checkpointed by itself)".to_owned(), |c| {
+                    format!("{c:.0}")
+                });
+            out.push_str(&format!(
+                "{} {}: the forced checkpoint covered {covered} commits, not the {} updates\n",
+                r.size, r.mode, r.updates
+            ));
+        }
+        if store && r.checkpoint_count > 1.0 {
+            out.push_str(&format!(
+                "{} {}: the forced checkpoint was {:.0} (a compacting one followed to give the \
+                 file's free end back: the pages it moved count in its KiB)\n",
+                r.size, r.mode, r.checkpoint_count
+            ));
+        }
     }
     for s in skipped {
         out.push_str(&format!("skipped {}: {}\n", s.size, s.reason));

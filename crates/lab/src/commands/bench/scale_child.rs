@@ -1,7 +1,8 @@
 //! One measurement of `bench scale` in a process of its own (the hidden `__bench-scale-child`),
 //! so that its open starts cold in the process and its peak RSS is its own: the time from the
 //! open to the first query's row, then one-row updates and inserts each its own transaction,
-//! the store's counters around the updates, and `VmHWM`. It reports one JSON line on stdout;
+//! the store's counters around the updates, one checkpoint forced right after the updates
+//! (its time and bytes), and `VmHWM`. It reports one JSON line on stdout;
 //! with `--kill` it then dies by SIGKILL without closing, leaving what it committed since the
 //! last checkpoint for the next open to replay.
 
@@ -19,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::scale_data::ROW_PAYLOAD;
 use crate::meters::io::{IoCounters, StoreActivity};
 use crate::meters::per;
-use crate::schemes::Mode;
+use crate::schemes::{Mode, Scheme, Storage};
 
 /// `onesync-lab __bench-scale-child`: one measurement of `bench scale`.
 #[derive(clap::Args, Debug)]
@@ -57,6 +58,16 @@ pub struct ChildReport {
     pub update_bytes: u64,
     /// A store's checkpoints over the updates.
     pub update_checkpoints: Option<u64>,
+    /// The checkpoint forced right after the updates ([`force_checkpoint`]): its time, ms,
+    /// and the bytes it wrote.
+    pub checkpoint_ms: f64,
+    pub checkpoint_bytes: u64,
+    /// A store's checkpoints in it: 2 when a compacting one followed to give the file's free
+    /// end back (wal: 1).
+    pub checkpoint_count: u64,
+    /// The commits that checkpoint covers: a store's commits since its last checkpoint, when
+    /// it made none of its own since the open (wal: `None`).
+    pub checkpoint_commits: Option<u64>,
 }
 
 /// Runs the child's measurement and prints its report; with `--kill`, then dies.
@@ -99,6 +110,12 @@ pub fn run_child(args: &ScaleChildArgs) -> Result<()> {
         report.update_commits = store.map_or(args.updates, |s| s.commit_records);
         report.update_checkpoints = store.map(|s| s.checkpoints);
 
+        let forced = force_checkpoint(&conn, scheme).context("the checkpoint after the updates")?;
+        report.checkpoint_ms = forced.ms;
+        report.checkpoint_bytes = forced.bytes;
+        report.checkpoint_count = forced.count;
+        report.checkpoint_commits = forced.commits;
+
         let started = Instant::now();
         let mut insert = conn.prepare("INSERT INTO t(v) VALUES (randomblob(1000))")?;
         for n in 0..args.updates {
@@ -120,6 +137,79 @@ pub fn run_child(args: &ScaleChildArgs) -> Result<()> {
     }
     drop(conn);
     Ok(())
+}
+
+/// What one forced checkpoint cost.
+struct Forced {
+    ms: f64,
+    bytes: u64,
+    count: u64,
+    commits: Option<u64>,
+}
+
+/// One checkpoint now. A store: `PRAGMA onesync_checkpoint`, its time and bytes the store's
+/// own counters around it (`checkpoint_micros`, `checkpoint_bytes`: the mapping, both
+/// header copies, and any pages a compacting checkpoint moved), covering the commits since
+/// its last checkpoint. A plain file (in WAL mode): `PRAGMA wal_checkpoint(TRUNCATE)`, timed
+/// around the pragma, and the bytes the counting shim saw written meanwhile: the pages
+/// copied into the database file (truncating the log writes nothing).
+fn force_checkpoint(conn: &Connection, scheme: &dyn Scheme) -> Result<Forced> {
+    match scheme.storage() {
+        Storage::Store => {
+            let before = CheckpointStats::read(conn)?;
+            let _: String = conn
+                .query_row("PRAGMA onesync_checkpoint", [], |r| r.get(0))
+                .context("PRAGMA onesync_checkpoint")?;
+            let after = CheckpointStats::read(conn)?;
+            if after.checkpoints == before.checkpoints {
+                bail!("PRAGMA onesync_checkpoint returned without a checkpoint counted");
+            }
+            Ok(Forced {
+                ms: after.checkpoint_micros.saturating_sub(before.checkpoint_micros) as f64 / 1e3,
+                bytes: after.checkpoint_bytes.saturating_sub(before.checkpoint_bytes),
+                count: after.checkpoints.saturating_sub(before.checkpoints),
+                commits: (before.checkpoints == 0).then_some(before.commit_records + before.records_replayed),
+            })
+        }
+        Storage::PlainFile => {
+            let io_before = IoCounters::sample(conn, scheme)?;
+            let started = Instant::now();
+            let busy: i64 = conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+                .context("PRAGMA wal_checkpoint(TRUNCATE)")?;
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            if busy != 0 {
+                bail!("PRAGMA wal_checkpoint(TRUNCATE) could not complete (busy)");
+            }
+            Ok(Forced {
+                ms,
+                bytes: IoCounters::sample(conn, scheme)?.minus(io_before).bytes_written,
+                count: 1,
+                commits: None,
+            })
+        }
+    }
+}
+
+/// The store's counters a forced checkpoint is measured by (`PRAGMA onesync_stats`; all
+/// since the open, but `records_replayed`, the commits the open found after the last
+/// checkpoint).
+#[derive(Deserialize)]
+struct CheckpointStats {
+    commit_records: u64,
+    records_replayed: u64,
+    checkpoints: u64,
+    checkpoint_bytes: u64,
+    checkpoint_micros: u64,
+}
+
+impl CheckpointStats {
+    fn read(conn: &Connection) -> Result<CheckpointStats> {
+        let json: String = conn
+            .query_row("PRAGMA onesync_stats", [], |r| r.get(0))
+            .context("PRAGMA onesync_stats")?;
+        serde_json::from_str(&json).with_context(|| format!("parsing PRAGMA onesync_stats: {json}"))
+    }
 }
 
 /// Reads row `id`'s value, checking it is a whole row.
