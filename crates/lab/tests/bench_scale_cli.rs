@@ -104,23 +104,19 @@ fn both_modes_answer_with_positive_figures_and_a_second_run_reuses_the_databases
     );
     let units: Vec<&str> = lines[header + 1].split_whitespace().collect();
     assert!(units.windows(2).any(|w| w == ["ms", "KiB"]), "{stdout}");
-    for mode in ["wal", "onesync"] {
-        let row: Vec<&str> = lines
+    let row = |mode: &str| -> Vec<String> {
+        lines
             .iter()
-            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
             .find(|w| w.len() == 12 && w[0] == "20M" && w[1] == mode)
-            .unwrap_or_else(|| panic!("no 20M {mode} row of 12 columns: {stdout}"));
-        for column in [9, 10] {
-            let value: f64 = row[column]
-                .parse()
-                .unwrap_or_else(|_| panic!("{mode}: column {column} is {:?}: {stdout}", row[column]));
-            assert!(value >= 0.0, "{mode}: {stdout}");
-        }
-        assert!(
-            row[10].parse::<f64>().unwrap() > 0.0,
-            "{mode}: no checkpoint bytes: {stdout}"
-        );
-    }
+            .unwrap_or_else(|| panic!("no 20M {mode} row of 12 columns: {stdout}"))
+    };
+    // onesync's checkpoint: a time and its bytes (two header copies at least); wal's
+    // checkpoints run inside its commits, so it shows none.
+    let store = row("onesync");
+    assert!(store[9].parse::<f64>().unwrap() > 0.0, "{stdout}");
+    assert!(store[10].parse::<f64>().unwrap() >= 2.0, "{stdout}");
+    assert_eq!(row("wal")[9..11], ["-", "-"], "{stdout}");
     assert!(!stdout.contains("the forced checkpoint covered"), "{stdout}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.matches("reusing").count(), 2, "{stderr}");

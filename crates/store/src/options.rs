@@ -279,8 +279,8 @@ pub struct Stats {
     /// Other processes' commit records this process applied to its mapping.
     pub records_followed: u64,
     pub checkpoints: u64,
-    /// Bytes checkpoints wrote: the mapping, both header copies, and the pages a compacting
-    /// checkpoint moved (part of `bytes_written`).
+    /// Bytes checkpoints wrote: the mapping and both header copies (part of `bytes_written`;
+    /// the pages a compacting checkpoint moves are not counted here).
     pub checkpoint_bytes: u64,
     /// Microseconds spent in checkpoints that succeeded, all together (from waiting for
     /// the commits in flight to the second header copy's flush).

@@ -304,12 +304,14 @@ fn a_checkpoint_counts_its_bytes_and_time() {
     let before = store.stats();
     store.checkpoint().unwrap();
     let after = store.stats();
-    // One, and a compacting one to give the file's free end back.
-    assert!(after.checkpoints > before.checkpoints, "{after:?}");
-    // Everything written in between is the checkpoints': mappings, header copies, pages moved.
+    // One, and perhaps a compacting one to give the file's free end back.
+    let checkpoints = after.checkpoints - before.checkpoints;
+    assert!(checkpoints > 0, "{after:?}");
+    // Each wrote a mapping and two header copies (1 KiB each); pages a compacting one moved
+    // are written but not counted as the checkpoint's.
     let bytes = after.checkpoint_bytes - before.checkpoint_bytes;
-    assert_eq!(bytes, after.bytes_written - before.bytes_written, "{after:?}");
-    assert!(bytes > 0, "{after:?}");
+    assert!(bytes >= checkpoints * 2 * 1024, "{after:?}");
+    assert!(bytes <= after.bytes_written - before.bytes_written, "{after:?}");
     // Two flushes on a real file take time.
     assert!(after.checkpoint_micros > before.checkpoint_micros, "{after:?}");
 }

@@ -390,7 +390,7 @@ impl Shared {
                     continue;
                 }
                 let copied = self.read_slot(entry.slot, &mut page).and_then(|()| {
-                    self.write_for_checkpoint(&page, slot_offset(to, self.page_size), "moving a page")
+                    self.write_counted(&page, slot_offset(to, self.page_size), "moving a page")
                 });
                 if let Err(e) = copied {
                     meta.alloc.release(to, 1);

@@ -149,7 +149,7 @@ struct Forced {
 
 /// One checkpoint now. A store: `PRAGMA onesync_checkpoint`, its time and bytes the store's
 /// own counters around it (`checkpoint_micros`, `checkpoint_bytes`: the mapping, both
-/// header copies, and any pages a compacting checkpoint moved), covering the commits since
+/// header copies; not the pages a compacting checkpoint moves), covering the commits since
 /// its last checkpoint. A plain file (in WAL mode): `PRAGMA wal_checkpoint(TRUNCATE)`, timed
 /// around the pragma, and the bytes the counting shim saw written meanwhile: the pages
 /// copied into the database file (truncating the log writes nothing).
