@@ -494,7 +494,7 @@ pub(crate) fn load_checkpoint(io: &dyn StorageIo, header: &Header, capacity: u64
         ));
     }
     let state = State::from_checkpoint(decoded, page_size)?;
-    if let Some(beyond) = state.live_slots().find(|s| *s >= capacity) {
+    if let Some(beyond) = state.live_slots()?.into_iter().find(|s| *s >= capacity) {
         return Err(Error::Truncated(format!(
             "a page lives in slot {beyond} but the file holds {capacity} slots"
         )));
@@ -731,7 +731,7 @@ fn replay(
         slot = record.next_slot;
         window_end = record.window_end;
     }
-    let mut used: Vec<u64> = state.live_slots().collect();
+    let mut used: Vec<u64> = state.live_slots()?;
     let live_count = used.len();
     used.sort_unstable();
     used.dedup();

@@ -177,7 +177,7 @@ impl Store {
             return Err(Error::InvalidArgument("the medium is not empty".into()));
         }
         let page_size = opts.page_size as u64;
-        let (blob, blob_crc) = State::default().encode_checkpoint();
+        let (blob, blob_crc) = State::default().encode_checkpoint()?;
         let blob_slots = (blob.len() as u64).div_ceil(page_size).max(1);
         // Small: the first window is a share of the first slots, and the file grows in
         // steps as commits need room (`Options::growth_step`).

@@ -91,10 +91,11 @@ impl Snapshot {
     /// The version of a page: the sequence number of the commit that last changed it (0
     /// for a page never written), `None` past the file's end or for a missing file. Two
     /// snapshots with the same version of a page hold the same bytes in it.
-    pub fn page_version(&self, file: FileId, page: u64) -> Option<u64> {
-        self.state
-            .entry(file.0, page, self.shared.page_size)
-            .map(|e| e.seq)
+    pub fn page_version(&self, file: FileId, page: u64) -> Result<Option<u64>> {
+        Ok(self
+            .state
+            .entry(file.0, page, self.shared.page_size)?
+            .map(|e| e.seq))
     }
 }
 
@@ -175,8 +176,8 @@ pub(crate) fn read_page_in(
         )));
     }
     let f = state.files.get(&file.0).ok_or(Error::NoSuchFile(file.0))?;
-    match state.entry(file.0, page, shared.page_size) {
-        Some(entry) => read_page_entry(shared, (file.0, page), entry, buf, || {
+    match state.entry(file.0, page, shared.page_size)? {
+        Some(entry) => read_page_entry(shared, (file.0, page), &entry, buf, || {
             format!("page {page} of {:?}", f.name)
         }),
         None => {
@@ -416,20 +417,21 @@ impl Transaction {
     pub fn set_file_size(&mut self, file: FileId, bytes: u64) -> Result<()> {
         self.writable()?;
         let page_size = self.shared().page_size;
-        let f = self
+        let size = self
             .work
             .files
-            .get_mut(&file.0)
-            .ok_or(Error::NoSuchFile(file.0))?;
+            .get(&file.0)
+            .ok_or(Error::NoSuchFile(file.0))?
+            .size;
         if bytes.div_ceil(page_size) > u32::MAX as u64 {
             return Err(Error::InvalidArgument(format!("file size {bytes} is too large")));
         }
-        if bytes < f.size && !self.created.contains(&file.0) {
-            let low = self.low_water.entry(file.0).or_insert(f.size);
+        if bytes < size && !self.created.contains(&file.0) {
+            let low = self.low_water.entry(file.0).or_insert(size);
             *low = (*low).min(bytes);
         }
-        let shrinks = bytes < f.size;
-        f.resize(bytes, page_size);
+        let shrinks = bytes < size;
+        self.work.resize_file(file.0, bytes, page_size)?;
         if shrinks {
             // Forget this transaction's writes past the new end (only those: growing a file
             // page by page must not cost a pass over every page written so far).
@@ -487,8 +489,7 @@ impl Transaction {
         let shared = self.base.shared.clone();
         let current = self
             .work
-            .entry(file.0, page, page_size)
-            .cloned()
+            .entry(file.0, page, page_size)?
             .unwrap_or(PageEntry::ZERO);
         let crc = crc32c::crc32c(data);
         if current.slot != NO_SLOT && self.own_slots.contains(&current.slot) {
@@ -502,7 +503,7 @@ impl Transaction {
                     seq: 0,
                     overlay: None,
                 },
-            );
+            )?;
             return Ok(());
         }
         let merged_at_commit = self.mergers.contains_key(&(file.0, page));
@@ -528,7 +529,7 @@ impl Transaction {
                             overlay: Some(Arc::new(overlay)),
                             ..current
                         },
-                    );
+                    )?;
                     return Ok(());
                 }
             }
@@ -543,7 +544,7 @@ impl Transaction {
                 seq: 0,
                 overlay: None,
             },
-        );
+        )?;
         if self.buffered.len() as u64 * page_size > BUFFER_BYTES {
             self.spill()?;
         }
@@ -570,22 +571,23 @@ impl Transaction {
                     seq: 0,
                     overlay: None,
                 },
-            );
+            )?;
         }
         Ok(())
     }
 
     /// Record a page's new entry (the caller has made sure the page is within the file).
-    fn set_entry(&mut self, file: FileId, page: u64, entry: PageEntry) {
-        if let Some(f) = self.work.files.get_mut(&file.0) {
-            f.pages.insert(page, entry);
+    fn set_entry(&mut self, file: FileId, page: u64, entry: PageEntry) -> Result<()> {
+        if self.work.files.contains_key(&file.0) {
+            self.work.set_page(file.0, page, entry)?;
             self.dirty.insert((file.0, page));
         }
+        Ok(())
     }
 
     /// The record's operations (the net effect of this transaction on its base) and the
     /// indexes of the `Page` operations whose pages are buffered.
-    fn operations(&self) -> (Vec<Op>, Vec<usize>) {
+    fn operations(&self) -> Result<(Vec<Op>, Vec<usize>)> {
         let page_size = self.shared().page_size;
         let base = &self.base.state;
         let mut ops: Vec<Op> = self.deleted.iter().map(|&file| Op::Delete { file }).collect();
@@ -622,16 +624,16 @@ impl Transaction {
         }
         let mut buffered = Vec::new();
         for &(id, page) in &self.dirty {
-            let Some(entry) = self.work.entry(id, page, page_size) else {
+            let Some(entry) = self.work.entry(id, page, page_size)? else {
                 continue;
             };
             let prior = if page < size_before_pages(id).div_ceil(page_size) {
-                base.entry(id, page, page_size)
+                base.entry(id, page, page_size)?
             } else {
                 None
             };
-            let prior_slot = prior.map_or(NO_SLOT, |p| p.slot);
-            let prior_overlay = prior.and_then(|p| p.overlay.as_deref());
+            let prior_slot = prior.as_ref().map_or(NO_SLOT, |p| p.slot);
+            let prior_overlay = prior.as_ref().and_then(|p| p.overlay.as_deref());
             if entry.slot != prior_slot {
                 if entry.slot == BUFFERED {
                     buffered.push(ops.len());
@@ -669,7 +671,7 @@ impl Transaction {
                 }
             }
         }
-        (ops, buffered)
+        Ok((ops, buffered))
     }
 
     /// Describe the first change another commit made since `base` to something this
@@ -788,8 +790,17 @@ impl Transaction {
                         if self.mergers.contains_key(&(*file, *page)) {
                             continue;
                         }
-                        if f.pages.get(page).is_some_and(|e| e.seq > base_seq) {
-                            return Some(format!("page {page} of {:?}", f.name));
+                        match latest.entry(*file, *page, self.shared().page_size) {
+                            Ok(entry) if entry.as_ref().is_some_and(|e| e.seq > base_seq) => {
+                                return Some(format!("page {page} of {:?}", f.name));
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                return Some(format!(
+                                    "page {page} of {:?}, whose mapping could not be read ({e})",
+                                    f.name
+                                ))
+                            }
                         }
                     }
                 }
@@ -809,9 +820,13 @@ impl Transaction {
     /// release its own locks, then call [`PendingCommit::wait`], which returns once the
     /// transaction is durable (sharing a flush with whoever commits meanwhile).
     pub fn commit_without_waiting(mut self) -> Result<PendingCommit, CommitError> {
+        // Before `finished`: a mapping that cannot be read leaves the transaction to be
+        // dropped as one abandoned (its early slots go back).
+        let (ops, buffered) = self
+            .operations()
+            .map_err(|error| CommitError { seq: None, error })?;
         self.finished = true;
         let shared = self.base.shared.clone();
-        let (ops, buffered) = self.operations();
         let early_slots = std::mem::take(&mut self.own_slots);
         if ops.is_empty() {
             return Ok(shared.commit_nothing(self.base.state.seq, early_slots));

@@ -27,9 +27,14 @@ pub type PageMerger = Arc<dyn Fn(&[u8], &[u8], &[u8]) -> Option<Vec<u8>> + Send 
 pub(crate) type ReadPage<'a> = &'a dyn Fn(&State, u32, u64, &mut [u8]) -> bool;
 
 /// The version of a page in `state`: the commit that last changed it, `Some(0)` for a page
-/// never written (zeros), `None` past the file's end or for a missing file.
-fn version(state: &State, file: u32, page: u64, page_size: u64) -> Option<u64> {
-    state.entry(file, page, page_size).map(|e| e.seq)
+/// never written (zeros), `None` past the file's end or for a missing file. A mapping that
+/// cannot be read gives a description, which fails the transaction as a conflict would
+/// (it cannot be shown not to be one).
+fn version(state: &State, file: u32, page: u64, page_size: u64) -> Result<Option<u64>, String> {
+    state
+        .entry(file, page, page_size)
+        .map(|e| e.map(|e| e.seq))
+        .map_err(|e| format!("page {page} of file {file}, whose mapping could not be read ({e})"))
 }
 
 /// The first page of `reads` that another commit changed between `base` and `latest`
@@ -48,7 +53,14 @@ pub(crate) fn changed_reads(
         let Some(f) = latest.files.get(&file) else {
             return Some(format!("file {file} (deleted), which this transaction read"));
         };
-        if version(base, file, page, page_size) != version(latest, file, page, page_size) {
+        let (before, now) = match (
+            version(base, file, page, page_size),
+            version(latest, file, page, page_size),
+        ) {
+            (Ok(before), Ok(now)) => (before, now),
+            (Err(what), _) | (_, Err(what)) => return Some(what),
+        };
+        if before != now {
             return Some(format!(
                 "page {page} of {:?}, which this transaction read",
                 f.name
@@ -83,7 +95,7 @@ pub(crate) fn rebase_merged(
                 "file {file} (deleted), whose page {page} this transaction merges"
             ));
         };
-        if version(base, file, page, page_size) == version(latest, file, page, page_size) {
+        if version(base, file, page, page_size)? == version(latest, file, page, page_size)? {
             continue;
         }
         let what = || format!("page {page} of {:?}, changed since and not mergeable", f.name);

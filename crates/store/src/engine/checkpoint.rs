@@ -93,7 +93,7 @@ impl Shared {
         }
         let capacity = meta.alloc.capacity();
         let superseded = std::mem::take(&mut meta.last_commit_superseded);
-        let live: u64 = meta.state.files.values().map(|f| f.pages.len() as u64).sum();
+        let live = meta.state.mapped_pages();
         let keep = self.opts.growth_slots(live, 0);
         let large = superseded * 4 >= capacity || superseded * 2 >= live;
         if !large || superseded < keep || capacity < 2 * live + 2 * keep {
@@ -211,7 +211,7 @@ impl Shared {
         } else {
             Moved::default()
         };
-        let (blob, blob_crc) = meta.state.encode_checkpoint();
+        let (blob, blob_crc) = meta.state.encode_checkpoint()?;
         let blob_slots = (blob.len() as u64).div_ceil(self.page_size).max(1);
         let extents = self.alloc_extents(meta, blob_slots)?;
         let header = Header {
@@ -369,19 +369,20 @@ impl Shared {
         let mut page = vec![0u8; self.page_size as usize];
         let files: Vec<u32> = state.files.keys().copied().collect();
         for id in files {
-            let Some(file) = state.files.get_mut(&id) else {
-                continue;
-            };
-            let high: Vec<u64> = file
-                .pages
-                .iter()
-                .filter(|(_, e)| e.slot != crate::format::NO_SLOT && e.slot >= room)
-                .map(|(&n, _)| n)
-                .collect();
-            for n in high {
-                let Some(entry) = file.pages.get_mut(&n) else {
-                    continue;
+            let mut high = Vec::new();
+            for item in state.pages_of(id, 0, u64::MAX) {
+                let (n, entry) = match item {
+                    Ok(found) => found,
+                    Err(e) => {
+                        moved.give_up(meta);
+                        return Err(e);
+                    }
                 };
+                if entry.slot != crate::format::NO_SLOT && entry.slot >= room {
+                    high.push((n, entry));
+                }
+            }
+            for (n, mut entry) in high {
                 let Some(to) = meta.alloc.take_run(1) else {
                     break;
                 };
@@ -400,6 +401,10 @@ impl Shared {
                 moved.old_page_slots.push(entry.slot);
                 moved.copies.push(to);
                 entry.slot = to;
+                if let Err(e) = state.set_page(id, n, entry) {
+                    moved.give_up(meta);
+                    return Err(e);
+                }
             }
         }
         if !moved.old_page_slots.is_empty() {
@@ -427,6 +432,18 @@ impl Shared {
     /// another's: the log restarts at its seed, and the slots superseded before it now wait
     /// only for readers (invariant 6).
     pub(super) fn rebase_on_checkpoint(&self, meta: &mut Meta, log_seed: u32) {
+        if meta.state.base.seq < meta.header.checkpoint.seq {
+            // Invariant 12. States shown to readers at the same commit take it too (others
+            // keep their own base, as snapshots do).
+            let rebased = Arc::new(meta.state.rebased(self.page_size));
+            if meta.visible.seq == rebased.seq {
+                meta.visible = rebased.clone();
+            }
+            if meta.readable.seq == rebased.seq {
+                meta.readable = rebased.clone();
+            }
+            meta.state = rebased;
+        }
         meta.prev_crc = log_seed;
         meta.commits_since_checkpoint = 0;
         meta.log_bytes_since_checkpoint = 0;

@@ -163,6 +163,12 @@ fn check(meta: &Meta, flush: Option<&FlushState>, unshared: bool) -> Result<(), 
             "invariant 7: the header's checkpoint covers commit {covered}, past the state {latest}"
         ));
     }
+    let base = meta.state.base.seq;
+    if base < covered.min(latest) || base > latest {
+        return Err(format!(
+            "invariant 12: the state {latest} lies over the base of commit {base}, the header's checkpoint covers {covered}"
+        ));
+    }
     if let Some((seq, count)) = meta
         .snapshots
         .iter()

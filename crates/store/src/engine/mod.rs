@@ -79,6 +79,13 @@
 //!     where it can, once a commit is written and its write lock let go, so that the
 //!     flush holds up no other process; a commit that still finds no room grows inside
 //!     the lock (`grow_holding_writer`).
+//! 12. **A state's base is the newest checkpoint it knows.** Each state lays the pages
+//!     changed since its base (`State::base`, the mapping of the checkpoint it was
+//!     rebased on) over it: `base.seq <= state.seq`, and once a checkpoint the process
+//!     wrote or followed covers `state.seq`, the latest state is rebased on it
+//!     (`rebase_on_checkpoint`), so that a checkpoint needs only the pages changed since
+//!     the last one. Checked: `state.base.seq` is between the header's checkpoint and
+//!     `state.seq`.
 //!
 //! # Locks
 //!

@@ -38,8 +38,8 @@ impl Shared {
             pages
                 .into_iter()
                 .filter_map(|(key, content)| {
-                    let entry = meta.state.entry(key.0, key.1, self.page_size)?;
-                    (entry.seq == seq).then(|| (key, entry.clone(), content))
+                    let entry = meta.state.entry(key.0, key.1, self.page_size).ok()??;
+                    (entry.seq == seq).then_some((key, entry, content))
                 })
                 .collect()
         };

@@ -129,6 +129,11 @@ impl Shared {
             next_state.apply(&ops, seq, page_size, &mut superseded)?;
             if pages > superseded.len() as u64 {
                 self.keep_reserve(meta)?;
+                if next_state.base.seq < meta.header.checkpoint.seq {
+                    // Keeping the reserve checkpointed the state this one was made from
+                    // (invariant 12).
+                    next_state = next_state.rebased(page_size);
+                }
             }
             meta.last_commit_superseded = superseded.len() as u64;
             // Other processes learn that the chain is about to reach `seq` before its record

@@ -89,7 +89,7 @@ impl Shared {
     /// Free slots that commits adding pages must leave, so that on a full disk commits
     /// that shrink the store, and the checkpoints that free space, still find room.
     fn reserve(&self, meta: &Meta) -> u64 {
-        let pages: u64 = meta.state.files.values().map(|f| f.pages.len() as u64 + 4).sum();
+        let pages = meta.state.mapped_pages() + 4 * meta.state.files.len() as u64;
         // About what a checkpoint of the current mapping takes.
         8 + (pages * 24).div_ceil(self.page_size)
     }

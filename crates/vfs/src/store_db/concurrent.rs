@@ -555,7 +555,8 @@ fn plan_commit<'a>(
     let base_size = base.file_size(base_id).map_err(|e| e.to_string())?;
     let latest_size = latest.file_size(latest_id).map_err(|e| e.to_string())?;
     let base_pages = base_size.div_ceil(page_size);
-    let unchanged = |p: u64| base.page_version(base_id, p) == latest.page_version(latest_id, p);
+    // A version that cannot be read counts as changed: the transaction cannot be shown safe.
+    let unchanged = |p: u64| matches!((base.page_version(base_id, p), latest.page_version(latest_id, p)), (Ok(a), Ok(b)) if a == b);
     // Page 1 is merged below; pages past the base's end are this transaction's own.
     // Negative controls only: without these checks lost updates and write skew commit.
     let validate_writes = !matches!(sabotage, Some(Sabotage::UnvalidatedSnapshot));

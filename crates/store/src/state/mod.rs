@@ -8,65 +8,10 @@ use crate::error::{Error, Result};
 use crate::format::{Checkpoint, CheckpointEncoder, Op, NO_SLOT};
 use std::sync::Arc;
 
-/// Bytes laid over a page without rewriting it: sorted, disjoint `(offset, bytes)` ranges.
-/// Shared bytes: a merge copies only the region it changes (every process following a
-/// commit merges each range the commit patches).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Overlay {
-    pub ranges: Vec<(u32, Arc<[u8]>)>,
-}
-
-impl Overlay {
-    pub fn total_bytes(&self) -> usize {
-        self.ranges.iter().map(|(_, b)| b.len()).sum()
-    }
-
-    pub fn apply_to(&self, page: &mut [u8]) {
-        for (offset, bytes) in &self.ranges {
-            let start = *offset as usize;
-            page[start..start + bytes.len()].copy_from_slice(bytes);
-        }
-    }
-
-    /// This overlay with `bytes` at `offset` laid on top (see [`Overlay::lay`]).
-    pub fn merged(&self, offset: u32, bytes: &[u8]) -> Overlay {
-        let mut overlay = self.clone();
-        overlay.lay(offset, &Arc::from(bytes));
-        overlay
-    }
-
-    /// Lay `bytes` at `offset` on top. Ranges stay sorted, disjoint and not adjacent: the
-    /// new bytes join every range they overlap or touch into one region, whose bytes are
-    /// collected once, or are that region themselves where they cover every range they
-    /// touch (every process following a commit lays each range it patches, most of them
-    /// over the same range as the commit before).
-    pub fn lay(&mut self, offset: u32, bytes: &Arc<[u8]>) {
-        let (start, end) = (offset as usize, offset as usize + bytes.len());
-        let reaches = |(o, b): &(u32, Arc<[u8]>)| *o as usize + b.len();
-        // Ranges are sorted and disjoint, so those touching `start..end` are one run.
-        let first = self.ranges.partition_point(|r| reaches(r) < start);
-        let last = first + self.ranges[first..].partition_point(|(o, _)| *o as usize <= end);
-        let touching = &self.ranges[first..last];
-        // Only the first of them can begin before the new bytes, and only the last end
-        // after them (the same range, if the bytes land inside one).
-        let before: &[u8] = match touching.first() {
-            Some((o, b)) if (*o as usize) < start => &b[..start - *o as usize],
-            _ => &[],
-        };
-        let after: &[u8] = match touching.last() {
-            Some(r @ (o, b)) if reaches(r) > end => &b[end - *o as usize..],
-            _ => &[],
-        };
-        let region_start = (start - before.len()) as u32;
-        let region: Arc<[u8]> = if before.is_empty() && after.is_empty() {
-            bytes.clone()
-        } else {
-            before.iter().chain(bytes.iter()).chain(after).copied().collect()
-        };
-        self.ranges
-            .splice(first..last, std::iter::once((region_start, region)));
-    }
-}
+mod base;
+mod overlay;
+pub use base::Base;
+pub use overlay::Overlay;
 
 /// Where one logical page lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,9 +38,14 @@ impl PageEntry {
 pub struct FileState {
     pub name: Arc<str>,
     pub size: u64,
-    /// Pages that are not plain zeros, by page number (all below `page_count()`). Sparse,
-    /// so memory follows the pages written, not the logical size.
+    /// The pages changed since the base (all below `page_count()`), by page number: each
+    /// one's entry now, zeros included. Sparse, so memory follows the pages written.
     pub pages: imbl::OrdMap<u64, PageEntry>,
+    /// Pages below this number may have an entry in the base: the file's pages when the
+    /// base was made, lowered by every truncation since (0 for a file the base lacks).
+    pub base_pages: u64,
+    /// How many pages have an entry, base and delta together (what the mapping holds).
+    pub mapped: u64,
     /// Sequence number of the last commit that created, resized or deleted the file.
     pub meta_seq: u64,
     /// Sequence number of the last commit that changed the file in any way (after loading
@@ -109,6 +59,8 @@ impl FileState {
             name: name.into(),
             size: 0,
             pages: imbl::OrdMap::new(),
+            base_pages: 0,
+            mapped: 0,
             meta_seq,
             changed_seq: meta_seq,
         }
@@ -118,35 +70,25 @@ impl FileState {
     pub fn page_count(&self, page_size: u64) -> u64 {
         self.size.div_ceil(page_size)
     }
-
-    /// Set the size; returns the entries of pages that fall past the new end. Costs
-    /// O(dropped · log n): growing touches nothing.
-    pub fn resize(&mut self, bytes: u64, page_size: u64) -> Vec<PageEntry> {
-        let grows = bytes >= self.size;
-        self.size = bytes;
-        if grows {
-            // Every page is below the old end, so below the new one (most commits grow).
-            return Vec::new();
-        }
-        let end = self.page_count(page_size);
-        let doomed: Vec<u64> = self.pages.range(end..).map(|(page, _)| *page).collect();
-        doomed
-            .into_iter()
-            .filter_map(|page| self.pages.remove(&page))
-            .collect()
-    }
 }
 
-/// One committed state of the whole store.
+/// One committed state of the whole store: the base (the last checkpoint's mapping) with
+/// each file's changes since laid over it.
 #[derive(Debug, Clone, Default)]
 pub struct State {
     pub seq: u64,
     pub files: imbl::OrdMap<u32, FileState>,
     pub next_file_id: u32,
+    pub base: Arc<Base>,
 }
 
 fn invalid(what: String) -> Error {
     Error::Corrupt(what)
+}
+
+/// A checkpoint stores an entry unless it reads as zeros without an overlay.
+fn stored(entry: &PageEntry) -> bool {
+    entry.slot != NO_SLOT || entry.overlay.is_some()
 }
 
 impl State {
@@ -159,19 +101,107 @@ impl State {
 
     /// The page's entry: `None` past the end of the file (or for a missing file), zeros for
     /// a page within it that was never written.
-    pub fn entry(&self, file: u32, page: u64, page_size: u64) -> Option<&PageEntry> {
-        let f = self.files.get(&file)?;
+    pub fn entry(&self, file: u32, page: u64, page_size: u64) -> Result<Option<PageEntry>> {
+        let Some(f) = self.files.get(&file) else {
+            return Ok(None);
+        };
         if page >= f.page_count(page_size) {
-            return None;
+            return Ok(None);
         }
-        Some(f.pages.get(&page).unwrap_or(&PageEntry::ZERO))
+        Ok(Some(self.mapped_entry(file, f, page)?.unwrap_or(PageEntry::ZERO)))
+    }
+
+    /// The entry the mapping holds for a page of `f`, delta first, then base.
+    fn mapped_entry(&self, file: u32, f: &FileState, page: u64) -> Result<Option<PageEntry>> {
+        if let Some(entry) = f.pages.get(&page) {
+            return Ok(Some(entry.clone()));
+        }
+        if page < f.base_pages {
+            return self.base.get(file, page);
+        }
+        Ok(None)
+    }
+
+    /// The entries of `file` from page `from` up to `to`, in order: the delta's where it has
+    /// one, else the base's.
+    pub fn pages_of(
+        &self,
+        file: u32,
+        from: u64,
+        to: u64,
+    ) -> impl Iterator<Item = Result<(u64, PageEntry)>> + '_ {
+        let (delta, base_end) = match self.files.get(&file) {
+            Some(f) => (Some(f.pages.range(from..to.max(from))), f.base_pages.min(to)),
+            None => (None, 0),
+        };
+        MergedPages {
+            delta: delta.into_iter().flatten().peekable(),
+            base: self.base.pages(file, from, base_end).peekable(),
+        }
     }
 
     /// Every slot this state references.
-    pub fn live_slots(&self) -> impl Iterator<Item = u64> + '_ {
-        self.files
-            .values()
-            .flat_map(|f| f.pages.values().map(|p| p.slot).filter(|s| *s != NO_SLOT))
+    pub fn live_slots(&self) -> Result<Vec<u64>> {
+        let mut slots = Vec::new();
+        for id in self.files.keys() {
+            for item in self.pages_of(*id, 0, u64::MAX) {
+                let (_, entry) = item?;
+                if entry.slot != NO_SLOT {
+                    slots.push(entry.slot);
+                }
+            }
+        }
+        Ok(slots)
+    }
+
+    /// How many pages the mapping holds, over every file.
+    pub fn mapped_pages(&self) -> u64 {
+        self.files.values().map(|f| f.mapped).sum()
+    }
+
+    /// Give a page of `file` (within it) a new entry; returns the one it had, if any.
+    pub fn set_page(&mut self, file: u32, page: u64, entry: PageEntry) -> Result<Option<PageEntry>> {
+        let old = match self.files.get(&file) {
+            Some(f) => self.mapped_entry(file, f, page)?,
+            None => return Err(invalid(format!("no file {file} to map page {page} of"))),
+        };
+        if let Some(f) = self.files.get_mut(&file) {
+            f.pages.insert(page, entry);
+            if old.is_none() {
+                f.mapped += 1;
+            }
+        }
+        Ok(old)
+    }
+
+    /// Set `file`'s size; returns the entries of pages that fall past the new end. Costs
+    /// O(dropped · log n): growing touches nothing.
+    pub fn resize_file(&mut self, file: u32, bytes: u64, page_size: u64) -> Result<Vec<PageEntry>> {
+        let Some(f) = self.files.get(&file) else {
+            return Err(invalid(format!("no file {file} to resize")));
+        };
+        if bytes >= f.size {
+            // Every page is below the old end, so below the new one (most commits grow).
+            if let Some(f) = self.files.get_mut(&file) {
+                f.size = bytes;
+            }
+            return Ok(Vec::new());
+        }
+        let end = bytes.div_ceil(page_size);
+        let dropped: Vec<PageEntry> = self
+            .pages_of(file, end, u64::MAX)
+            .map(|item| item.map(|(_, entry)| entry))
+            .collect::<Result<_>>()?;
+        if let Some(f) = self.files.get_mut(&file) {
+            f.size = bytes;
+            let past_end: Vec<u64> = f.pages.range(end..).map(|(page, _)| *page).collect();
+            for page in past_end {
+                f.pages.remove(&page);
+            }
+            f.base_pages = f.base_pages.min(end);
+            f.mapped -= dropped.len() as u64;
+        }
+        Ok(dropped)
     }
 
     /// Apply a record's operations as commit `seq`. Slots this drops or replaces are pushed
@@ -192,16 +222,22 @@ impl State {
                     self.next_file_id = self.next_file_id.max(file.saturating_add(1));
                 }
                 Op::Delete { file } => {
-                    let gone = self
-                        .files
-                        .remove(file)
-                        .ok_or_else(|| invalid(format!("record {seq} deletes missing file {file}")))?;
-                    superseded.extend(gone.pages.values().map(|p| p.slot).filter(|s| *s != NO_SLOT));
+                    if !self.files.contains_key(file) {
+                        return Err(invalid(format!("record {seq} deletes missing file {file}")));
+                    }
+                    for item in self.pages_of(*file, 0, u64::MAX) {
+                        let (_, entry) = item?;
+                        if entry.slot != NO_SLOT {
+                            superseded.push(entry.slot);
+                        }
+                    }
+                    self.files.remove(file);
                 }
                 Op::Size { file, bytes } => {
-                    let f = self.file_mut(*file, seq)?;
-                    let dropped = f.resize(*bytes, page_size);
+                    self.file_mut(*file, seq)?;
+                    let dropped = self.resize_file(*file, *bytes, page_size)?;
                     superseded.extend(dropped.iter().map(|p| p.slot).filter(|s| *s != NO_SLOT));
+                    let f = self.file_mut(*file, seq)?;
                     f.meta_seq = seq;
                     f.changed_seq = seq;
                 }
@@ -217,12 +253,8 @@ impl State {
                         seq,
                         overlay: None,
                     };
-                    // One walk down the mapping (this runs for every page of every commit a
-                    // process follows).
-                    let old = self
-                        .file_for_page(*file, *page, seq, page_size)?
-                        .pages
-                        .insert(*page, entry);
+                    self.file_for_page(*file, *page, seq, page_size)?;
+                    let old = self.set_page(*file, *page, entry)?;
                     if let Some(old) = old.filter(|old| old.slot != NO_SLOT && old.slot != *slot) {
                         superseded.push(old.slot);
                     }
@@ -248,13 +280,22 @@ impl State {
                             )));
                         }
                     }
-                    let pages = &mut self.file_for_page(*file, *page, seq, page_size)?.pages;
-                    let entry = match pages.get_mut(page) {
-                        Some(entry) => entry,
-                        None => {
-                            pages.insert(*page, PageEntry::ZERO);
-                            pages.get_mut(page).expect("the entry just inserted")
-                        }
+                    if !self
+                        .file_for_page(*file, *page, seq, page_size)?
+                        .pages
+                        .contains_key(page)
+                    {
+                        // First patched since the base: start from the base's entry (its
+                        // overlay is copied on the first range laid, the base keeps its own).
+                        let f = &self.files[file];
+                        let current = self.mapped_entry(*file, f, *page)?;
+                        self.set_page(*file, *page, current.unwrap_or(PageEntry::ZERO))?;
+                    }
+                    let pages = &mut self.file_mut(*file, seq)?.pages;
+                    let Some(entry) = pages.get_mut(page) else {
+                        return Err(invalid(format!(
+                            "record {seq}: page {page} of file {file} vanished"
+                        )));
                     };
                     let overlay = Arc::make_mut(entry.overlay.get_or_insert_with(Default::default));
                     for (offset, bytes) in patches {
@@ -289,26 +330,64 @@ impl State {
         Ok(f)
     }
 
-    pub fn encode_checkpoint(&self) -> (Vec<u8>, u32) {
+    /// The whole mapping as a version-1 checkpoint, and its CRC-32C.
+    pub fn encode_checkpoint(&self) -> Result<(Vec<u8>, u32)> {
         let mut enc = CheckpointEncoder::new(self.seq, self.next_file_id, self.files.len() as u32);
-        let stored = |p: &PageEntry| p.slot != NO_SLOT || p.overlay.is_some();
         for (id, f) in &self.files {
-            enc.file(
-                *id,
-                &f.name,
-                f.size,
-                f.pages.values().filter(|p| stored(p)).count() as u64,
-            );
-            for (n, p) in f.pages.iter().filter(|(_, p)| stored(p)) {
-                let overlay = p.overlay.as_deref().map(|o| o.ranges.as_slice()).unwrap_or(&[]);
-                enc.page(*n, p.slot, p.crc, overlay);
+            let mut count = 0u64;
+            for item in self.pages_of(*id, 0, u64::MAX) {
+                count += u64::from(stored(&item?.1));
+            }
+            enc.file(*id, &f.name, f.size, count);
+            for item in self.pages_of(*id, 0, u64::MAX) {
+                let (n, p) = item?;
+                if stored(&p) {
+                    let overlay = p.overlay.as_deref().map(|o| o.ranges.as_slice()).unwrap_or(&[]);
+                    enc.page(n, p.slot, p.crc, overlay);
+                }
             }
         }
-        enc.finish()
+        Ok(enc.finish())
+    }
+
+    /// This state on a base of its own mapping (after a checkpoint of it): each file's
+    /// changes move into the base, and what the truncations since dropped leaves it.
+    /// (Here the base is the state's whole mapping in memory; loaded from a checkpoint it
+    /// lacks the pages written as zeros, which read and compare as never written.)
+    /// Costs what changed since the base, not the mapping's size.
+    pub fn rebased(&self, page_size: u64) -> State {
+        let mut base_files = imbl::OrdMap::new();
+        let mut files = self.files.clone();
+        for (id, f) in self.files.iter() {
+            let mut pages = self.base.files.get(id).cloned().unwrap_or_default();
+            if pages.get_max().is_some_and(|(last, _)| *last >= f.base_pages) {
+                // Truncated since the base: what lies past the cut leaves it.
+                let past_end: Vec<u64> = pages.range(f.base_pages..).map(|(page, _)| *page).collect();
+                for page in past_end {
+                    pages.remove(&page);
+                }
+            }
+            let Some(f) = files.get_mut(id) else { continue };
+            // Zeros written since stay as entries: their sequence number is the page's
+            // version, which conflict checks compare.
+            for (page, entry) in std::mem::take(&mut f.pages) {
+                pages.insert(page, entry);
+            }
+            f.base_pages = f.page_count(page_size);
+            f.mapped = pages.len() as u64;
+            base_files.insert(*id, pages);
+        }
+        State {
+            seq: self.seq,
+            files,
+            next_file_id: self.next_file_id,
+            base: Arc::new(Base::new(self.seq, base_files)),
+        }
     }
 
     pub fn from_checkpoint(ck: Checkpoint, page_size: u64) -> Result<State> {
         let mut files = imbl::OrdMap::new();
+        let mut base_files = imbl::OrdMap::new();
         let mut next_file_id = ck.next_file_id;
         for cf in ck.files {
             let mut file = FileState {
@@ -317,6 +396,7 @@ impl State {
                 ..FileState::new(&cf.name, ck.seq)
             };
             let page_count = file.page_count(page_size);
+            let mut pages = base::BasePages::new();
             for cp in cf.pages {
                 if cp.page >= page_count {
                     return Err(invalid(format!(
@@ -342,23 +422,64 @@ impl State {
                     seq: ck.seq,
                     overlay,
                 };
-                if file.pages.insert(cp.page, entry).is_some() {
+                if pages.insert(cp.page, entry).is_some() {
                     return Err(invalid(format!(
                         "checkpoint maps page {} of file {} twice",
                         cp.page, cf.id
                     )));
                 }
             }
+            file.base_pages = page_count;
+            file.mapped = pages.len() as u64;
             next_file_id = next_file_id.max(cf.id.saturating_add(1));
             if files.insert(cf.id, file).is_some() {
                 return Err(invalid(format!("checkpoint lists file {} twice", cf.id)));
             }
+            base_files.insert(cf.id, pages);
         }
         Ok(State {
             seq: ck.seq,
             files,
             next_file_id,
+            base: Arc::new(Base::new(ck.seq, base_files)),
         })
+    }
+}
+
+/// A file's entries from the delta and the base merged by page number, the delta's first.
+struct MergedPages<D, B>
+where
+    D: Iterator,
+    B: Iterator,
+{
+    delta: std::iter::Peekable<D>,
+    base: std::iter::Peekable<B>,
+}
+
+impl<'a, D, B> Iterator for MergedPages<D, B>
+where
+    D: Iterator<Item = (&'a u64, &'a PageEntry)>,
+    B: Iterator<Item = Result<(u64, PageEntry)>>,
+{
+    type Item = Result<(u64, PageEntry)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let base_page = match self.base.peek() {
+            Some(Ok((page, _))) => Some(*page),
+            Some(Err(_)) => return self.base.next(),
+            None => None,
+        };
+        match (self.delta.peek().map(|(page, _)| **page), base_page) {
+            (Some(d), Some(b)) if b < d => self.base.next(),
+            (Some(d), Some(b)) => {
+                if b == d {
+                    self.base.next();
+                }
+                self.delta.next().map(|(page, entry)| Ok((*page, entry.clone())))
+            }
+            (Some(_), None) => self.delta.next().map(|(page, entry)| Ok((*page, entry.clone()))),
+            (None, _) => self.base.next(),
+        }
     }
 }
 
@@ -495,10 +616,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(gone, vec![10, 12]);
-        assert_eq!(s.live_slots().collect::<Vec<_>>(), vec![20]);
-        let (blob, _) = s.encode_checkpoint();
+        assert_eq!(s.live_slots().unwrap(), vec![20]);
+        let (blob, _) = s.encode_checkpoint().unwrap();
         let back = State::from_checkpoint(Checkpoint::decode(&blob).unwrap(), 512).unwrap();
-        assert_eq!(back.entry(1, 0, 512).unwrap().slot, 20);
+        assert_eq!(back.entry(1, 0, 512).unwrap().unwrap().slot, 20);
         assert_eq!(back.files[&1].size, 512);
     }
 
@@ -541,5 +662,70 @@ mod tests {
                 &mut gone
             )
             .is_err());
+    }
+
+    /// What a state says of every page, whatever holds it: each file's size, then each
+    /// page's entry up to a little past its end.
+    fn every_entry(s: &State, page_size: u64) -> Vec<(u32, u64, Vec<Option<PageEntry>>)> {
+        s.files
+            .iter()
+            .map(|(id, f)| {
+                let pages = (0..f.page_count(page_size) + 2)
+                    .map(|page| s.entry(*id, page, page_size).unwrap())
+                    .collect();
+                (*id, f.size, pages)
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        /// Rebasing (after a checkpoint) changes nothing a state says: the same operations
+        /// applied to a state rebased now and then, and to one never rebased, give the
+        /// same entries, the same superseded slots and the same counts of mapped pages,
+        /// through truncations, regrowth, patches over pages of the base, deletions and
+        /// files created again.
+        #[test]
+        fn a_rebased_state_answers_as_the_state_it_was(
+            steps in proptest::collection::vec((0u8..6, 0u64..12, 0u64..1000, proptest::bool::ANY), 1..120)
+        ) {
+            const PS: u64 = 512;
+            let mut plain = State::default();
+            let setup = [Op::Create { file: 1, name: "a".into() }, Op::Size { file: 1, bytes: 8 * PS }];
+            plain.apply(&setup, 1, PS, &mut Vec::new()).unwrap();
+            let mut rebased = plain.rebased(PS);
+            let mut file = 1u32;
+            for (i, (kind, page, slot, rebase)) in steps.into_iter().enumerate() {
+                let seq = i as u64 + 2;
+                let size = plain.files[&file].size;
+                let ops = match kind {
+                    0 if page * PS < size => vec![Op::Page { file, page, slot: slot + 10, crc: slot as u32 }],
+                    1 if page * PS < size => vec![Op::Page { file, page, slot: NO_SLOT, crc: 0 }],
+                    2 if page * PS < size => vec![Op::Patch { file, page, offset: (slot % 500) as u32, bytes: vec![slot as u8; 3].into() }],
+                    3 => vec![Op::Size { file, bytes: page * PS }],
+                    4 => vec![Op::Size { file, bytes: (page + 4) * PS }],
+                    5 if slot % 4 == 0 => {
+                        let next = file + 1;
+                        let ops = vec![Op::Delete { file }, Op::Create { file: next, name: "a".into() }, Op::Size { file: next, bytes: 4 * PS }];
+                        file = next;
+                        ops
+                    }
+                    _ => continue,
+                };
+                let (mut gone_plain, mut gone_rebased) = (Vec::new(), Vec::new());
+                plain.apply(&ops, seq, PS, &mut gone_plain).unwrap();
+                rebased.apply(&ops, seq, PS, &mut gone_rebased).unwrap();
+                proptest::prop_assert_eq!(&gone_plain, &gone_rebased);
+                if rebase {
+                    rebased = rebased.rebased(PS);
+                    proptest::prop_assert_eq!(rebased.base.seq, seq);
+                }
+                proptest::prop_assert_eq!(every_entry(&plain, PS), every_entry(&rebased, PS));
+                for s in [&plain, &rebased] {
+                    for (id, f) in &s.files {
+                        proptest::prop_assert_eq!(f.mapped, s.pages_of(*id, 0, u64::MAX).count() as u64);
+                    }
+                }
+            }
+        }
     }
 }
