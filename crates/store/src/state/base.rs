@@ -8,7 +8,7 @@
 //! it costs no memory (issue 42) without the engine changing. Here it is held in memory,
 //! loaded whole from a version-1 checkpoint.
 
-use super::PageEntry;
+use super::entry::PageEntry;
 use crate::error::Result;
 
 /// One file's pages in the base, by page number: sparse (a checkpoint leaves out pages that
