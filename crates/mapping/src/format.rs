@@ -15,16 +15,16 @@
 //! | 4 | 1 | level | u8, 0 |
 //! | 5 | 1 | reserved | 0 |
 //! | 6 | 2 | count | u16, `n` ≥ 1 entries |
-//! | 8 | 4 | used | u32, bytes used: `16 + 32n + heap`, at most the block's length |
+//! | 8 | 4 | used | u32, bytes used: `16 + 40n + heap`, at most the block's length |
 //! | 12 | 4 | reserved | 0 |
-//! | 16 | 32·n | entries | `n` leaf entries, keys strictly increasing |
-//! | 16 + 32n | heap | overlay heap | the entries' overlay ranges, up to `used` |
+//! | 16 | 40·n | entries | `n` leaf entries, keys strictly increasing |
+//! | 16 + 40n | heap | overlay heap | the entries' overlay ranges, up to `used` |
 //! | used | rest | padding | zeros to the end of the block |
 //!
 //! The block is `max(block length, used rounded up to slots)` bytes; one longer than the
 //! block length holds one entry.
 //!
-//! Leaf entry (32 bytes; fixed-size, so a cached leaf is binary-searched in place):
+//! Leaf entry (40 bytes; fixed-size, so a cached leaf is binary-searched in place):
 //!
 //! | offset | size | field | meaning |
 //! |---:|---:|---|---|
@@ -32,10 +32,11 @@
 //! | 4 | 8 | page | u64, the key's page number |
 //! | 12 | 8 | slot | u64, the slot of the page's base content, or `NO_SLOT` (zeros) |
 //! | 20 | 4 | CRC | u32, CRC-32C of that content |
-//! | 24 | 1 | kind | u8: 0 a mapping; 1 a tombstone (then slot, CRC, range count and heap offset are 0) |
-//! | 25 | 1 | range count | u8, overlay ranges |
-//! | 26 | 2 | reserved | 0 |
-//! | 28 | 4 | heap offset | u32, where the entry's ranges start: the first mapping's at `16 + 32n`, each next mapping's where the one before ends |
+//! | 24 | 8 | seq | u64, the page's version: the sequence number of the commit that last changed it (for a tombstone, the commit that dropped it); any value, for both kinds |
+//! | 32 | 1 | kind | u8: 0 a mapping; 1 a tombstone (then slot, CRC, range count and heap offset are 0) |
+//! | 33 | 1 | range count | u8, overlay ranges |
+//! | 34 | 2 | reserved | 0 |
+//! | 36 | 4 | heap offset | u32, where the entry's ranges start: the first mapping's at `16 + 40n`, each next mapping's where the one before ends |
 //!
 //! Overlay range, in the heap (`m` = length); an entry's ranges are sorted by offset,
 //! disjoint and not adjacent:
@@ -104,7 +105,7 @@ pub const MAX_RANGES: usize = 255;
 const LEAF_MAGIC: u32 = 0x4c4d_534f; // "OSML"
 const INNER_MAGIC: u32 = 0x494d_534f; // "OSMI"
 pub(crate) const HEADER_LEN: usize = 16;
-pub(crate) const ENTRY_LEN: usize = 32;
+pub(crate) const ENTRY_LEN: usize = 40;
 const CHILD_LEN: usize = 28;
 const RANGE_HEADER_LEN: usize = 6;
 const KIND_MAPPING: u8 = 0;
@@ -144,7 +145,7 @@ pub(crate) fn inner_capacity(slot_size: usize) -> usize {
 pub(crate) fn heap_len(value: &Value) -> usize {
     match value {
         Value::Mapped(m) => m.overlay.iter().map(|(_, b)| RANGE_HEADER_LEN + b.len()).sum(),
-        Value::Dropped => 0,
+        Value::Dropped { .. } => 0,
     }
 }
 
@@ -282,6 +283,7 @@ impl<'a> LeafView<'a> {
             previous = Some(key);
             let slot = r.u64()?;
             let crc = r.u32()?;
+            r.skip(8)?; // seq: any value
             let kind = r.u8()?;
             let ranges = usize::from(r.u8()?);
             let reserved = r.u16()?;
@@ -351,14 +353,15 @@ impl<'a> LeafView<'a> {
         Err(lo)
     }
 
-    /// Entry `i`'s value, built from its 32 bytes and its heap ranges.
+    /// Entry `i`'s value, built from its 40 bytes and its heap ranges.
     pub(crate) fn value(&self, i: usize) -> Value {
         let at = HEADER_LEN + i * ENTRY_LEN;
-        if self.bytes[at + 24] == KIND_TOMBSTONE {
-            return Value::Dropped;
+        let seq = u64_at(self.bytes, at + 24);
+        if self.bytes[at + 32] == KIND_TOMBSTONE {
+            return Value::Dropped { seq };
         }
-        let ranges = usize::from(self.bytes[at + 25]);
-        let mut cursor = u32_at(self.bytes, at + 28) as usize;
+        let ranges = usize::from(self.bytes[at + 33]);
+        let mut cursor = u32_at(self.bytes, at + 36) as usize;
         let mut overlay = Vec::with_capacity(ranges);
         for _ in 0..ranges {
             let offset = u32_at(self.bytes, cursor);
@@ -370,6 +373,7 @@ impl<'a> LeafView<'a> {
         Value::Mapped(Mapped::new(
             u64_at(self.bytes, at + 12),
             u32_at(self.bytes, at + 20),
+            seq,
             overlay,
         ))
     }
@@ -485,14 +489,15 @@ pub(crate) fn encode_leaf(entries: &[(Key, Value)], slot_size: usize, w: &mut Wr
             Value::Mapped(m) => {
                 w.u64(m.slot)
                     .u32(m.crc)
+                    .u64(m.seq)
                     .u8(KIND_MAPPING)
                     .u8(m.overlay.len() as u8)
                     .u16(0)
                     .u32(heap_at as u32);
                 heap_at += heap_len(value);
             }
-            Value::Dropped => {
-                w.u64(0).u32(0).u8(KIND_TOMBSTONE).u8(0).u16(0).u32(0);
+            Value::Dropped { seq } => {
+                w.u64(0).u32(0).u64(*seq).u8(KIND_TOMBSTONE).u8(0).u16(0).u32(0);
             }
         }
     }
@@ -661,9 +666,9 @@ mod tests {
     /// Decoder fuzz iterations per structure.
     const FUZZ_INPUTS: usize = 4000;
 
-    fn mapped(slot: u64, crc: u32, overlay: &[(u32, &[u8])]) -> Value {
+    fn mapped(slot: u64, crc: u32, seq: u64, overlay: &[(u32, &[u8])]) -> Value {
         let overlay = overlay.iter().map(|(o, b)| (*o, Arc::from(*b))).collect();
-        Value::Mapped(Mapped::new(slot, crc, overlay))
+        Value::Mapped(Mapped::new(slot, crc, seq, overlay))
     }
 
     #[test]
@@ -674,10 +679,16 @@ mod tests {
                 mapped(
                     0x2122_2324_2526_2728,
                     0x3132_3334,
+                    0x4142_4344_4546_4748,
                     &[(0x10, &[0xaa, 0xbb, 0xcc]), (0x20, &[0xdd])],
                 ),
             ),
-            (Key::new(0x0102_0304, 0x1112_1314_1516_1719), Value::Dropped),
+            (
+                Key::new(0x0102_0304, 0x1112_1314_1516_1719),
+                Value::Dropped {
+                    seq: 0x5152_5354_5556_5758,
+                },
+            ),
         ];
         let leaf = Leaf { entries };
         let buf = leaf.to_bytes(&512);
@@ -685,35 +696,39 @@ mod tests {
         assert_eq!(&buf[0..4], b"OSML");
         assert_eq!((buf[4], buf[5]), (0, 0), "level, reserved");
         assert_eq!(u16_at(&buf, 6), 2, "count");
-        assert_eq!(u32_at(&buf, 8), 96, "used: 16 + 32 * 2 + (6 + 3) + (6 + 1)");
+        assert_eq!(u32_at(&buf, 8), 112, "used: 16 + 40 * 2 + (6 + 3) + (6 + 1)");
         assert_eq!(u32_at(&buf, 12), 0);
         // Entry 0 at 16.
         assert_eq!(u32_at(&buf, 16), 0x0102_0304, "file");
         assert_eq!(u64_at(&buf, 20), 0x1112_1314_1516_1718, "page");
         assert_eq!(u64_at(&buf, 28), 0x2122_2324_2526_2728, "slot");
         assert_eq!(u32_at(&buf, 36), 0x3132_3334, "CRC");
+        assert_eq!(u64_at(&buf, 40), 0x4142_4344_4546_4748, "seq");
         assert_eq!(
-            (buf[40], buf[41], u16_at(&buf, 42)),
+            (buf[48], buf[49], u16_at(&buf, 50)),
             (0, 2, 0),
-            "kind, range count"
+            "kind, range count, reserved"
         );
-        assert_eq!(u32_at(&buf, 44), 80, "heap offset: 16 + 32n");
-        // Entry 1 at 48: a tombstone, all but its key zero save its kind.
-        assert_eq!(u64_at(&buf, 52), 0x1112_1314_1516_1719);
-        assert_eq!((u64_at(&buf, 60), u32_at(&buf, 68)), (0, 0));
+        assert_eq!(u32_at(&buf, 52), 96, "heap offset: 16 + 40n");
+        // Entry 1 at 56: a tombstone, all but its key and seq zero save its kind.
+        assert_eq!(u32_at(&buf, 56), 0x0102_0304);
+        assert_eq!(u64_at(&buf, 60), 0x1112_1314_1516_1719);
+        assert_eq!((u64_at(&buf, 68), u32_at(&buf, 76)), (0, 0), "slot, CRC");
+        assert_eq!(u64_at(&buf, 80), 0x5152_5354_5556_5758, "a tombstone's seq");
         assert_eq!(
-            (buf[72], buf[73], u16_at(&buf, 74), u32_at(&buf, 76)),
+            (buf[88], buf[89], u16_at(&buf, 90), u32_at(&buf, 92)),
             (1, 0, 0, 0)
         );
-        // The heap at 80: offset u32, length u16, bytes.
-        assert_eq!((u32_at(&buf, 80), u16_at(&buf, 84)), (0x10, 3));
-        assert_eq!(&buf[86..89], &[0xaa, 0xbb, 0xcc]);
-        assert_eq!((u32_at(&buf, 89), u16_at(&buf, 93), buf[95]), (0x20, 1, 0xdd));
-        assert!(buf[96..].iter().all(|&b| b == 0), "zeros past `used`");
+        // The heap at 96: offset u32, length u16, bytes.
+        assert_eq!((u32_at(&buf, 96), u16_at(&buf, 100)), (0x10, 3));
+        assert_eq!(&buf[102..105], &[0xaa, 0xbb, 0xcc]);
+        assert_eq!((u32_at(&buf, 105), u16_at(&buf, 109), buf[111]), (0x20, 1, 0xdd));
+        assert!(buf[112..].iter().all(|&b| b == 0), "zeros past `used`");
         assert_eq!(Leaf::from_bytes(&512, &buf).unwrap(), leaf);
         let view = LeafView::parse(&buf, 512).unwrap();
         assert_eq!(view.search(Key::new(0x0102_0304, 0x1112_1314_1516_1719)), Ok(1));
         assert_eq!(view.value(0), leaf.entries[0].1);
+        assert_eq!(view.value(1), leaf.entries[1].1);
     }
 
     #[test]
@@ -796,11 +811,13 @@ mod tests {
         let mut builder = RunBuilder::new(slot_size);
         let bytes: Vec<u8> = (0..overlay_len).map(|i| i as u8).collect();
         for i in 0..entries {
+            // Versions with bits in every byte, tombstones' too (their seq need not be 0).
+            let seq = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
             let value = match i % 5 {
-                0 => Value::Dropped,
-                1 if overlay_len == 0 => mapped(NO_SLOT, 0, &[(3, b"x")]),
-                1 => mapped(NO_SLOT, 0, &[(3, b"x"), (9, &bytes)]),
-                _ => mapped(i * 3, i as u32, &[]),
+                0 => Value::Dropped { seq },
+                1 if overlay_len == 0 => mapped(NO_SLOT, 0, seq, &[(3, b"x")]),
+                1 => mapped(NO_SLOT, 0, seq, &[(3, b"x"), (9, &bytes)]),
+                _ => mapped(i * 3, i as u32, seq, &[]),
             };
             builder
                 .push(Key::new((i / 300) as u32, i % 300), value, &mut sink)
@@ -858,8 +875,8 @@ mod tests {
     fn a_leaf_is_rejected_for_unsorted_keys_a_bad_heap_offset_or_a_byte_past_its_end() {
         let leaf = Leaf {
             entries: vec![
-                (Key::new(1, 1), mapped(5, 6, &[(0, b"ab")])),
-                (Key::new(1, 2), mapped(7, 8, &[])),
+                (Key::new(1, 1), mapped(5, 6, 10, &[(0, b"ab")])),
+                (Key::new(1, 2), mapped(7, 8, 11, &[])),
             ],
         };
         let good = leaf.to_bytes(&512);
@@ -870,12 +887,26 @@ mod tests {
         };
         let unsorted = problem(&|b| b[20..28].copy_from_slice(&9u64.to_le_bytes()));
         assert!(unsorted.contains("does not follow"), "{unsorted}");
-        let heap = problem(&|b| b[76..80].copy_from_slice(&90u32.to_le_bytes()));
-        assert!(heap.contains("heap offset 90"), "{heap}");
+        // Entry 1's heap offset, at 16 + 40 + 36; it should be 104 (16 + 40 * 2 + 6 + 2).
+        let heap = problem(&|b| b[92..96].copy_from_slice(&90u32.to_le_bytes()));
+        assert!(heap.contains("heap offset 90, expected 104"), "{heap}");
+        // Entry 1's seq, at 16 + 40 + 24: any value decodes, and is the value.
+        let mut reseq = good.clone();
+        reseq[80..88].copy_from_slice(&u64::MAX.to_le_bytes());
+        let decoded = Leaf::from_bytes(&512, &reseq).unwrap();
+        assert_eq!(decoded.entries[1].1, mapped(7, 8, u64::MAX, &[]));
+        // A tombstone's slot must be 0; its seq need not be.
+        let tombstone = Leaf {
+            entries: vec![(Key::new(1, 1), Value::Dropped { seq: 9 })],
+        };
+        let mut with_slot = tombstone.to_bytes(&512);
+        with_slot[28] = 1;
+        let slot = Leaf::from_bytes(&512, &with_slot).unwrap_err().to_string();
+        assert!(slot.contains("a tombstone's slot"), "{slot}");
         let tail = problem(&|b| b[4000] = 1);
         assert!(tail.contains("byte 4000 is not zero"), "{tail}");
         let adjacent = Leaf {
-            entries: vec![(Key::new(1, 1), mapped(5, 6, &[(0, b"ab"), (2, b"c")]))],
+            entries: vec![(Key::new(1, 1), mapped(5, 6, 7, &[(0, b"ab"), (2, b"c")]))],
         };
         let bytes = adjacent.to_bytes(&512);
         assert!(

@@ -2,11 +2,12 @@
 //! demand through a bounded cache, and written by a checkpoint in proportion to what changed.
 //!
 //! A [`Stack`] of runs (newest first) maps each [`Key`] (file, page) to a [`Mapped`] (slot,
-//! CRC, overlay) or to a tombstone. Each run ([`RunRef`]) is a static B+tree of checksummed
-//! blocks, built bottom-up by a [`RunBuilder`]. [`Stack::checkpoint`] writes a sorted delta
-//! as a new run, merged with the newest runs per a [`MergePolicy`]. Blocks are read through
-//! the store's [`BlockIo`] and a shared [`Cache`]; they are written through its
-//! [`BlockSink`]. The byte formats are in [`format`](mod@format); the README has the design.
+//! CRC, version, overlay) or to a tombstone (with the version of the commit that dropped it).
+//! Each run ([`RunRef`]) is a static B+tree of checksummed blocks, built bottom-up by a
+//! [`RunBuilder`]. [`Stack::checkpoint`] writes a sorted delta as a new run, merged with the
+//! newest runs per a [`MergePolicy`]. Blocks are read through the store's [`BlockIo`] and a
+//! shared [`Cache`]; they are written through its [`BlockSink`]. The byte formats are in
+//! [`format`](mod@format); the README has the design.
 #![forbid(unsafe_code)]
 
 mod cache;

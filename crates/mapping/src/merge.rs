@@ -97,7 +97,12 @@ mod tests {
     fn stream(entries: &[(u64, u64)]) -> std::vec::IntoIter<Result<(Key, Value), Error>> {
         entries
             .iter()
-            .map(|&(page, slot)| Ok((Key::new(0, page), Value::Mapped(Mapped::new(slot, 0, vec![])))))
+            .map(|&(page, slot)| {
+                Ok((
+                    Key::new(0, page),
+                    Value::Mapped(Mapped::new(slot, 0, slot + 1, vec![])),
+                ))
+            })
             .collect::<Vec<_>>()
             .into_iter()
     }
@@ -106,7 +111,7 @@ mod tests {
         merge
             .map(|e| match e.unwrap() {
                 (key, Value::Mapped(m)) => (key.page, m.slot),
-                (key, Value::Dropped) => (key.page, u64::MAX),
+                (key, Value::Dropped { .. }) => (key.page, u64::MAX),
             })
             .collect()
     }
@@ -123,9 +128,9 @@ mod tests {
     #[test]
     fn an_error_from_a_source_ends_the_merge() {
         let failing = vec![
-            Ok((Key::new(0, 1), Value::Dropped)),
+            Ok((Key::new(0, 1), Value::Dropped { seq: 1 })),
             Err(Error::Corrupt("bad".into())),
-            Ok((Key::new(0, 3), Value::Dropped)),
+            Ok((Key::new(0, 3), Value::Dropped { seq: 3 })),
         ];
         let mut merge = Merge::new(vec![failing.into_iter(), stream(&[(2, 2)])]);
         assert!(matches!(merge.next(), Some(Err(Error::Corrupt(_)))));

@@ -185,8 +185,8 @@ fn check_first(at: BlockRef, block: &Block, expected: Key) -> Result<(), Error> 
 }
 
 impl RunRef {
-    /// What the run holds for `key` (a tombstone is `Some(Value::Dropped)`); reads one block
-    /// per level, none when `key` is outside `[first, last]`.
+    /// What the run holds for `key` (a tombstone is `Some(Value::Dropped { seq })`); reads one
+    /// block per level, none when `key` is outside `[first, last]`.
     pub fn get(&self, key: Key, io: &dyn BlockIo, cache: &Cache) -> Result<Option<Value>, Error> {
         if key < self.first || key > self.last {
             return Ok(None);

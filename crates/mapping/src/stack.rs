@@ -91,7 +91,7 @@ impl Stack {
         for run in &self.runs {
             match run.get(key, io, cache)? {
                 Some(Value::Mapped(m)) => return Ok(Some(m)),
-                Some(Value::Dropped) => return Ok(None),
+                Some(Value::Dropped { .. }) => return Ok(None),
                 None => {}
             }
         }
@@ -115,7 +115,7 @@ impl Stack {
             .collect();
         Merge::new(sources).filter_map(|entry| match entry {
             Ok((key, Value::Mapped(m))) => Some(Ok((key, m))),
-            Ok((_, Value::Dropped)) => None,
+            Ok((_, Value::Dropped { .. })) => None,
             Err(e) => Some(Err(e)),
         })
     }
@@ -176,7 +176,7 @@ impl Stack {
         let mut builder = RunBuilder::new(slot_size);
         for entry in &mut merge {
             let (key, value) = entry?;
-            if !keep(key) || (drop_tombstones && value == Value::Dropped) {
+            if !keep(key) || (drop_tombstones && matches!(value, Value::Dropped { .. })) {
                 continue;
             }
             builder.push(key, value, sink)?;

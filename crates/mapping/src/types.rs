@@ -36,18 +36,27 @@ impl fmt::Display for Key {
 }
 
 /// Where a page lives: the slot holding its base content (or [`NO_SLOT`]), that content's
-/// CRC-32C, and the byte ranges laid over it (sorted by offset, disjoint, not adjacent; the
-/// store's `Overlay`).
+/// CRC-32C, the page's version, and the byte ranges laid over it (sorted by offset, disjoint,
+/// not adjacent; the store's `Overlay`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapped {
     pub slot: u64,
     pub crc: u32,
+    /// The page's version: the sequence number of the commit that last changed it (the
+    /// store's `PageEntry::seq`). Stored exactly, never implied by the checkpoint: conflict
+    /// checks compare it between states of the mapping.
+    pub seq: u64,
     pub overlay: Vec<(u32, Arc<[u8]>)>,
 }
 
 impl Mapped {
-    pub fn new(slot: u64, crc: u32, overlay: Vec<(u32, Arc<[u8]>)>) -> Mapped {
-        Mapped { slot, crc, overlay }
+    pub fn new(slot: u64, crc: u32, seq: u64, overlay: Vec<(u32, Arc<[u8]>)>) -> Mapped {
+        Mapped {
+            slot,
+            crc,
+            seq,
+            overlay,
+        }
     }
 }
 
@@ -55,8 +64,11 @@ impl Mapped {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
     Mapped(Mapped),
-    /// A tombstone: the key has no mapping, whatever older runs hold for it.
-    Dropped,
+    /// A tombstone: the key has no mapping, whatever older runs hold for it. `seq` is the
+    /// sequence number of the commit that dropped the page.
+    Dropped {
+        seq: u64,
+    },
 }
 
 /// A block on disk: its first slot, its length in slots, and the CRC-32C of all its bytes.

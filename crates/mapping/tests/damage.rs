@@ -115,9 +115,9 @@ fn damage_with_matching_crcs_is_caught_by_the_field_checks() {
         }),
         ("level", &|b| b[4] = 1),
         ("count past the entries", &|b| b[6] = 0xff),
-        ("a heap offset", &|b| b[16 + 28] ^= 1),
+        ("a heap offset", &|b| b[16 + 36] ^= 1),
         ("a byte past what the block uses", &|b| *b.last_mut().unwrap() = 1),
-        ("a tombstone kind", &|b| b[16 + 24] = 7),
+        ("a tombstone kind", &|b| b[16 + 32] = 7),
     ];
     for (what, edit) in edits {
         let slots = SimSlots::new(SLOT);
@@ -157,7 +157,7 @@ fn a_stale_stack_reading_freed_blocks_gets_corrupt_not_what_was_written_there_si
     let old = bulk_stack(&slots, &keys());
     let delta = (0..3000)
         .step_by(2)
-        .map(|p| (Key::new(1, p), Value::Dropped))
+        .map(|p| (Key::new(1, p), Value::Dropped { seq: 10 + p }))
         .collect();
     let all = MergePolicy {
         ratio: 1,
@@ -173,7 +173,7 @@ fn a_stale_stack_reading_freed_blocks_gets_corrupt_not_what_was_written_there_si
     // New blocks reuse the freed slots.
     let again = (0..3000)
         .step_by(3)
-        .map(|p| (Key::new(2, p), Value::Dropped))
+        .map(|p| (Key::new(2, p), Value::Dropped { seq: 20 + p }))
         .collect();
     out.stack
         .checkpoint(again, &|_| true, all, &slots, &mut slots.sink())

@@ -1,10 +1,12 @@
 //! Sequences of checkpoints with random deltas (inserts, overwrites, tombstones, overlays,
-//! a file deleted on the way) against a `BTreeMap` model, with small merge policies so that
-//! merges cascade. After each checkpoint: lookups of touched and untouched keys and ranges over
-//! random bounds equal the model; the blocks of the live stack and every block freed so far
-//! are exactly the blocks ever written, none in two places; `check` passes. Freed blocks are
-//! overwritten with garbage and their slots reused at once, so a stack that still named one
-//! would fail.
+//! random versions, a file deleted on the way) against a `BTreeMap` model, with small merge
+//! policies so that merges cascade. After each checkpoint: lookups of touched and untouched keys
+//! and ranges over random bounds equal the model, versions included; so does the newest entry
+//! the runs hold for a key, tombstones and their versions included (the model forgets its
+//! tombstones when a checkpoint merges every run, as the merge does); the blocks of the live
+//! stack and every block freed so far are exactly the blocks ever written, none in two places;
+//! `check` passes. Freed blocks are overwritten with garbage and their slots reused at once, so
+//! a stack that still named one would fail.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +29,8 @@ struct Put {
 
 #[derive(Clone, Debug)]
 struct Step {
-    changes: BTreeMap<(u32, u64), Option<Put>>,
+    /// Each changed key's new version, and its mapping (`None`: a tombstone).
+    changes: BTreeMap<(u32, u64), (u64, Option<Put>)>,
     delete_file: bool,
     probes: Vec<(u32, u64)>,
     ranges: Vec<((u32, u64), (u32, u64))>,
@@ -51,7 +54,7 @@ fn step_strategy() -> impl Strategy<Value = Step> {
     (
         prop::collection::btree_map(
             key_strategy(),
-            prop::option::weighted(0.8, put_strategy()),
+            (any::<u64>(), prop::option::weighted(0.8, put_strategy())),
             0..400,
         ),
         prop::bool::weighted(0.15),
@@ -67,7 +70,7 @@ fn step_strategy() -> impl Strategy<Value = Step> {
 }
 
 /// The mapping a `Put` stands for: its ranges laid out in order, those past the page left out.
-fn mapped_of(put: &Put, slot_size: usize, seed: u64) -> Mapped {
+fn mapped_of(put: &Put, seq: u64, slot_size: usize, seed: u64) -> Mapped {
     let mut overlay = Vec::new();
     let mut at = 0usize;
     for (i, &(gap, len, large)) in put.ranges.iter().enumerate() {
@@ -85,18 +88,35 @@ fn mapped_of(put: &Put, slot_size: usize, seed: u64) -> Mapped {
         overlay.push((start as u32, bytes));
         at = start + len;
     }
-    Mapped::new(put.slot.unwrap_or(NO_SLOT), put.crc, overlay)
+    Mapped::new(put.slot.unwrap_or(NO_SLOT), put.crc, seq, overlay)
 }
 
 fn key((file, page): (u32, u64)) -> Key {
     Key::new(file, page)
 }
 
+/// What the newest run holding `key` holds for it, tombstones included.
+fn newest(stack: &Stack, key: Key, slots: &SimSlots, cache: &Cache) -> Option<Value> {
+    stack
+        .runs
+        .iter()
+        .find_map(|run| run.get(key, slots, cache).unwrap())
+}
+
+/// The mapping the model holds for `key`: none for a tombstone.
+fn mapping(model: &BTreeMap<Key, Value>, key: Key) -> Option<&Mapped> {
+    match model.get(&key) {
+        Some(Value::Mapped(m)) => Some(m),
+        _ => None,
+    }
+}
+
 fn run_steps(slot_size: usize, policy: MergePolicy, steps: Vec<Step>) -> Result<(), TestCaseError> {
     let slots = SimSlots::new(slot_size);
     let cache = Cache::new(32 << 10);
     let mut stack = Stack::default();
-    let mut model: BTreeMap<Key, Mapped> = BTreeMap::new();
+    // The newest entry of each key the stack holds one for, tombstones included.
+    let mut model: BTreeMap<Key, Value> = BTreeMap::new();
     let mut freed_all: Vec<BlockRef> = Vec::new();
     let mut deleted = false;
     for (n, step) in steps.iter().enumerate() {
@@ -108,25 +128,27 @@ fn run_steps(slot_size: usize, policy: MergePolicy, steps: Vec<Step>) -> Result<
         let delta: Vec<(Key, Value)> = step
             .changes
             .iter()
-            .map(|(&k, put)| {
+            .map(|(&k, (seq, put))| {
                 let value = match put {
-                    Some(put) => Value::Mapped(mapped_of(put, slot_size, n as u64)),
-                    None => Value::Dropped,
+                    Some(put) => Value::Mapped(mapped_of(put, *seq, slot_size, n as u64)),
+                    None => Value::Dropped { seq: *seq },
                 };
                 (key(k), value)
             })
             .filter(|(k, _)| !forgotten(k))
             .collect();
         for (k, value) in &delta {
-            match value {
-                Value::Mapped(m) => model.insert(*k, m.clone()),
-                Value::Dropped => model.remove(k),
-            };
+            model.insert(*k, value.clone());
         }
         let keep = |k: Key| !(deleted && k.file == DOOMED_FILE);
+        let runs_before = stack.runs.len();
         let out = stack
             .checkpoint(delta, &keep, policy, &slots, &mut slots.sink())
             .map_err(|e| TestCaseError::fail(format!("step {n}: {e}")))?;
+        if out.merged_runs == runs_before {
+            // A merge into the oldest run (or onto nothing) drops every tombstone.
+            model.retain(|_, v| matches!(v, Value::Mapped(_)));
+        }
         for block in &out.freed {
             slots.free(*block);
         }
@@ -176,7 +198,15 @@ fn run_steps(slot_size: usize, policy: MergePolicy, steps: Vec<Step>) -> Result<
         let touched = step.changes.keys().chain(&step.probes).map(|&k| key(k));
         for k in touched.filter(|k| !forgotten(k)) {
             let found = stack.get(k, &slots, &cache).unwrap();
-            prop_assert_eq!(found.as_ref(), model.get(&k), "step {}: {}", n, k);
+            prop_assert_eq!(found.as_ref(), mapping(&model, k), "step {}: {}", n, k);
+            let raw = newest(&stack, k, &slots, &cache);
+            prop_assert_eq!(
+                raw.as_ref(),
+                model.get(&k),
+                "step {}: the newest entry of {}",
+                n,
+                k
+            );
         }
         for &(a, b) in &step.ranges {
             let (from, to) = (key(a).min(key(b)), key(a).max(key(b)));
@@ -185,7 +215,13 @@ fn run_steps(slot_size: usize, policy: MergePolicy, steps: Vec<Step>) -> Result<
                 .map(|e| e.unwrap())
                 .filter(|(k, _)| !forgotten(k))
                 .collect();
-            let expected: Vec<(Key, Mapped)> = model.range(from..to).map(|(k, m)| (*k, m.clone())).collect();
+            let expected: Vec<(Key, Mapped)> = model
+                .range(from..to)
+                .filter_map(|(k, v)| match v {
+                    Value::Mapped(m) => Some((*k, m.clone())),
+                    Value::Dropped { .. } => None,
+                })
+                .collect();
             prop_assert_eq!(got, expected, "step {}: range {}..{}", n, from, to);
         }
     }

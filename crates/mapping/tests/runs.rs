@@ -82,7 +82,7 @@ fn a_large_run_is_three_levels_and_a_lookup_reads_one_block_per_level() {
     let run = build_run(&slots, &keys(40_000));
     assert_eq!(
         run.height, 3,
-        "40,000 entries: 127 per leaf, 145 children per inner block"
+        "40,000 entries: at most 102 per leaf (40 bytes each), 145 children per inner block"
     );
     let cache = Cache::new(0);
     let before = slots.reads();
@@ -95,9 +95,13 @@ fn pushing_a_key_that_does_not_increase_is_an_error_naming_both_keys() {
     let slots = SimSlots::new(512);
     let mut sink = slots.sink();
     let mut builder = RunBuilder::new(512);
-    builder.push(Key::new(1, 5), Value::Dropped, &mut sink).unwrap();
+    builder
+        .push(Key::new(1, 5), Value::Dropped { seq: 1 }, &mut sink)
+        .unwrap();
     for key in [Key::new(1, 5), Key::new(1, 4), Key::new(0, 9)] {
-        let err = builder.push(key, Value::Dropped, &mut sink).unwrap_err();
+        let err = builder
+            .push(key, Value::Dropped { seq: 2 }, &mut sink)
+            .unwrap_err();
         let message = err.to_string();
         assert!(matches!(err, Error::Corrupt(_)));
         assert!(
@@ -119,7 +123,7 @@ fn an_overlay_a_leaf_cannot_hold_is_refused() {
         &[(0, b"")],              // empty
     ];
     for (page, overlay) in bad.iter().enumerate() {
-        let value = Value::Mapped(mapped(1, 2, overlay));
+        let value = Value::Mapped(mapped(1, 2, 3, overlay));
         let err = builder
             .push(Key::new(0, page as u64), value, &mut sink)
             .unwrap_err();
@@ -128,7 +132,11 @@ fn an_overlay_a_leaf_cannot_hold_is_refused() {
     let many: Vec<(u32, std::sync::Arc<[u8]>)> = (0..256)
         .map(|i| (i * 2, std::sync::Arc::from(&b"x"[..])))
         .collect();
-    let err = builder.push(Key::new(1, 0), Value::Mapped(Mapped::new(1, 2, many)), &mut sink);
+    let err = builder.push(
+        Key::new(1, 0),
+        Value::Mapped(Mapped::new(1, 2, 3, many)),
+        &mut sink,
+    );
     assert!(err.is_err(), "256 ranges do not fit a range count byte");
 }
 
@@ -145,7 +153,7 @@ fn an_entry_too_large_for_a_block_gets_a_leaf_of_its_own_as_long_as_it_needs() {
     let mut sink = slots.sink();
     let mut builder = RunBuilder::new(4096);
     let big = vec![7u8; 4090];
-    let large = mapped(NO_SLOT, 0, &[(0, &big[..2]), (6, &big)]);
+    let large = mapped(NO_SLOT, 0, u64::MAX, &[(0, &big[..2]), (6, &big)]);
     for page in 0..300 {
         let value = if page == 150 {
             large.clone()
@@ -199,8 +207,14 @@ fn a_lookup_reads_nothing_from_runs_whose_keys_exclude_it() {
 fn a_checkpoint_with_an_unsorted_or_repeated_delta_writes_nothing() {
     let slots = SimSlots::new(512);
     for delta in [
-        vec![(Key::new(0, 2), Value::Dropped), (Key::new(0, 1), Value::Dropped)],
-        vec![(Key::new(0, 2), Value::Dropped), (Key::new(0, 2), Value::Dropped)],
+        vec![
+            (Key::new(0, 2), Value::Dropped { seq: 1 }),
+            (Key::new(0, 1), Value::Dropped { seq: 1 }),
+        ],
+        vec![
+            (Key::new(0, 2), Value::Dropped { seq: 1 }),
+            (Key::new(0, 2), Value::Dropped { seq: 2 }),
+        ],
     ] {
         let err = Stack::default()
             .checkpoint(delta, &|_| true, MergePolicy::DEFAULT, &slots, &mut slots.sink())
@@ -274,7 +288,7 @@ fn tombstones_are_dropped_only_by_a_merge_into_the_oldest_run() {
     };
     let out = base
         .checkpoint(
-            vec![(gone, Value::Dropped)],
+            vec![(gone, Value::Dropped { seq: 77 })],
             &|_| true,
             small,
             &slots,
@@ -287,6 +301,11 @@ fn tombstones_are_dropped_only_by_a_merge_into_the_oldest_run() {
         "the tombstone is kept over the older run"
     );
     assert_eq!(out.stack.get(gone, &slots, &cache).unwrap(), None);
+    assert_eq!(
+        out.stack.runs[0].get(gone, &slots, &cache).unwrap(),
+        Some(Value::Dropped { seq: 77 }),
+        "the tombstone keeps the version of the commit that dropped the page"
+    );
     let all = MergePolicy {
         ratio: 1,
         max_runs: 1,
@@ -337,7 +356,7 @@ fn a_range_merges_the_runs_newest_first_and_hides_tombstones() {
     let cache = Cache::new(1 << 20);
     let stack = bulk_stack(&slots, &keys(600));
     let delta = vec![
-        (Key::new(0, 2), Value::Dropped),
+        (Key::new(0, 2), Value::Dropped { seq: 5 }),
         (Key::new(0, 3), Value::Mapped(value_of(Key::new(0, 3), 5))),
         (Key::new(0, 4), Value::Mapped(value_of(Key::new(0, 4), 5))),
     ];

@@ -6,22 +6,24 @@ use std::sync::Arc;
 use onesync_mapping::testing::SimSlots;
 use onesync_mapping::{Key, Mapped, MergePolicy, RunBuilder, RunRef, Stack, Value};
 
-pub fn mapped(slot: u64, crc: u32, overlay: &[(u32, &[u8])]) -> Mapped {
+pub fn mapped(slot: u64, crc: u32, seq: u64, overlay: &[(u32, &[u8])]) -> Mapped {
     Mapped::new(
         slot,
         crc,
+        seq,
         overlay.iter().map(|(o, b)| (*o, Arc::from(*b))).collect(),
     )
 }
 
-/// The value the tests give key `key` in generation `generation`: a slot and CRC that tell
-/// both apart, and on every third page a small overlay.
+/// The value the tests give key `key` in generation `generation`: a slot and a version that
+/// tell both apart, a CRC that tells generations apart, and on every third page a small overlay.
 pub fn value_of(key: Key, generation: u64) -> Mapped {
     let slot = key.page * 1000 + u64::from(key.file) * 7 + generation;
+    let seq = (generation << 40) + (u64::from(key.file) << 32) + key.page;
     if key.page.is_multiple_of(3) {
-        mapped(slot, generation as u32, &[(4, &[generation as u8, 1, 2])])
+        mapped(slot, generation as u32, seq, &[(4, &[generation as u8, 1, 2])])
     } else {
-        mapped(slot, generation as u32, &[])
+        mapped(slot, generation as u32, seq, &[])
     }
 }
 
