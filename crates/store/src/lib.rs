@@ -80,7 +80,7 @@ pub use validation::PageMerger;
 pub mod layout {
     /// The on-disk structures, each an `onesync_codec::OnDisk` (for the decoder fuzz
     /// targets in `fuzz/`).
-    pub use crate::format::{Checkpoint, Header, Record};
+    pub use crate::format::{Checkpoint, Header, Manifest, Record};
     pub use crate::format::{HEADER_BLOCK, HEADER_LEN, MAGIC, SLOT_BASE};
     /// The byte of the store file whose OFD lock a process holds while it flushes for every
     /// process (exclusive), and others wait on shared for a flush announced to cover them.

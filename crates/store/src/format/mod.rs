@@ -5,7 +5,7 @@
 //! by that many bytes. Every CRC is CRC-32C (Castagnoli). Offsets in the tables below are
 //! in bytes from the start of the structure the table describes. Each structure has its
 //! file, its byte table at the top: `header.rs` (the header copies), `checkpoint.rs` (the
-//! mapping checkpoint), `record.rs` (commit records and their operations). All are encoded
+//! mapping checkpoint, version 1), `manifest.rs` (the manifest of version 2), `record.rs` (commit records and their operations). All are encoded
 //! and decoded through `onesync_codec::OnDisk`; a `DecodeError` becomes `Error::Corrupt`
 //! with its message.
 //!
@@ -39,6 +39,7 @@
 mod checkpoint;
 mod constants;
 mod header;
+mod manifest;
 mod record;
 
 pub use checkpoint::{Checkpoint, CheckpointEncoder};
@@ -47,6 +48,7 @@ pub use constants::{
     MAX_NAME_LEN, MAX_PAGE_SIZE, MIN_PAGE_SIZE, NO_SLOT, RECORD_ALIGN, SLOT_BASE,
 };
 pub use header::{CheckpointRef, Header, LogRef};
+pub use manifest::Manifest;
 pub use record::{Op, Record, RecordKind};
 
 /// Little-endian readers for the offset tests, and seeds for the decoder fuzz tests taken
