@@ -35,6 +35,7 @@ const SABOTAGES: &[&str] = &[
     "patch-ranges-by-offset",
     "kept-operations-unapplied",
     "checkpoint-followed-partly",
+    "run-blocks-freed-early",
     "fence-ignored",
     "relocated-pointer-missed",
     "stalled-retry-unflushed",

@@ -37,6 +37,22 @@ impl SlotAllocator {
         a
     }
 
+    /// `0..capacity` with exactly the slots of `free` free (those below `capacity`).
+    pub fn from_free(capacity: u64, free: &crate::free_set::FreeSet) -> SlotAllocator {
+        let mut a = SlotAllocator {
+            capacity,
+            ..SlotAllocator::default()
+        };
+        for (first, n) in free.extents() {
+            let n = n.min(capacity.saturating_sub(first));
+            if n > 0 {
+                a.insert_run(first, n);
+                a.free_count += n;
+            }
+        }
+        a
+    }
+
     /// `0..capacity` with nothing free (a process joining a shared store owns no slot).
     pub fn none_free(capacity: u64) -> SlotAllocator {
         SlotAllocator {

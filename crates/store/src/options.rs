@@ -52,6 +52,9 @@ pub struct Options {
     /// maps it at its FFI boundary); without it the side file is read and written with
     /// system calls, two or three more per commit.
     pub map_side_file: Option<crate::SideFileMapper>,
+    /// Bytes of the cache of mapping blocks (format version 2), one per open store, shared
+    /// by its snapshots and threads: what a store's mapping may hold in memory at most.
+    pub mapping_cache_bytes: usize,
     /// Negative controls only (feature `test-hooks`): put a defect back, so a crash test can
     /// show that it finds it.
     #[cfg(feature = "test-hooks")]
@@ -159,6 +162,10 @@ pub enum Sabotage {
     /// process commits, the joiner writes too, and the two fork the chain or overwrite each
     /// other's database.
     LeaseIgnored,
+    /// A checkpoint gives the blocks of the mapping's runs it replaced back at once, instead
+    /// of once no reader can use the old runs (`awaiting_readers`): a snapshot, or another
+    /// process, still on the old base reads blocks reused for something else.
+    RunBlocksFreedEarly,
 }
 
 #[cfg(feature = "test-hooks")]
@@ -173,7 +180,7 @@ impl Sabotage {
     /// `patch-ranges-by-offset`, `kept-operations-unapplied`, `checkpoint-followed-partly`,
     /// `fence-ignored`, `relocated-pointer-missed`, `stalled-retry-unflushed`,
     /// `moved-pages-unflushed`, `store-journal-in-memory`, `multi-file-commit-deferred`,
-    /// `lease-ignored`), if any.
+    /// `lease-ignored`, `run-blocks-freed-early`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
@@ -197,6 +204,7 @@ impl Sabotage {
             Ok("relocated-pointer-missed") => Some(Sabotage::RelocatedPointerMissed),
             Ok("stalled-retry-unflushed") => Some(Sabotage::StalledRetryUnflushed),
             Ok("lease-ignored") => Some(Sabotage::LeaseIgnored),
+            Ok("run-blocks-freed-early") => Some(Sabotage::RunBlocksFreedEarly),
             _ => None,
         }
     }
@@ -223,6 +231,7 @@ impl Default for Options {
             read_only: false,
             salvage: false,
             map_side_file: None,
+            mapping_cache_bytes: 8 << 20,
             #[cfg(feature = "test-hooks")]
             sabotage: None,
         }

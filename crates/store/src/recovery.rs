@@ -5,10 +5,11 @@
 use crate::alloc::SlotAllocator;
 use crate::error::{Error, Result};
 use crate::format::{
-    slot_offset, Checkpoint, Header, Op, Record, RecordKind, FORMAT_VERSION, HEADER_BLOCK, HEADER_LEN,
-    NO_SLOT, RECORD_ALIGN, SLOT_BASE,
+    slot_offset, Header, Op, Record, RecordKind, FORMAT_VERSION, HEADER_BLOCK, HEADER_LEN, NO_SLOT,
+    RECORD_ALIGN, SLOT_BASE,
 };
 use crate::io::{StorageIo, DIRECT_ALIGN};
+use crate::loading::{load_checkpoint, FreeBaseline, Loaded, MappingIo};
 use crate::state::State;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -30,6 +31,11 @@ pub(crate) struct Recovered {
     pub copies_agree: bool,
     /// Salvaging: the read error that ended the chain early.
     pub stopped_by: Option<String>,
+    /// The free slots the checkpoint's manifest persisted (`None`: a version-1 checkpoint).
+    pub free_baseline: Option<FreeBaseline>,
+    /// Slots the replayed records freed or used for themselves (superseded pages, records,
+    /// jumps): free in the next checkpoint's manifest unless it names them.
+    pub freed_since: Vec<u64>,
 }
 
 /// The medium as its device holds it (see `StorageIo::read_durable_at`): recovery must not
@@ -364,7 +370,7 @@ impl StorageIo for ReadAhead<'_> {
 /// `salvage`: a read error while following the chain ends the chain there (said in
 /// `Recovered::stopped_by`) instead of failing; only for a read-only open that copies the
 /// commits before the damage elsewhere.
-pub(crate) fn recover(io: &dyn StorageIo, salvage: bool) -> Result<Recovered> {
+pub(crate) fn recover(io: &dyn StorageIo, mapping: &MappingIo, salvage: bool) -> Result<Recovered> {
     let io: &dyn StorageIo = &Durable(io);
     let len = io
         .size()
@@ -434,11 +440,11 @@ pub(crate) fn recover(io: &dyn StorageIo, salvage: bool) -> Result<Recovered> {
             read_ahead = read_ahead.prefetching(scope, chain_start);
         }
         for (i, header) in valid.iter().enumerate() {
-            match load_checkpoint(io, header, capacity) {
-                Ok(state) => {
+            match load_checkpoint(io, header, capacity, mapping) {
+                Ok(loaded) => {
                     let copies_agree = copies.iter().all(|c| c.as_ref().ok() == Some(header));
                     let fell_back = i > 0 || damaged_copy;
-                    return replay(&read_ahead, *header, state, capacity, fell_back, salvage)
+                    return replay(&read_ahead, *header, loaded, capacity, fell_back, salvage)
                         .map(|r| Recovered { copies_agree, ..r });
                 }
                 // An older header (the newer copy damaged) may name slots the store has
@@ -456,50 +462,6 @@ pub(crate) fn recover(io: &dyn StorageIo, salvage: bool) -> Result<Recovered> {
         }
         Err(last_error.unwrap_or_else(|| Error::Corrupt("no usable checkpoint".into())))
     })
-}
-
-pub(crate) fn load_checkpoint(io: &dyn StorageIo, header: &Header, capacity: u64) -> Result<State> {
-    let page_size = header.page_size as u64;
-    let ck = header.checkpoint;
-    let needed = ck
-        .extents()
-        .iter()
-        .map(|&(first, n)| first.saturating_add(n))
-        .max()
-        .unwrap_or(0);
-    let needed = needed.max(header.log.window_end);
-    if needed > capacity {
-        return Err(Error::Truncated(format!(
-            "the header names slots up to {needed} but the file holds {capacity}"
-        )));
-    }
-    let mut blob = vec![0u8; ck.len as usize];
-    let mut at = 0usize;
-    for &(first, n) in ck.extents() {
-        let take = (blob.len() - at).min((n * page_size) as usize);
-        io.read_at(&mut blob[at..at + take], slot_offset(first, page_size))
-            .map_err(|e| Error::io("reading the checkpoint", e))?;
-        at += take;
-    }
-    if crc32c::crc32c(&blob) != ck.crc {
-        return Err(Error::Corrupt(format!(
-            "the checkpoint of generation {} fails its checksum",
-            header.generation
-        )));
-    }
-    let decoded = Checkpoint::decode(&blob)?;
-    if decoded.seq != ck.seq {
-        return Err(Error::Corrupt(
-            "checkpoint and header disagree on the sequence number".into(),
-        ));
-    }
-    let state = State::from_checkpoint(decoded, page_size)?;
-    if let Some(beyond) = state.live_slots()?.into_iter().find(|s| *s >= capacity) {
-        return Err(Error::Truncated(format!(
-            "a page lives in slot {beyond} but the file holds {capacity} slots"
-        )));
-    }
-    Ok(state)
 }
 
 fn read_failed(during: &'static str, offset: u64, source: std::io::Error) -> Error {
@@ -660,13 +622,18 @@ pub(crate) fn header_copies(io: &dyn StorageIo) -> Result<(Header, bool)> {
 fn replay(
     io: &ReadAhead,
     header: Header,
-    mut state: State,
+    loaded: Loaded,
     capacity: u64,
     fell_back: bool,
     salvage: bool,
 ) -> Result<Recovered> {
+    let Loaded {
+        mut state,
+        free: free_baseline,
+    } = loaded;
     let page_size = header.page_size as u64;
     let epoch = header.generation;
+    let mut record_pages = Vec::new();
     let mut slot = header.log.first_slot;
     let mut window_end = header.log.window_end;
     let mut prev_crc = header.log.seed;
@@ -724,6 +691,12 @@ fn replay(
             // keep the state before it (a copy per record copied the mapping's path each).
             state.apply(&record.ops, record.seq, page_size, &mut superseded)?;
             replayed += 1;
+            if free_baseline.is_some() {
+                record_pages.extend(record.ops.iter().filter_map(|op| match op {
+                    Op::Page { slot, .. } if *slot != NO_SLOT => Some(*slot),
+                    _ => None,
+                }));
+            }
         }
         chain_slots.extend(slot..slot + record_slots);
         log_bytes += record_slots * page_size;
@@ -731,6 +704,122 @@ fn replay(
         slot = record.next_slot;
         window_end = record.window_end;
     }
+    let chain = Chain {
+        header,
+        slot,
+        window_end,
+        prev_crc,
+        chain_slots,
+        superseded,
+        replayed,
+        log_bytes,
+        stopped_by,
+    };
+    match free_baseline {
+        Some(baseline) => on_manifest(chain, state, baseline, record_pages, capacity),
+        None => on_whole_mapping(chain, state, capacity),
+    }
+}
+
+/// Where the chain after a checkpoint ended, and the slots it named.
+struct Chain {
+    header: Header,
+    /// The head (where the next record goes) and the end of its window.
+    slot: u64,
+    window_end: u64,
+    prev_crc: u32,
+    chain_slots: Vec<u64>,
+    superseded: Vec<u64>,
+    replayed: u64,
+    log_bytes: u64,
+    stopped_by: Option<String>,
+}
+
+/// After a manifest: the free slots are the manifest's, plus those past its slot total,
+/// less what the chain since names (its records, the pages they map, the window). Looked
+/// up, never scanned: the mapping is not read. A record that names a slot the manifest
+/// does not call free (a page, a block of the mapping, the manifest itself) was not written
+/// by this store.
+fn on_manifest(
+    chain: Chain,
+    state: State,
+    baseline: FreeBaseline,
+    mut record_pages: Vec<u64>,
+    capacity: u64,
+) -> Result<Recovered> {
+    let header = chain.header;
+    let (log_first, log_end) = (header.log.first_slot, header.log.window_end);
+    let FreeBaseline { slot_total, free } = &baseline;
+    let usable = |s: u64| s >= *slot_total || free.contains(s) || (log_first..log_end).contains(&s);
+    let count = record_pages.len();
+    record_pages.sort_unstable();
+    record_pages.dedup();
+    if record_pages.len() != count {
+        return Err(Error::Corrupt("two pages map to the same slot".into()));
+    }
+    let in_manifest = |s: u64| header.checkpoint.slots().any(|c| c == s);
+    let clash = chain.chain_slots.iter().chain(&record_pages).any(|&s| !usable(s))
+        || (chain.slot..chain.window_end).any(|s| !usable(s))
+        || (log_first..log_end).any(in_manifest)
+        || chain
+            .chain_slots
+            .iter()
+            .any(|s| record_pages.binary_search(s).is_ok());
+    if clash {
+        return Err(Error::Corrupt(
+            "a slot is named for two roles (page, checkpoint, record, window)".into(),
+        ));
+    }
+    let mut alloc_free = free.clone();
+    alloc_free.add(*slot_total, capacity);
+    alloc_free.remove(log_first, log_end);
+    alloc_free.remove(chain.slot, chain.window_end);
+    for &s in chain
+        .chain_slots
+        .iter()
+        .chain(&record_pages)
+        .chain(&chain.superseded)
+    {
+        alloc_free.remove(s, s + 1);
+    }
+    let mut awaiting: Vec<u64> = chain
+        .superseded
+        .iter()
+        .chain(&chain.chain_slots)
+        .copied()
+        .collect();
+    awaiting.sort_unstable();
+    awaiting.dedup();
+    Ok(Recovered {
+        header,
+        state,
+        alloc: SlotAllocator::from_free(capacity, &alloc_free),
+        freed_since: awaiting.clone(),
+        awaiting_checkpoint: awaiting,
+        head: chain.slot,
+        window_end: chain.window_end,
+        prev_crc: chain.prev_crc,
+        records_replayed: chain.replayed,
+        log_bytes: chain.log_bytes,
+        copies_agree: true,
+        stopped_by: chain.stopped_by,
+        free_baseline: Some(baseline),
+    })
+}
+
+/// After a version-1 checkpoint: the free slots follow from the whole mapping in memory.
+fn on_whole_mapping(chain: Chain, state: State, capacity: u64) -> Result<Recovered> {
+    let Chain {
+        header,
+        slot,
+        window_end,
+        prev_crc,
+        chain_slots,
+        superseded,
+        replayed,
+        log_bytes,
+        stopped_by,
+    } = chain;
     let mut used: Vec<u64> = state.live_slots()?;
     let live_count = used.len();
     used.sort_unstable();
@@ -772,6 +861,7 @@ fn replay(
         header,
         state,
         alloc,
+        freed_since: awaiting.clone(),
         awaiting_checkpoint: awaiting,
         head: slot,
         window_end,
@@ -780,6 +870,7 @@ fn replay(
         log_bytes,
         copies_agree: true,
         stopped_by,
+        free_baseline: None,
     })
 }
 

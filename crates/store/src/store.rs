@@ -4,12 +4,12 @@
 
 use crate::engine::{write_zeros, Shared, View};
 use crate::error::{Error, Result};
-use crate::format::{slot_offset, CheckpointRef, Header, LogRef, HEADER_BLOCK};
+use crate::format::{slot_offset, CheckpointRef, Header, LogRef, Manifest, FORMAT_VERSION, HEADER_BLOCK};
 use crate::io::{FileIo, StorageIo};
+use crate::loading::MappingIo;
 use crate::options::{Options, Sabotage, Stats};
 use crate::recovery::{newest_header, recover};
 use crate::sharing::{self, Arrival, Sharing};
-use crate::state::State;
 use crate::txn::{Snapshot, Transaction};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::Path;
@@ -121,14 +121,14 @@ impl Store {
         // Opening and closing processes take turns; the first one in recovers the store.
         let init = sharing::lock_init(&file, opts.read_only)?;
         // Not a store (or a damaged one): say why, and leave no side file next to it.
-        let probe = FileIo::new(
+        let probe: Arc<dyn StorageIo> = Arc::new(FileIo::new(
             file.try_clone()
                 .map_err(|e| Error::io("opening the store file", e))?,
-        );
-        let store_id = match newest_header(&probe) {
+        ));
+        let store_id = match newest_header(probe.as_ref()) {
             Ok(header) => header.store_id,
             Err(_) => {
-                recover(&probe, false)?;
+                recover(probe.as_ref(), &MappingIo::new(probe.clone(), 0), false)?;
                 return Err(Error::Corrupt("both header copies fail their checksums".into()));
             }
         };
@@ -177,18 +177,28 @@ impl Store {
             return Err(Error::InvalidArgument("the medium is not empty".into()));
         }
         let page_size = opts.page_size as u64;
-        let (blob, blob_crc) = State::default().encode_checkpoint()?;
-        let blob_slots = (blob.len() as u64).div_ceil(page_size).max(1);
+        // The first manifest names no file and one free extent: it fits a slot.
+        let blob_slots = 1;
         // Small: the first window is a share of the first slots, and the file grows in
         // steps as commits need room (`Options::growth_step`).
         let initial = (opts.initial_capacity / page_size).max(blob_slots + 2 + 16);
         let window = opts.window_slots(initial);
         let capacity = initial.max(blob_slots + window + 16);
+        let manifest = Manifest {
+            seq: 0,
+            next_file_id: 0,
+            slot_total: capacity,
+            files: Vec::new(),
+            runs: Vec::new(),
+            free: vec![(blob_slots + window, capacity - blob_slots - window)],
+        };
+        let (blob, blob_crc) = manifest.encode_with_crc();
         // Preallocate by writing: commits into written extents change no filesystem metadata.
         write_zeros(io.as_ref(), 0, slot_offset(capacity, page_size))?;
         io.write_at(&blob, slot_offset(0, page_size))
             .map_err(|e| Error::io("writing the first checkpoint", e))?;
         let header = Header {
+            version: FORMAT_VERSION,
             page_size: opts.page_size,
             store_id: crate::nonce::random_u64(),
             generation: 1,
@@ -226,7 +236,9 @@ impl Store {
                 "salvaging opens a store read-only: set Options::read_only too".into(),
             ));
         }
-        let recovered = recover(io.as_ref(), opts.salvage)?;
+        let io: Arc<dyn StorageIo> = Arc::from(io);
+        let mapping = MappingIo::new(io.clone(), opts.mapping_cache_bytes);
+        let recovered = recover(io.as_ref(), &mapping, opts.salvage)?;
         if !recovered.copies_agree && !opts.read_only && !joined {
             // A crash fell between the two header writes of a checkpoint (or a copy is
             // damaged): restore the duplicate before any slot is reused.
@@ -245,7 +257,7 @@ impl Store {
                 .map_err(|e| Error::io("flushing the commits recovery found", e))?;
         }
         Ok(Store {
-            shared: Arc::new(Shared::new(io, opts, recovered, sharing, joined)?),
+            shared: Arc::new(Shared::new(mapping, opts, recovered, sharing, joined)?),
         })
     }
 

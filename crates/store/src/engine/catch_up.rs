@@ -5,8 +5,9 @@ use super::shared::{bump, lock, Kept, Meta, Shared};
 use crate::error::{Error, Result};
 use crate::format::{Header, Op, Record, RecordKind, NO_SLOT};
 use crate::io::StorageIo;
+use crate::loading::load_checkpoint;
 use crate::options::Sabotage;
-use crate::recovery::{header_copies, load_checkpoint, pages_intact, record_at};
+use crate::recovery::{header_copies, pages_intact, record_at};
 use crate::sharing::{Sharing, NO_PIN};
 use crate::state::State;
 use std::sync::atomic::Ordering;
@@ -322,7 +323,18 @@ impl Shared {
                 return Ok(None);
             }
             let covered = header.checkpoint.seq;
-            if covered > meta.state.seq {
+            if header.version >= 2 && covered >= meta.state.seq {
+                // A manifest: the state at `covered` is its files on its runs, read in
+                // constant time, whether this process was behind it or at it (then its own
+                // state has the same mapping on the old base, whose blocks the checkpoint's
+                // writer frees once no reader pins them).
+                let loaded = load_checkpoint(io, &header, capacity, &self.mapping)?;
+                meta.state = Arc::new(loaded.state);
+                meta.free_baseline = loaded.free;
+                meta.visible = meta.state.clone();
+                meta.readable = meta.state.clone();
+                meta.not_durable.clear();
+            } else if covered > meta.state.seq {
                 // Behind the checkpoint: follow the records up to it while they are still
                 // there (a follower a few commits behind read the whole mapping instead,
                 // as every process but the checkpoint's writer did); once they may be
@@ -332,7 +344,7 @@ impl Shared {
                 let followed = self.follow_to(meta, covered, capacity).unwrap_or(None);
                 meta.state = Arc::new(match followed {
                     Some(state) => state,
-                    None => load_checkpoint(io, &header, capacity)?,
+                    None => load_checkpoint(io, &header, capacity, &self.mapping)?.state,
                 });
                 meta.visible = meta.state.clone();
                 meta.readable = meta.state.clone();
@@ -342,7 +354,7 @@ impl Shared {
                 // (`give_back_space`), with the same commits; a read-only process, the one
                 // kind that may have the store open while that runs, takes the mapping it
                 // names rather than keep one naming the slots given up.
-                meta.state = Arc::new(load_checkpoint(io, &header, capacity)?);
+                meta.state = Arc::new(load_checkpoint(io, &header, capacity, &self.mapping)?.state);
                 meta.visible = meta.state.clone();
                 meta.readable = meta.state.clone();
                 meta.not_durable.clear();
@@ -352,6 +364,8 @@ impl Shared {
                     header.generation, meta.state.seq
                 )));
             }
+            // What the commits before it freed is in its manifest's free slots.
+            meta.freed_since.clear();
             meta.header = header;
             meta.head = header.log.first_slot;
             meta.window_end = header.log.window_end;
@@ -388,6 +402,7 @@ impl Shared {
         let mut chain = ChainPosition::of(meta);
         let mut commits = 0;
         let mut superseded_elsewhere = Vec::new();
+        let mut chain_slots = Vec::new();
         // The last commit the side file announced, to a reader that trusts it (so at this
         // process's generation): nothing follows it yet (a writer publishes before it
         // writes), so the read past it is saved.
@@ -409,13 +424,14 @@ impl Shared {
             {
                 break;
             }
+            chain_slots.extend(chain.head..chain.head + len.div_ceil(page_size));
             chain.pass(&record, crc, len, page_size);
             if record.kind == RecordKind::Commit {
                 let state = next.get_or_insert_with(|| (*meta.state).clone());
-                // The process that wrote the record frees what it superseded, not this one.
+                // The process that wrote the record frees what it superseded, not this one;
+                // but whichever process writes the next checkpoint persists it as free.
                 // An error leaves `meta` as it was (the copy is dropped).
                 state.apply(&record.ops, record.seq, page_size, &mut superseded_elsewhere)?;
-                superseded_elsewhere.clear();
                 commits += 1;
                 if record.seq >= settled {
                     // The first of the run as a state (the one before it is not kept), the
@@ -438,6 +454,8 @@ impl Shared {
             meta.state = state;
         }
         meta.not_durable.extend(kept);
+        meta.freed_since.extend(superseded_elsewhere);
+        meta.freed_since.extend(chain_slots);
         if commits > 0 {
             bump(&self.counters.catch_ups, 1);
             bump(&self.counters.records_followed, commits);

@@ -6,7 +6,8 @@ use super::shared::{bump, lock, Meta, Shared};
 use crate::error::{Error, Result};
 use crate::format::{slot_offset, CheckpointRef, Header, LogRef};
 use crate::options::Sabotage;
-use crate::state::State;
+use crate::state::base::SlotBlocks;
+use crate::state::{Base, State};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -211,10 +212,29 @@ impl Shared {
         } else {
             Moved::default()
         };
-        let (blob, blob_crc) = meta.state.encode_checkpoint()?;
-        let blob_slots = (blob.len() as u64).div_ceil(self.page_size).max(1);
-        let extents = self.alloc_extents(meta, blob_slots)?;
+        // The delta into runs, and the manifest naming them (format version 2).
+        let mapping = match self.write_mapping(meta, &moved.old_page_slots) {
+            Ok(mapping) => mapping,
+            Err(e) => {
+                moved.give_up(meta);
+                return Err(e);
+            }
+        };
+        if !mapping.placed.is_empty() {
+            // The manifest names the new blocks by their CRCs, which opening does not check
+            // (it reads no block): they must be durable before the header naming the
+            // manifest can be. (The manifest itself is covered by the header's CRC.)
+            if let Err(e) = self.io.sync_data() {
+                self.poison(format!("flushing the mapping's blocks failed: {e}"));
+                mapping.give_back(meta);
+                moved.give_up(meta);
+                return Err(Error::io("flushing the mapping's blocks", e));
+            }
+            bump(&self.counters.flushes, 1);
+        }
+        let (blob, blob_crc, extents) = (&mapping.manifest, mapping.crc, mapping.extents.clone());
         let header = Header {
+            version: crate::format::FORMAT_VERSION,
             generation: meta.header.generation + 1,
             checkpoint: CheckpointRef::new(&extents, blob.len() as u64, blob_crc, last_seq),
             log: LogRef {
@@ -256,9 +276,7 @@ impl Shared {
         });
         if let Err(e) = written {
             // A torn copy is harmless: the other one durably holds the previous header.
-            for (first, n) in extents {
-                meta.alloc.release(first, n);
-            }
+            mapping.give_back(meta);
             // The moved pages' copies are named by nothing durable; the state in memory
             // names them, so they stay (the old slots wait as superseded ones do).
             moved.give_up(meta);
@@ -297,8 +315,40 @@ impl Shared {
                 meta.alloc.release(first, n);
             }
         }
+        // Readers on the old base (snapshots here, states of other processes) may still
+        // read the replaced runs' blocks: they wait for every reader at or below this
+        // checkpoint's commit, which may equal the last one's (a compacting checkpoint).
+        let freed_early = self.opts.sabotaged(Sabotage::RunBlocksFreedEarly);
+        for block in &mapping.replaced {
+            if freed_early {
+                meta.alloc.release(block.slot, u64::from(block.slots));
+            } else {
+                meta.awaiting_readers
+                    .extend((block.slot..block.slot + u64::from(block.slots)).map(|s| (last_seq + 1, s)));
+            }
+        }
         meta.header = header;
         moved.settle(meta, last_seq);
+        // The new base: the runs just written; the state's changes are all in them now.
+        let base = Base::runs(
+            last_seq,
+            mapping.stack,
+            SlotBlocks {
+                io: self.io.clone(),
+                page_size: self.page_size,
+            },
+            self.mapping.cache.clone(),
+        );
+        let rebased = Arc::new(meta.state.on_runs(base, self.page_size));
+        if meta.visible.seq == rebased.seq {
+            meta.visible = rebased.clone();
+        }
+        if meta.readable.seq == rebased.seq {
+            meta.readable = rebased.clone();
+        }
+        meta.state = rebased;
+        meta.free_baseline = Some(mapping.free);
+        meta.freed_since.clear();
         if publish_late {
             // Unpublished, another writer could extend the old chain: stop here instead.
             if let Err(e) = self.publish_progress(meta, header.generation, last_seq) {
@@ -315,7 +365,7 @@ impl Shared {
     }
 
     /// `write_counted`, also counted as a checkpoint's (`checkpoint_bytes`).
-    fn write_for_checkpoint(&self, data: &[u8], offset: u64, during: &'static str) -> Result<()> {
+    pub(super) fn write_for_checkpoint(&self, data: &[u8], offset: u64, during: &'static str) -> Result<()> {
         self.write_counted(data, offset, during)?;
         bump(&self.counters.checkpoint_bytes, data.len() as u64);
         Ok(())

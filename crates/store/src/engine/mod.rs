@@ -126,7 +126,8 @@
 //! Module map: `sequence.rs` gives a commit its place; `space.rs` slots, windows, growth
 //! and reuse; `checkpoint.rs` checkpoints and close; `catch_up.rs` other processes and the
 //! write lock; `group_commit.rs` written/durable tracking and the shared flush;
-//! `commit.rs` the one entry; `invariants.rs` the checks above.
+//! `commit.rs` the one entry; `invariants.rs` the checks above; `mapping_write.rs` what a
+//! checkpoint writes of the mapping (runs, the manifest's free slots).
 //! `shared.rs` holds [`Shared`], the state all of them work on, and the types it is made of.
 
 mod catch_up;
@@ -135,6 +136,7 @@ mod commit;
 mod deferred;
 mod group_commit;
 mod invariants;
+mod mapping_write;
 mod recent_pages;
 mod sequence;
 mod shared;

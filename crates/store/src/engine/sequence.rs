@@ -131,8 +131,11 @@ impl Shared {
                 self.keep_reserve(meta)?;
                 if next_state.base.seq < meta.header.checkpoint.seq {
                     // Keeping the reserve checkpointed the state this one was made from
-                    // (invariant 12).
-                    next_state = next_state.rebased(page_size);
+                    // (invariant 12): make it again from the rebased one (a state past a
+                    // checkpoint cannot be rebased on its runs, which lack its changes).
+                    next_state = (*meta.state).clone();
+                    superseded.clear();
+                    next_state.apply(&ops, seq, page_size, &mut superseded)?;
                 }
             }
             meta.last_commit_superseded = superseded.len() as u64;
@@ -178,6 +181,7 @@ impl Shared {
             let (bytes, crc) = jump.encode();
             jump_write = Some((slot_offset(meta.head, page_size), bytes));
             meta.awaiting_checkpoint.push((seq, meta.head));
+            meta.freed_since.push(meta.head);
             if meta.head + 1 < meta.window_end {
                 meta.alloc.release(meta.head + 1, meta.window_end - meta.head - 1);
             }
@@ -200,6 +204,8 @@ impl Shared {
             ops,
         };
         let (bytes, crc) = record.encode();
+        meta.freed_since.extend(start..start + record_slots);
+        meta.freed_since.extend(superseded.iter().copied());
         meta.awaiting_checkpoint
             .extend((start..start + record_slots).map(|s| (seq, s)));
         meta.awaiting_checkpoint

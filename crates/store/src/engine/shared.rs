@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::format::Op;
 use crate::format::{slot_offset, Header, NO_SLOT};
 use crate::io::StorageIo;
+use crate::loading::{FreeBaseline, MappingIo};
 use crate::options::{Options, Stats};
 use crate::recovery::Recovered;
 use crate::sharing::{Sharing, NO_PIN};
@@ -60,8 +61,11 @@ pub(super) fn bump(counter: &AtomicU64, by: u64) {
 /// One open store: the engine's state, shared by every clone of a `Store`, its snapshots,
 /// transactions and pending commits.
 pub(crate) struct Shared {
-    pub(super) io: Box<dyn StorageIo>,
+    pub(super) io: Arc<dyn StorageIo>,
     pub page_size: u64,
+    /// The medium and the cache of mapping blocks this process read, bounded by
+    /// `Options::mapping_cache_bytes`, that every base on runs reads through.
+    pub(super) mapping: MappingIo,
     pub opts: Options,
     pub(super) meta: Mutex<Meta>,
     pub(super) flush: Mutex<FlushState>,
@@ -151,6 +155,13 @@ pub(crate) struct Meta {
     /// durable checkpoint no longer names them, but a snapshot of its own commit, taken
     /// before the move, may still read them.
     pub moved_awaiting_readers: Vec<(u64, u64)>,
+    /// The free slots the last checkpoint's manifest persisted (`None` after a version-1
+    /// checkpoint: the next checkpoint computes them from the whole mapping, once).
+    pub free_baseline: Option<FreeBaseline>,
+    /// Slots the commits since the last checkpoint, of every process, freed or used for
+    /// their records and jumps: the next manifest calls them free unless it names them.
+    /// Reset at each checkpoint, so bounded by the checkpoint interval.
+    pub freed_since: Vec<u64>,
     /// Open snapshots by sequence number.
     pub snapshots: BTreeMap<u64, usize>,
     /// Snapshots ended (their last clone dropped) since the store was opened.
@@ -281,7 +292,7 @@ impl Shared {
     /// The engine over a recovered store. `joined`: other processes have it open; this one
     /// owns no free slot and repairs nothing.
     pub(crate) fn new(
-        io: Box<dyn StorageIo>,
+        mapping: MappingIo,
         opts: &Options,
         recovered: Recovered,
         sharing: Option<Sharing>,
@@ -318,6 +329,8 @@ impl Shared {
                 .collect(),
             awaiting_readers: Vec::new(),
             moved_awaiting_readers: Vec::new(),
+            free_baseline: recovered.free_baseline,
+            freed_since: recovered.freed_since,
             snapshots: BTreeMap::new(),
             snapshot_ends: 0,
             head: recovered.head,
@@ -353,8 +366,9 @@ impl Shared {
             ..FlushState::default()
         };
         let shared = Shared {
-            io,
+            io: mapping.io.clone(),
             page_size,
+            mapping,
             opts: opts.clone(),
             meta: Mutex::new(meta),
             flush: Mutex::new(flush),

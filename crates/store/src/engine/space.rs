@@ -24,7 +24,7 @@ impl Shared {
         if meta.owns_all_slots || !meta.snapshots.is_empty() || meta.growing_ahead {
             return Ok(());
         }
-        let recovered = recover(self.io.as_ref(), false)?;
+        let recovered = recover(self.io.as_ref(), &self.mapping, false)?;
         if recovered.state.seq != meta.state.seq {
             // Someone's commit this process has not read: leave the space as it is.
             return Ok(());
@@ -39,6 +39,8 @@ impl Shared {
             .collect();
         meta.awaiting_readers.clear();
         meta.moved_awaiting_readers.clear();
+        meta.free_baseline = recovered.free_baseline;
+        meta.freed_since = recovered.freed_since;
         meta.head = recovered.head;
         meta.window_end = recovered.window_end;
         meta.prev_crc = recovered.prev_crc;
@@ -154,7 +156,7 @@ impl Shared {
             .ok_or_else(|| Error::Corrupt("no free slot after growing".into()))
     }
 
-    fn alloc_run(&self, meta: &mut Meta, n: u64) -> Result<u64> {
+    pub(super) fn alloc_run(&self, meta: &mut Meta, n: u64) -> Result<u64> {
         if let Some(first) = meta.alloc.take_run(n) {
             return Ok(first);
         }

@@ -2,7 +2,9 @@
 //! slot offsets and the page sizes a store may have.
 
 pub const MAGIC: [u8; 16] = *b"onesync store\0\r\n";
-pub const FORMAT_VERSION: u32 = 1;
+/// The version every header is written in now; version 1 (a whole-mapping checkpoint)
+/// is still read, and migrated by the first checkpoint.
+pub const FORMAT_VERSION: u32 = 2;
 pub const HEADER_BLOCK: u64 = 4096;
 /// Bytes of a header copy covered by its CRC (fixed fields, checkpoint extents, CRC).
 pub const HEADER_LEN: usize = 1024;

@@ -1,4 +1,4 @@
-//! The header, version 1: two copies at the start of the file.
+//! The header, versions 1 and 2 (the same layout): two copies at the start of the file.
 //!
 //! # Header copy
 //!
@@ -8,7 +8,7 @@
 //! | offset | size | field | meaning |
 //! |---:|---:|---|---|
 //! | 0 | 16 | magic | `MAGIC`, `b"onesync store\0\r\n"` |
-//! | 16 | 4 | version | u32, `FORMAT_VERSION` (1); 0 is invalid |
+//! | 16 | 4 | version | u32, 1 or 2 (`FORMAT_VERSION`); 0 is invalid. 1: the checkpoint is the whole mapping (`checkpoint.rs`); 2: it is a manifest (`manifest.rs`) |
 //! | 20 | 4 | header length | u32, `HEADER_LEN` (1024) |
 //! | 24 | 4 | page size | u32, a power of two in `MIN_PAGE_SIZE..=MAX_PAGE_SIZE` |
 //! | 28 | 4 | flags | u32, written 0, ignored on read (none defined) |
@@ -98,6 +98,8 @@ pub struct LogRef {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
+    /// 1: the checkpoint is a whole mapping; 2: a manifest.
+    pub version: u32,
     pub page_size: u32,
     pub store_id: u64,
     pub generation: u64,
@@ -158,7 +160,7 @@ impl OnDisk for Header {
     fn encode(&self, _: &(), w: &mut Writer) {
         let start = w.len();
         w.bytes(&MAGIC)
-            .u32(FORMAT_VERSION)
+            .u32(self.version)
             .u32(HEADER_LEN as u32)
             .u32(self.page_size)
             .u32(0) // flags, none defined
@@ -233,6 +235,7 @@ impl OnDisk for Header {
             return Err(r.invalid("header names an empty log window"));
         }
         Ok(Header {
+            version,
             page_size,
             store_id,
             generation,
@@ -251,6 +254,7 @@ mod tests {
     #[test]
     fn header_round_trips_and_classifies_damage() {
         let h = Header {
+            version: FORMAT_VERSION,
             page_size: 4096,
             store_id: 1,
             generation: 3,
@@ -267,11 +271,14 @@ mod tests {
         damaged[40] ^= 1;
         assert!(matches!(Header::decode(&damaged), Err(Error::Corrupt(_))));
         let mut newer = buf.clone();
-        newer[16..20].copy_from_slice(&2u32.to_le_bytes());
+        newer[16..20].copy_from_slice(&3u32.to_le_bytes());
         assert!(matches!(
             Header::decode(&newer),
-            Err(Error::UnsupportedVersion { found: 2, .. })
+            Err(Error::UnsupportedVersion { found: 3, .. })
         ));
+        // A version-1 header (a whole-mapping checkpoint) still decodes, as version 1.
+        let v1 = Header { version: 1, ..h };
+        assert_eq!(Header::decode(&v1.encode()).unwrap().version, 1);
         assert!(matches!(Header::decode(&[0u8; 128]), Err(Error::NotAStore(_))));
     }
 
@@ -279,6 +286,7 @@ mod tests {
     fn header_fields_sit_at_the_documented_offsets() {
         let extents = [(0x0a0b_0c0d_0e0f_1011, 3), (0x2122_2324_2526_2728, 0x31)];
         let h = Header {
+            version: FORMAT_VERSION,
             page_size: 8192,
             store_id: 0x0102_0304_0506_0708,
             generation: 0x1112_1314_1516_1718,
@@ -317,6 +325,7 @@ mod tests {
         // The most extents a header holds end at 996, before the CRC.
         let most: Vec<(u64, u64)> = (0..MAX_CHECKPOINT_EXTENTS as u64).map(|i| (2 * i, 1)).collect();
         let full = Header {
+            version: FORMAT_VERSION,
             checkpoint: CheckpointRef::new(&most, 1, 0, 0),
             ..h
         };

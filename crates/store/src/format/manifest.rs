@@ -207,7 +207,7 @@ impl OnDisk for Manifest {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{u16_at, u32_at, u64_at, FUZZ_INPUTS};
+    use super::super::test_support::{seeds, u16_at, u32_at, u64_at, FUZZ_INPUTS};
     use super::*;
     use onesync_codec::fuzz::check_decoder;
     use onesync_mapping::{BlockRef, Key};
@@ -313,16 +313,17 @@ mod tests {
     /// The manifest has no checksum of its own (the header holds it), so every mutation
     /// reaches the field checks without resealing.
     #[test]
-    fn the_manifest_decoder_survives_fuzzing() {
-        let seeds = vec![
-            sample().to_bytes(&()),
+    fn the_manifest_decoder_survives_fuzzing_from_a_real_manifest() {
+        let mut seeds = seeds().manifests;
+        seeds.push(sample().to_bytes(&()));
+        seeds.push(
             Manifest {
                 runs: vec![],
                 free: vec![],
                 ..sample()
             }
             .to_bytes(&()),
-        ];
+        );
         let report = check_decoder::<Manifest>(&(), &seeds, FUZZ_INPUTS);
         assert!(report.decoded > seeds.len() && report.rejected > 0, "{report:?}");
     }

@@ -42,13 +42,15 @@ mod header;
 mod manifest;
 mod record;
 
-pub use checkpoint::{Checkpoint, CheckpointEncoder};
+pub use checkpoint::Checkpoint;
+#[cfg(test)]
+pub use checkpoint::CheckpointEncoder;
 pub use constants::{
     slot_offset, valid_page_size, FORMAT_VERSION, HEADER_BLOCK, HEADER_LEN, MAGIC, MAX_CHECKPOINT_EXTENTS,
     MAX_NAME_LEN, MAX_PAGE_SIZE, MIN_PAGE_SIZE, NO_SLOT, RECORD_ALIGN, SLOT_BASE,
 };
 pub use header::{CheckpointRef, Header, LogRef};
-pub use manifest::Manifest;
+pub use manifest::{Manifest, ManifestFile};
 pub use record::{Op, Record, RecordKind};
 
 /// Little-endian readers for the offset tests, and seeds for the decoder fuzz tests taken
@@ -78,6 +80,18 @@ mod test_support {
         pub headers: Vec<Vec<u8>>,
         pub records: Vec<Vec<u8>>,
         pub checkpoints: Vec<Vec<u8>>,
+        pub manifests: Vec<Vec<u8>>,
+    }
+
+    /// A version-1 checkpoint (stores write manifests now): two files, zeros, an overlay.
+    fn version_1_checkpoint() -> Vec<u8> {
+        let mut enc = super::CheckpointEncoder::new(9, 4, 2);
+        enc.file(1, "main", 3 * 512, 2);
+        enc.page(0, 17, 0x1234_5678, &[(24, vec![1u8, 2, 3])]);
+        enc.page(2, 18, 0x9abc_def0, &[] as &[(u32, Vec<u8>)]);
+        enc.file(3, "main-journal", 512, 1);
+        enc.page(0, super::NO_SLOT, 0, &[(0, vec![7u8; 9])]);
+        enc.finish().0
     }
 
     pub fn seeds() -> Seeds {
@@ -150,7 +164,8 @@ mod test_support {
         Seeds {
             headers,
             records,
-            checkpoints: vec![checkpoint],
+            checkpoints: vec![version_1_checkpoint()],
+            manifests: vec![checkpoint],
         }
     }
 }

@@ -5,10 +5,12 @@
 //! so a snapshot is a pointer copy.
 
 use crate::error::{Error, Result};
-use crate::format::{Checkpoint, CheckpointEncoder, Op, NO_SLOT};
+#[cfg(test)]
+use crate::format::CheckpointEncoder;
+use crate::format::{Checkpoint, Op, NO_SLOT};
 use std::sync::Arc;
 
-mod base;
+pub(crate) mod base;
 mod entry;
 mod overlay;
 pub use base::Base;
@@ -67,6 +69,7 @@ fn invalid(what: String) -> Error {
     Error::Corrupt(what)
 }
 
+#[cfg(test)]
 /// A checkpoint stores an entry unless it reads as zeros without an overlay.
 fn stored(entry: &PageEntry) -> bool {
     entry.slot != NO_SLOT || entry.overlay.is_some()
@@ -311,7 +314,9 @@ impl State {
         Ok(f)
     }
 
-    /// The whole mapping as a version-1 checkpoint, and its CRC-32C.
+    /// The whole mapping as a version-1 checkpoint, and its CRC-32C (tests: a store writes
+    /// version 2).
+    #[cfg(test)]
     pub fn encode_checkpoint(&self) -> Result<(Vec<u8>, u32)> {
         let mut enc = CheckpointEncoder::new(self.seq, self.next_file_id, self.files.len() as u32);
         for (id, f) in &self.files {
@@ -331,6 +336,67 @@ impl State {
         Ok(enc.finish())
     }
 
+    /// What a checkpoint writes into the mapping's runs, sorted by key: on a base of runs,
+    /// each file's delta (zeros as `NO_SLOT` entries: their version counts), and a
+    /// tombstone for each base entry a truncation since cut; on a base in memory (a
+    /// version-1 store's first checkpoint), the whole mapping.
+    pub fn checkpoint_delta(&self) -> Result<Vec<(onesync_mapping::Key, onesync_mapping::Value)>> {
+        use onesync_mapping::{Key, Value};
+        let mut delta = Vec::new();
+        let on_runs = self.base.stack().is_some();
+        for (id, f) in &self.files {
+            if !on_runs {
+                for item in self.pages_of(*id, 0, u64::MAX) {
+                    let (page, entry) = item?;
+                    delta.push((Key::new(*id, page), Value::Mapped(base::mapped_of(&entry))));
+                }
+                continue;
+            }
+            let mut cut: Vec<(u64, PageEntry)> = Vec::new();
+            if f.meta_seq > self.base.seq {
+                // Resized since the base: what the base holds past `base_pages` was cut.
+                for item in self.base.pages(*id, f.base_pages, u64::MAX) {
+                    let (page, entry) = item?;
+                    if !f.pages.contains_key(&page) {
+                        cut.push((page, entry));
+                    }
+                }
+            }
+            let mut cut = cut.into_iter().peekable();
+            for (page, entry) in f.pages.iter() {
+                while let Some((p, _)) = cut.next_if(|(p, _)| p < page) {
+                    delta.push((Key::new(*id, p), Value::Dropped { seq: f.meta_seq }));
+                }
+                delta.push((Key::new(*id, *page), Value::Mapped(base::mapped_of(entry))));
+            }
+            for (p, _) in cut {
+                delta.push((Key::new(*id, p), Value::Dropped { seq: f.meta_seq }));
+            }
+        }
+        Ok(delta)
+    }
+
+    /// This state after a checkpoint wrote its mapping into `base`'s runs: the same files,
+    /// every change since now in the base. Costs the number of files.
+    pub fn on_runs(&self, base: Base, page_size: u64) -> State {
+        let files = self
+            .files
+            .iter()
+            .map(|(id, f)| {
+                let mut f = f.clone();
+                f.pages = imbl::OrdMap::new();
+                f.base_pages = f.page_count(page_size);
+                (*id, f)
+            })
+            .collect();
+        State {
+            seq: self.seq,
+            files,
+            next_file_id: self.next_file_id,
+            base: Arc::new(base),
+        }
+    }
+
     /// This state on a base of its own mapping (after a checkpoint of it): each file's
     /// changes move into the base, and what the truncations since dropped leaves it.
     /// (Here the base is the state's whole mapping in memory; loaded from a checkpoint it
@@ -340,7 +406,12 @@ impl State {
         let mut base_files = imbl::OrdMap::new();
         let mut files = self.files.clone();
         for (id, f) in self.files.iter() {
-            let mut pages = self.base.files.get(id).cloned().unwrap_or_default();
+            let mut pages = self
+                .base
+                .memory()
+                .and_then(|files| files.get(id))
+                .cloned()
+                .unwrap_or_default();
             if pages.get_max().is_some_and(|(last, _)| *last >= f.base_pages) {
                 // Truncated since the base: what lies past the cut leaves it.
                 let past_end: Vec<u64> = pages.range(f.base_pages..).map(|(page, _)| *page).collect();
