@@ -137,7 +137,12 @@ fn fix_header(image: &mut [u8], header: usize) {
     }
     if let (Some(ps), Some(ranges)) = (page_size_at(image, header), checkpoint_ranges(image, header)) {
         let mut blob = gather(image, &ranges);
-        fix_checkpoint_pages(&mut blob, image, ps);
+        // A version-1 checkpoint holds page CRCs; a manifest (version 2) names blocks of
+        // the mapping by their CRCs, which are left as they are (a block damaged in
+        // place fails its CRC: `Corrupt`).
+        if blob.starts_with(b"OSCK") {
+            fix_checkpoint_pages(&mut blob, image, ps);
+        }
         scatter(image, &ranges, &blob);
         let crc = crc32c::crc32c(&blob);
         put(image, header + H_CK_CRC, &crc.to_le_bytes());
