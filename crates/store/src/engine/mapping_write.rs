@@ -135,25 +135,45 @@ impl Shared {
             free: free.extents(),
         };
         // Taking the manifest's slots out of the free ones splits at most one extent per
-        // manifest extent, and growing for it adds at most one: room for that many more.
-        let most = manifest.encode_with_crc().0.len() + 16 * (MAX_CHECKPOINT_EXTENTS + 1);
-        let extents = match self.alloc_extents(meta, (most as u64).div_ceil(page_size)) {
-            Ok(extents) => extents,
-            Err(e) => {
-                give_back(meta, &placed);
-                return Err(e);
+        // manifest extent, and growing for it adds at most one: room for two more extents
+        // first, and if the slots came in several runs, again with room for as many.
+        let len = manifest.encode_with_crc().0.len();
+        let mut room = 2;
+        let (extents, free, bytes, crc) = loop {
+            let most = len + 16 * room;
+            let extents = match self.alloc_extents(meta, (most as u64).div_ceil(page_size)) {
+                Ok(extents) => extents,
+                Err(e) => {
+                    give_back(meta, &placed);
+                    return Err(e);
+                }
+            };
+            let mut free = free.clone();
+            let grown_to = meta.alloc.capacity();
+            free.add(total, grown_to);
+            for &(first, n) in &extents {
+                free.remove(first, first + n);
             }
+            manifest.slot_total = grown_to;
+            manifest.free = free.extents();
+            let (bytes, crc) = manifest.encode_with_crc();
+            let taken: u64 = extents.iter().map(|&(_, n)| n).sum();
+            if bytes.len() as u64 <= taken * page_size || room > MAX_CHECKPOINT_EXTENTS {
+                break (extents, free, bytes, crc);
+            }
+            for &(first, n) in &extents {
+                meta.alloc.release(first, n);
+            }
+            room = extents.len() + 1;
         };
-        let mut free = free;
-        let grown_to = meta.alloc.capacity();
-        free.add(total, grown_to);
-        for &(first, n) in &extents {
-            free.remove(first, first + n);
+        if bytes.len() as u64 > extents.iter().map(|&(_, n)| n).sum::<u64>() * page_size {
+            give_back(meta, &placed);
+            give_back(meta, &extents);
+            return Err(Error::Corrupt(
+                "the manifest outgrew the slots taken for it".into(),
+            ));
         }
-        manifest.slot_total = grown_to;
-        manifest.free = free.extents();
-        let (bytes, crc) = manifest.encode_with_crc();
-        debug_assert!(bytes.len() <= most, "the manifest outgrew the room taken for it");
+        let grown_to = manifest.slot_total;
         Ok(Written {
             manifest: bytes,
             crc,
