@@ -323,7 +323,7 @@ impl Shared {
             if freed_early {
                 meta.alloc.release(block.slot, u64::from(block.slots));
             } else {
-                meta.awaiting_readers
+                meta.moved_awaiting_readers
                     .extend((block.slot..block.slot + u64::from(block.slots)).map(|s| (last_seq + 1, s)));
             }
         }

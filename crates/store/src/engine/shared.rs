@@ -151,9 +151,10 @@ pub(crate) struct Meta {
     pub awaiting_checkpoint: Vec<(u64, u64)>,
     /// (superseded at seq, slot): checkpointed, but a snapshot may still read it.
     pub awaiting_readers: Vec<(u64, u64)>,
-    /// (checkpoint's seq + 1, slot): slots a compacting checkpoint copied pages out of. The
-    /// durable checkpoint no longer names them, but a snapshot of its own commit, taken
-    /// before the move, may still read them.
+    /// (checkpoint's seq + 1, slot): slots a compacting checkpoint copied pages out of, and
+    /// blocks of the mapping's runs a checkpoint replaced. The durable checkpoint no longer
+    /// names them, but a snapshot of its own commit (or on the old base), taken before,
+    /// may still read them.
     pub moved_awaiting_readers: Vec<(u64, u64)>,
     /// The free slots the last checkpoint's manifest persisted (`None` after a version-1
     /// checkpoint: the next checkpoint computes them from the whole mapping, once).
