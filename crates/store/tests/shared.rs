@@ -261,6 +261,7 @@ fn an_idle_handle_catches_up_after_many_checkpoints() {
 /// debug build stops first at engine invariant 7, the header's checkpoint past the state).
 #[cfg(feature = "test-hooks")] // a negative control: needs `Options::sabotage`
 #[test]
+#[ignore = "format version 2: a follower takes the manifest's state, it no longer follows records up to a checkpoint"]
 fn a_follower_adopting_a_partly_followed_chain_misses_commits() {
     let saw_every_commit = std::panic::catch_unwind(|| {
         let (_dir, _busy, _idle, model, seen) =
@@ -276,11 +277,11 @@ fn a_follower_adopting_a_partly_followed_chain_misses_commits() {
     }
 }
 
-/// A process a few commits behind another's checkpoint follows those commits' records up
-/// to it rather than loading the whole checkpoint (each process behind one loaded it),
-/// and sees what it would have loaded.
+/// A process a few commits behind another's checkpoint takes the state its manifest names
+/// (format version 2: the header and the manifest, not the mapping, nor the records up to
+/// it), and sees every commit.
 #[test]
-fn a_follower_behind_a_checkpoint_reads_the_records_up_to_it() {
+fn a_follower_behind_a_checkpoint_takes_the_state_its_manifest_names() {
     let (_dir, a, b) = two_handles();
     let mut model = read_all(&b.try_snapshot().unwrap());
     let before = b.stats();
@@ -293,7 +294,7 @@ fn a_follower_behind_a_checkpoint_reads_the_records_up_to_it() {
     assert_eq!(read_all(&b.try_snapshot().unwrap()), model);
     assert_eq!(
         b.stats().records_followed - before.records_followed,
-        3,
+        0,
         "{:?}",
         b.stats()
     );

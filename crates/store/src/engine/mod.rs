@@ -48,8 +48,10 @@
 //!    is durable in both header copies, then in `awaiting_readers` until no snapshot of any
 //!    process reads a commit before `s`; only then is it free. So every `awaiting_readers`
 //!    entry has `s <= header.checkpoint.seq`, and no waiting slot is free in the allocator.
-//!    (The slots a compacting checkpoint copied pages out of wait apart, in
-//!    `moved_awaiting_readers`, for the snapshots of the checkpoint's own commit.)
+//!    (The slots a compacting checkpoint copied pages out of, and the blocks of the
+//!    mapping's runs a checkpoint replaced, wait apart, in `moved_awaiting_readers` keyed
+//!    at the checkpoint's seq + 1, for the snapshots of the checkpoint's own commit and
+//!    the states on the old base.)
 //!    Checked.
 //! 7. **The chain's head is reserved.** `head < window_end`, and the slots `head ..
 //!    window_end` (where the next records and pages go), and those of the checkpoint the
@@ -84,8 +86,10 @@
 //!     rebased on) over it: `base.seq <= state.seq`, and once a checkpoint the process
 //!     wrote or followed covers `state.seq`, the latest state is rebased on it
 //!     (`rebase_on_checkpoint`), so that a checkpoint needs only the pages changed since
-//!     the last one. Checked: `state.base.seq` is between the header's checkpoint and
-//!     `state.seq`.
+//!     the last one. On a version-2 checkpoint the base is its runs: the writer's state
+//!     is the same files on them with empty deltas (`State::on_runs`), another process's
+//!     the state its manifest names. Checked: `state.base.seq` is between the header's
+//!     checkpoint and `state.seq`.
 //!
 //! # Locks
 //!

@@ -1,4 +1,5 @@
-//! The on-disk format, version 1.
+//! The on-disk format, versions 1 and 2 (version 2 differs in what the header's checkpoint
+//! is: a manifest naming the mapping's runs instead of the whole mapping).
 //!
 //! Every structure is a packed byte stream: integers are little-endian, fields follow each
 //! other with no padding or alignment, and variable-length parts are a length field followed
