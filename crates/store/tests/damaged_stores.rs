@@ -289,7 +289,10 @@ fn truncation_points(close: bool) {
         .rev()
         .find(|&s| good[slot_offset(s)..slot_offset(s) + PS].iter().any(|&b| b != 0))
         .unwrap();
-    let keep_slots = (last_written + 1).max(window_end).max(ck_end);
+    let keep_slots = (last_written + 1)
+        .max(window_end)
+        .max(ck_end)
+        .max(mapping_end_slot(&good, &newest));
     assert!(
         keep_slots < slots as u64,
         "the fixture must leave free preallocated slots"

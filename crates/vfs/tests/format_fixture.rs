@@ -170,6 +170,16 @@ fn every_checked_in_store_opens_and_holds_what_its_script_wrote() {
         rw.execute_batch("INSERT INTO t VALUES (2000, 'new', x'01'); INSERT INTO aux.a VALUES ('new', 1)")
             .unwrap();
         drop(rw);
+        // The last connection's close checkpoints: a store of an older version is migrated
+        // then, both header copies naming the current format.
+        let bytes = std::fs::read(&path).unwrap();
+        for copy in [0usize, 4096] {
+            let found = u32::from_le_bytes(bytes[copy + 16..copy + 20].try_into().unwrap());
+            assert_eq!(
+                found, FORMAT_VERSION,
+                "v{version}: header copy at {copy} after a write and close"
+            );
+        }
 
         let again = open_stock(&path, false);
         check_integrity(&again);

@@ -13,11 +13,32 @@ use crate::state::State;
 use onesync_mapping::{BlockRef, BlockSink, Key, MergePolicy, Stack, Value};
 
 /// Blocks placed in slots the allocator gives, written and counted as a checkpoint's.
+/// Blocks placed one after the other are written together (one write call for a run of
+/// them, as a commit is one), up to `PENDING_MAX` bytes.
 struct SlotSink<'a> {
     shared: &'a Shared,
     meta: &'a mut Meta,
     /// (first slot, slots) of every block placed: given back should the checkpoint fail.
     placed: Vec<(u64, u64)>,
+    /// Blocks placed but not yet written: their first slot and bytes.
+    pending: Option<(u64, Vec<u8>)>,
+}
+
+/// The most bytes of placed blocks a checkpoint holds before writing them.
+const PENDING_MAX: usize = 256 << 10;
+
+impl SlotSink<'_> {
+    /// Writes the blocks placed and not yet written.
+    fn write_pending(&mut self) -> Result<()> {
+        if let Some((first, bytes)) = self.pending.take() {
+            self.shared.write_for_checkpoint(
+                &bytes,
+                slot_offset(first, self.shared.page_size),
+                "writing the mapping",
+            )?;
+        }
+        Ok(())
+    }
 }
 
 impl BlockSink for SlotSink<'_> {
@@ -31,9 +52,16 @@ impl BlockSink for SlotSink<'_> {
         let sink = |e: Error| onesync_mapping::Error::Sink(Box::new(e));
         let first = self.shared.alloc_run(self.meta, n).map_err(sink)?;
         self.placed.push((first, n));
-        self.shared
-            .write_for_checkpoint(bytes, slot_offset(first, page_size), "writing the mapping")
-            .map_err(sink)?;
+        let follows = self.pending.as_ref().is_some_and(|(start, held)| {
+            start + held.len() as u64 / page_size == first && held.len() + bytes.len() <= PENDING_MAX
+        });
+        if !follows {
+            self.write_pending().map_err(sink)?;
+            self.pending = Some((first, Vec::with_capacity(bytes.len())));
+        }
+        if let Some((_, held)) = &mut self.pending {
+            held.extend_from_slice(bytes);
+        }
         Ok(first)
     }
 }
@@ -92,8 +120,12 @@ impl Shared {
             shared: self,
             meta,
             placed: Vec::new(),
+            pending: None,
         };
-        let outcome = old_stack.checkpoint(delta, &keep, MergePolicy::DEFAULT, &io, &mut sink);
+        let outcome = old_stack
+            .checkpoint(delta, &keep, MergePolicy::DEFAULT, &io, &mut sink)
+            .map_err(mapping_error)
+            .and_then(|outcome| sink.write_pending().map(|()| outcome));
         let placed = std::mem::take(&mut sink.placed);
         let give_back = |meta: &mut Meta, placed: &[(u64, u64)]| {
             for &(first, n) in placed {
@@ -104,7 +136,7 @@ impl Shared {
             Ok(outcome) => outcome,
             Err(e) => {
                 give_back(meta, &placed);
-                return Err(mapping_error(e));
+                return Err(e);
             }
         };
         let total = meta.alloc.capacity();

@@ -339,6 +339,44 @@ pub fn checkpoint_end_slot(image: &[u8], h: &HeaderView) -> u64 {
         .unwrap_or(0)
 }
 
+/// The end (exclusive) of the last block of the mapping's runs the header copy's manifest
+/// names (0 for a version-1 checkpoint): a block is padded with zeros to its length, so
+/// its last slots may be all zeros and still belong to it.
+pub fn mapping_end_slot(image: &[u8], h: &HeaderView) -> u64 {
+    struct Image<'a>(&'a [u8]);
+    impl onesync_mapping::BlockIo for Image<'_> {
+        fn slot_size(&self) -> usize {
+            PS
+        }
+        fn read_block(&self, block: onesync_mapping::BlockRef, buf: &mut [u8]) -> std::io::Result<()> {
+            let at = slot_offset(block.slot);
+            let bytes = self
+                .0
+                .get(at..at + buf.len())
+                .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+            buf.copy_from_slice(bytes);
+            Ok(())
+        }
+    }
+    let blob: Vec<u8> = checkpoint_ranges(image, h)
+        .into_iter()
+        .flat_map(|r| image[r].to_vec())
+        .collect();
+    let Ok(manifest) = onesync_store::layout::Manifest::decode(&blob) else {
+        return 0;
+    };
+    let mut end = 0;
+    for run in &manifest.runs {
+        for block in run
+            .blocks(&Image(image), None)
+            .expect("the mapping's blocks read")
+        {
+            end = end.max(block.slot + u64::from(block.slots));
+        }
+    }
+    end
+}
+
 /// The slot holding exactly `content`, if any.
 pub fn slot_holding(image: &[u8], content: &[u8]) -> Option<u64> {
     let slots = (image.len() - SLOT_BASE as usize) / PS;
