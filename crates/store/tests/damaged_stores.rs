@@ -293,6 +293,12 @@ fn truncation_points(close: bool) {
         .max(window_end)
         .max(ck_end)
         .max(mapping_end_slot(&good, &newest));
+    if close && keep_slots == slots as u64 {
+        // Given back at close, the file may end with a block of the mapping (4 KiB: eight
+        // 512-byte slots, placed where eight free slots were, its tail zeros): there is no
+        // free slot to cut. The fixture with commits waiting has some (checked below).
+        return;
+    }
     assert!(
         keep_slots < slots as u64,
         "the fixture must leave free preallocated slots"
