@@ -1,8 +1,9 @@
 //! The mapping's on-disk structures: leaf blocks, inner blocks and run refs.
 //!
-//! All integers are little-endian. A block is a whole number of slots: normally
-//! `max(BLOCK_TARGET, slot_size)` bytes (4 KiB, or one page where pages are larger), and a
-//! leaf holding one entry too large for that is as many slots as it needs. Bytes after what a
+//! All integers are little-endian. A block is a whole number of slots: normally one slot
+//! (so that a checkpoint never needs a contiguous run of free slots, which a small or full
+//! store may lack), and a leaf holding one entry too large for that is as many slots as it
+//! needs. Bytes after what a
 //! block uses are zero, and the decoders require it: every value has one encoding. A block has
 //! no checksum of its own; whoever names it (its parent, or the run ref for a root) holds the
 //! CRC-32C of all its `slots × slot_size` bytes.
@@ -95,8 +96,6 @@ use onesync_codec::{DecodeError, OnDisk, Reader, Writer};
 
 use crate::types::{BlockRef, Key, Mapped, RunRef, Value};
 
-/// The length blocks aim for; a block is this or one slot, whichever is larger.
-pub const BLOCK_TARGET: usize = 4096;
 /// The most levels a run has (a root at level 7).
 pub const MAX_HEIGHT: u8 = 8;
 /// The most overlay ranges one entry holds (its count is a byte).
@@ -120,7 +119,7 @@ pub fn valid_slot_size(slot_size: usize) -> bool {
 
 /// The length of an inner block, and of every leaf but one too large for it.
 pub fn block_len(slot_size: usize) -> usize {
-    BLOCK_TARGET.max(slot_size)
+    slot_size
 }
 
 /// The length of a leaf that uses `used` bytes.
@@ -692,7 +691,7 @@ mod tests {
         ];
         let leaf = Leaf { entries };
         let buf = leaf.to_bytes(&512);
-        assert_eq!(buf.len(), 4096, "a block is 4 KiB of 512-byte slots");
+        assert_eq!(buf.len(), 512, "a block is one slot");
         assert_eq!(&buf[0..4], b"OSML");
         assert_eq!((buf[4], buf[5]), (0, 0), "level, reserved");
         assert_eq!(u16_at(&buf, 6), 2, "count");
@@ -735,7 +734,7 @@ mod tests {
     fn inner_fields_sit_at_the_documented_offsets() {
         let child = |page, slot, crc| Child {
             first: Key::new(0x0102_0304, page),
-            block: BlockRef { slot, slots: 8, crc },
+            block: BlockRef { slot, slots: 1, crc },
         };
         let inner = Inner {
             level: 2,
@@ -745,7 +744,7 @@ mod tests {
             ],
         };
         let buf = inner.to_bytes(&512);
-        assert_eq!(buf.len(), 4096);
+        assert_eq!(buf.len(), 512);
         assert_eq!(&buf[0..4], b"OSMI");
         assert_eq!(
             (buf[4], buf[5], u16_at(&buf, 6)),
@@ -757,11 +756,11 @@ mod tests {
         assert_eq!(u32_at(&buf, 16), 0x0102_0304, "first file");
         assert_eq!(u64_at(&buf, 20), 0x1112_1314_1516_1718, "first page");
         assert_eq!(u64_at(&buf, 28), 0x2122_2324_2526_2728, "slot");
-        assert_eq!(u32_at(&buf, 36), 8, "slots");
+        assert_eq!(u32_at(&buf, 36), 1, "slots");
         assert_eq!(u32_at(&buf, 40), 0x3132_3334, "CRC");
         // Child 1 at 16 + 28.
         assert_eq!(u64_at(&buf, 48), 0x1112_1314_1516_1719);
-        assert_eq!((u64_at(&buf, 56), u32_at(&buf, 64), u32_at(&buf, 68)), (7, 8, 9));
+        assert_eq!((u64_at(&buf, 56), u32_at(&buf, 64), u32_at(&buf, 68)), (7, 1, 9));
         assert!(buf[72..].iter().all(|&b| b == 0));
         assert_eq!(Inner::from_bytes(&512, &buf).unwrap(), inner);
     }
@@ -858,7 +857,7 @@ mod tests {
     #[test]
     fn the_inner_decoder_survives_fuzzing_from_real_inner_blocks() {
         let (_, inner, run) = real_blocks(512, 40_000, 0);
-        assert_eq!(run.height, 3);
+        assert_eq!(run.height, 4);
         let report = check_decoder::<Inner>(&512, &inner, FUZZ_INPUTS);
         assert!(report.decoded > inner.len() && report.rejected > 0, "{report:?}");
     }
@@ -903,8 +902,8 @@ mod tests {
         with_slot[28] = 1;
         let slot = Leaf::from_bytes(&512, &with_slot).unwrap_err().to_string();
         assert!(slot.contains("a tombstone's slot"), "{slot}");
-        let tail = problem(&|b| b[4000] = 1);
-        assert!(tail.contains("byte 4000 is not zero"), "{tail}");
+        let tail = problem(&|b| b[500] = 1);
+        assert!(tail.contains("byte 500 is not zero"), "{tail}");
         let adjacent = Leaf {
             entries: vec![(Key::new(1, 1), mapped(5, 6, 7, &[(0, b"ab"), (2, b"c")]))],
         };

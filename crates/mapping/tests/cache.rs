@@ -19,7 +19,7 @@ fn the_cache_stays_within_its_byte_bound_under_many_lookups() {
     let stack = bulk_stack(&slots, &keys);
     let blocks = stack.runs[0].blocks(&slots, None).unwrap().len();
     assert!(
-        blocks * 4096 > 10 * BOUND,
+        blocks * 512 > 10 * BOUND,
         "the run ({blocks} blocks) is much larger than the cache"
     );
     let cache = Arc::new(Cache::new(BOUND));
@@ -48,7 +48,7 @@ fn the_cache_stays_within_its_byte_bound_under_many_lookups() {
     let stats = cache.stats();
     println!("{stats:?}");
     assert!(
-        stats.bytes <= BOUND as u64 && stats.blocks <= (BOUND / 4096) as u64,
+        stats.bytes <= BOUND as u64 && stats.blocks <= (BOUND / 512) as u64,
         "{stats:?}"
     );
     assert!(stats.hits > 0 && stats.misses > 0, "{stats:?}");

@@ -13,7 +13,7 @@ use support::{bulk_stack, value_of};
 const SLOT: usize = 512;
 
 fn keys() -> Vec<Key> {
-    (0..3000).map(|i| Key::new(1, i)).collect()
+    (0..150).map(|i| Key::new(1, i)).collect()
 }
 
 /// The keys of a leaf, read from its bytes.
@@ -62,7 +62,7 @@ fn a_flipped_byte_in_the_root_makes_every_lookup_corrupt() {
     let slots = SimSlots::new(SLOT);
     let stack = bulk_stack(&slots, &keys());
     let root = stack.runs[0].root;
-    for offset in [0, 4, 6, 17, 40, 300, 4095] {
+    for offset in [0, 4, 6, 17, 40, 300, 511] {
         slots.damage(root.slot, offset, 0x01);
         let cache = Cache::new(1 << 20);
         assert!(
@@ -179,7 +179,7 @@ fn a_stale_stack_reading_freed_blocks_gets_corrupt_not_what_was_written_there_si
         .checkpoint(again, &|_| true, all, &slots, &mut slots.sink())
         .unwrap();
     let cache = Cache::new(1 << 20);
-    for page in [0, 1, 1500, 2999] {
+    for page in [0, 1, 75, 149] {
         assert!(
             is_corrupt(old.get(Key::new(1, page), &slots, &cache)),
             "page {page}"

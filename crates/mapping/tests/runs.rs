@@ -79,14 +79,14 @@ fn a_run_returns_every_entry_by_key_and_in_order_at_every_slot_size() {
 #[test]
 fn a_large_run_is_three_levels_and_a_lookup_reads_one_block_per_level() {
     let slots = SimSlots::new(512);
-    let run = build_run(&slots, &keys(40_000));
+    let run = build_run(&slots, &keys(2_000));
     assert_eq!(
         run.height, 3,
-        "40,000 entries: at most 102 per leaf (40 bytes each), 145 children per inner block"
+        "2,000 entries in one-slot blocks of 512 bytes: at most 12 per leaf (40 bytes each), 17 children per inner block"
     );
     let cache = Cache::new(0);
     let before = slots.reads();
-    run.get(Key::new(1, 20_000), &slots, &cache).unwrap();
+    run.get(Key::new(1, 1_000), &slots, &cache).unwrap();
     assert_eq!(slots.reads() - before, 3);
 }
 
