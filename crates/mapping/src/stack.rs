@@ -32,6 +32,13 @@ impl MergePolicy {
         max_runs: 10,
     };
 
+    /// Every run merged into one, even with nothing new: the whole mapping rewritten where
+    /// the sink places it now (a store moving everything to the start of its file).
+    pub const ALL: MergePolicy = MergePolicy {
+        ratio: 8,
+        max_runs: 0,
+    };
+
     /// How many of `runs` (newest first) a checkpoint of `delta` entries merges.
     pub fn runs_to_merge(&self, delta: usize, runs: &[RunRef]) -> usize {
         let (mut taken, mut k) = (delta as u64, 0);
@@ -148,7 +155,7 @@ impl Stack {
                 pair[0].0, pair[1].0
             )));
         }
-        if delta.is_empty() {
+        if delta.is_empty() && policy != MergePolicy::ALL {
             return Ok(CheckpointOutcome {
                 stack: self.clone(),
                 freed: Vec::new(),

@@ -213,7 +213,7 @@ impl Shared {
             Moved::default()
         };
         // The delta into runs, and the manifest naming them (format version 2).
-        let mapping = match self.write_mapping(meta, &moved.old_page_slots) {
+        let mapping = match self.write_mapping(meta, &moved.old_page_slots, compact) {
             Ok(mapping) => mapping,
             Err(e) => {
                 moved.give_up(meta);

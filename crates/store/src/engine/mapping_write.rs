@@ -98,7 +98,14 @@ impl Shared {
     /// blocks and `moved_from`; less the pages the delta maps, the new blocks, the window
     /// and the new manifest. After a version-1 checkpoint (no free slots persisted yet),
     /// once: every slot but the whole mapping's. On an error, nothing stays allocated.
-    pub(super) fn write_mapping(&self, meta: &mut Meta, moved_from: &[u64]) -> Result<Written> {
+    /// `compact`: the runs are all rewritten into the lowest free slots too (their blocks may
+    /// lie where the file is to be cut).
+    pub(super) fn write_mapping(
+        &self,
+        meta: &mut Meta,
+        moved_from: &[u64],
+        compact: bool,
+    ) -> Result<Written> {
         let state = meta.state.clone();
         let page_size = self.page_size;
         let delta = state.checkpoint_delta()?;
@@ -123,7 +130,17 @@ impl Shared {
             pending: None,
         };
         let outcome = old_stack
-            .checkpoint(delta, &keep, MergePolicy::DEFAULT, &io, &mut sink)
+            .checkpoint(
+                delta,
+                &keep,
+                if compact {
+                    MergePolicy::ALL
+                } else {
+                    MergePolicy::DEFAULT
+                },
+                &io,
+                &mut sink,
+            )
             .map_err(mapping_error)
             .and_then(|outcome| sink.write_pending().map(|()| outcome));
         let placed = std::mem::take(&mut sink.placed);

@@ -458,6 +458,14 @@ impl Shared {
             // Live slots in the file's upper part (the chain's window, pages written while
             // superseded slots waited for a checkpoint): move them down first.
             self.checkpoint_holding_writer(meta, true)?;
+            if self
+                .cut_point(meta, slack)
+                .is_none_or(|cut| cut > self.compacted_size(meta) + slack)
+            {
+                // The mapping that checkpoint wrote went above the old window, which was
+                // freed only once its header was durable: once more, into the slots freed.
+                self.checkpoint_holding_writer(meta, true)?;
+            }
         }
         let Some(new_capacity) = self.cut_point(meta, slack) else {
             return Ok(());
