@@ -99,9 +99,10 @@ fn opening_reads_the_same_bytes_at_any_size() {
         read.push(bytes);
     }
     // Header copies, the manifest and the chain's read-ahead: nothing of the mapping (200,000
-    // pages map in about 8 MB of entries). The manifest's free extents may differ by a few.
+    // pages map in about 8 MB of entries). Ten times the pages read no more (the read-ahead's
+    // reach and the manifest's free extents differ a little between the two files).
     assert!(
-        read[1] <= read[0] + 8192 && read[0] <= read[1] + 8192 && read[1] < 512 << 10,
+        read[1] <= read[0] + 8192 && read.iter().all(|r| *r < 512 << 10),
         "bytes read opening 20,000 and 200,000 pages: {read:?}"
     );
 }
