@@ -130,9 +130,12 @@ impl Shared {
             if pages > superseded.len() as u64 {
                 self.keep_reserve(meta)?;
                 if next_state.base.seq < meta.header.checkpoint.seq {
-                    // Keeping the reserve checkpointed the state this one was made from
+                    // Keeping the reserve checkpointed the state this one was made from:
+                    // make it again from the checkpointed one, which lies on the new base
                     // (invariant 12).
-                    next_state = next_state.rebased(page_size);
+                    next_state = (*meta.state).clone();
+                    superseded.clear();
+                    next_state.apply(&ops, seq, page_size, &mut superseded)?;
                 }
             }
             meta.last_commit_superseded = superseded.len() as u64;
