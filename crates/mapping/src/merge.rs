@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::types::{Error, Key, Value};
+use crate::types::{ends_at_first_error, Error, Key, Value};
 
 /// Merges `sources` (each strictly increasing by key; index 0 the newest). Pulls one entry
 /// ahead from each source. After an error it ends.
@@ -75,17 +75,8 @@ impl<S: Iterator<Item = Result<(Key, Value), Error>>> Iterator for Merge<S> {
         if self.done {
             return None;
         }
-        match self.advance() {
-            Ok(Some(entry)) => Some(Ok(entry)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
+        let step = self.advance();
+        ends_at_first_error(&mut self.done, step)
     }
 }
 

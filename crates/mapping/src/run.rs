@@ -14,7 +14,7 @@ use crate::format::{
     block_len, check_overlay, encode_inner, encode_leaf, heap_len, inner_capacity, Child, ENTRY_LEN,
     HEADER_LEN, MAX_HEIGHT,
 };
-use crate::types::{BlockIo, BlockRef, BlockSink, Error, Key, RunRef, Value};
+use crate::types::{ends_at_first_error, BlockIo, BlockRef, BlockSink, Error, Key, RunRef, Value};
 
 /// Builds a run from entries pushed in increasing key order, writing each block through the
 /// sink as it fills.
@@ -382,16 +382,7 @@ impl Iterator for RunIter<'_> {
         if self.done {
             return None;
         }
-        match self.advance() {
-            Ok(Some(entry)) => Some(Ok(entry)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
+        let step = self.advance();
+        ends_at_first_error(&mut self.done, step)
     }
 }

@@ -128,3 +128,22 @@ pub enum Error {
     #[error(transparent)]
     Sink(Box<dyn std::error::Error + Send + Sync>),
 }
+
+/// One step of a stream that ends after its last entry or its first error: `done` is set
+/// then, and the stream yields nothing more.
+pub(crate) fn ends_at_first_error<T>(
+    done: &mut bool,
+    step: Result<Option<T>, Error>,
+) -> Option<Result<T, Error>> {
+    match step {
+        Ok(Some(entry)) => Some(Ok(entry)),
+        Ok(None) => {
+            *done = true;
+            None
+        }
+        Err(e) => {
+            *done = true;
+            Some(Err(e))
+        }
+    }
+}

@@ -6,10 +6,10 @@ mod support;
 use std::sync::Arc;
 
 use onesync_mapping::testing::SimSlots;
-use onesync_mapping::{Cache, Key, MergePolicy, Value};
+use onesync_mapping::{Cache, Key, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use support::{bulk_stack, value_of};
+use support::{bulk_stack, merge_all_and_free, value_of};
 
 #[test]
 fn the_cache_stays_within_its_byte_bound_under_many_lookups() {
@@ -85,21 +85,9 @@ fn a_slot_freed_and_reused_is_never_served_from_the_cache() {
     }
     // Overwrite every key and merge: the old blocks are freed and their slots reused.
     let delta = keys.iter().map(|&k| (k, Value::Mapped(value_of(k, 1)))).collect();
-    let all = MergePolicy {
-        ratio: 1,
-        max_runs: 1,
-    };
-    let out = old
-        .checkpoint(delta, &|_| true, all, &slots, &mut slots.sink())
-        .unwrap();
-    for block in &out.freed {
-        slots.free(*block);
-    }
+    let out = merge_all_and_free(&old, delta, &slots);
     let delta = keys.iter().map(|&k| (k, Value::Mapped(value_of(k, 2)))).collect();
-    let newest = out
-        .stack
-        .checkpoint(delta, &|_| true, all, &slots, &mut slots.sink())
-        .unwrap();
+    let newest = merge_all_and_free(&out.stack, delta, &slots);
     let reused = newest.stack.runs[0].blocks(&slots, None).unwrap();
     assert!(
         reused.iter().any(|b| out.freed.iter().any(|f| f.slot == b.slot)),

@@ -7,8 +7,8 @@ mod support;
 use onesync_codec::OnDisk;
 use onesync_mapping::format::{Inner, Leaf};
 use onesync_mapping::testing::SimSlots;
-use onesync_mapping::{BlockRef, Cache, Error, Key, MergePolicy, Stack, Value};
-use support::{bulk_stack, value_of};
+use onesync_mapping::{BlockRef, Cache, Error, Key, Stack, Value};
+use support::{bulk_stack, merge_all_and_free, value_of};
 
 const SLOT: usize = 512;
 
@@ -159,25 +159,14 @@ fn a_stale_stack_reading_freed_blocks_gets_corrupt_not_what_was_written_there_si
         .step_by(2)
         .map(|p| (Key::new(1, p), Value::Dropped { seq: 10 + p }))
         .collect();
-    let all = MergePolicy {
-        ratio: 1,
-        max_runs: 1,
-    };
-    let out = old
-        .checkpoint(delta, &|_| true, all, &slots, &mut slots.sink())
-        .unwrap();
+    let out = merge_all_and_free(&old, delta, &slots);
     assert_eq!(out.merged_runs, 1);
-    for block in &out.freed {
-        slots.free(*block);
-    }
     // New blocks reuse the freed slots.
     let again = (0..3000)
         .step_by(3)
         .map(|p| (Key::new(2, p), Value::Dropped { seq: 20 + p }))
         .collect();
-    out.stack
-        .checkpoint(again, &|_| true, all, &slots, &mut slots.sink())
-        .unwrap();
+    merge_all_and_free(&out.stack, again, &slots);
     let cache = Cache::new(1 << 20);
     for page in [0, 1, 75, 149] {
         assert!(

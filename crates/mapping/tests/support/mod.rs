@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use onesync_mapping::testing::SimSlots;
-use onesync_mapping::{Key, Mapped, MergePolicy, RunBuilder, RunRef, Stack, Value};
+use onesync_mapping::{CheckpointOutcome, Key, Mapped, MergePolicy, RunBuilder, RunRef, Stack, Value};
 
 pub fn mapped(slot: u64, crc: u32, seq: u64, overlay: &[(u32, &[u8])]) -> Mapped {
     Mapped::new(
@@ -46,4 +46,20 @@ pub fn bulk_stack(slots: &SimSlots, keys: &[Key]) -> Stack {
         .checkpoint(delta, &|_| true, MergePolicy::DEFAULT, slots, &mut slots.sink())
         .unwrap();
     out.stack
+}
+
+/// A checkpoint of `delta` that merges every run of `stack`, the blocks it replaced freed at
+/// once (overwritten, so that a stale read of one fails its CRC).
+pub fn merge_all_and_free(stack: &Stack, delta: Vec<(Key, Value)>, slots: &SimSlots) -> CheckpointOutcome {
+    let all = MergePolicy {
+        ratio: 1,
+        max_runs: 1,
+    };
+    let out = stack
+        .checkpoint(delta, &|_| true, all, slots, &mut slots.sink())
+        .unwrap();
+    for block in &out.freed {
+        slots.free(*block);
+    }
+    out
 }
