@@ -34,7 +34,6 @@ const SABOTAGES: &[&str] = &[
     "announced-flush-trusted",
     "patch-ranges-by-offset",
     "kept-operations-unapplied",
-    "checkpoint-followed-partly",
     "run-blocks-freed-early",
     "fence-ignored",
     "relocated-pointer-missed",

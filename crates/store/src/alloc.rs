@@ -53,6 +53,11 @@ impl SlotAllocator {
         a
     }
 
+    /// (first slot, count) of each free run, ascending.
+    pub fn free_runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.free.iter().map(|(&first, &n)| (first, n))
+    }
+
     /// `0..capacity` with nothing free (a process joining a shared store owns no slot).
     pub fn none_free(capacity: u64) -> SlotAllocator {
         SlotAllocator {

@@ -93,6 +93,21 @@ impl FreeSet {
             .is_some_and(|(_, &e)| slot < e)
     }
 
+    /// Whether any slot of `start..end` is in the set.
+    pub fn any_of(&self, start: u64, end: u64) -> bool {
+        start < end && (self.contains(start) || self.runs.range(start..end).next().is_some())
+    }
+
+    /// Whether every slot of `start..end` is in the set.
+    pub fn all_of(&self, start: u64, end: u64) -> bool {
+        start >= end
+            || self
+                .runs
+                .range(..=start)
+                .next_back()
+                .is_some_and(|(_, &e)| end <= e)
+    }
+
     /// (first, count) of each run, ascending.
     pub fn extents(&self) -> Vec<(u64, u64)> {
         self.runs.iter().map(|(&s, &e)| (s, e - s)).collect()
@@ -134,6 +149,10 @@ mod tests {
             }
             for s in 0..240 {
                 proptest::prop_assert_eq!(set.contains(s), model.contains(&s));
+                for e in s..(s + 12).min(240) {
+                    proptest::prop_assert_eq!(set.any_of(s, e), (s..e).any(|x| model.contains(&x)));
+                    proptest::prop_assert_eq!(set.all_of(s, e), (s..e).all(|x| model.contains(&x)));
+                }
             }
             proptest::prop_assert_eq!(FreeSet::complement(240, model.iter().copied()).len(), 240 - model.len() as u64);
         }

@@ -141,10 +141,6 @@ pub enum Sabotage {
     /// the state kept before them, the operations left out: a commit another process showed
     /// or made durable is missing from this process's snapshots.
     KeptOperationsUnapplied,
-    /// A follower behind another process's checkpoint whose records up to it ran out
-    /// (slots reused since) adopts the state it followed instead of loading the checkpoint:
-    /// the commits whose records were gone are missing from this process.
-    CheckpointFollowedPartly,
     /// A transaction fenced on its base (`Transaction::refuse_any_later_commit`), whose
     /// reads are not noted, commits after later commits all the same: nothing checks what
     /// it read (the fenced model test's negative control finds lost updates or write skew).
@@ -177,8 +173,8 @@ impl Sabotage {
     /// `lazy-growth`, `growth-flush-failure-ignored`, `no-read-validation`,
     /// `catch-up-by-locker`, `unvalidated-snapshot`, `flush-coverage-read-late`,
     /// `cached-pages-unnoted`, `catch-up-trusts-unwritten`, `announced-flush-trusted`,
-    /// `patch-ranges-by-offset`, `kept-operations-unapplied`, `checkpoint-followed-partly`,
-    /// `fence-ignored`, `relocated-pointer-missed`, `stalled-retry-unflushed`,
+    /// `patch-ranges-by-offset`, `kept-operations-unapplied`, `fence-ignored`,
+    /// `relocated-pointer-missed`, `stalled-retry-unflushed`,
     /// `moved-pages-unflushed`, `store-journal-in-memory`, `multi-file-commit-deferred`,
     /// `lease-ignored`, `run-blocks-freed-early`), if any.
     pub fn from_env() -> Option<Sabotage> {
@@ -199,7 +195,6 @@ impl Sabotage {
             Ok("announced-flush-trusted") => Some(Sabotage::AnnouncedFlushTrusted),
             Ok("patch-ranges-by-offset") => Some(Sabotage::PatchRangesByOffset),
             Ok("kept-operations-unapplied") => Some(Sabotage::KeptOperationsUnapplied),
-            Ok("checkpoint-followed-partly") => Some(Sabotage::CheckpointFollowedPartly),
             Ok("fence-ignored") => Some(Sabotage::FenceIgnored),
             Ok("relocated-pointer-missed") => Some(Sabotage::RelocatedPointerMissed),
             Ok("stalled-retry-unflushed") => Some(Sabotage::StalledRetryUnflushed),
@@ -294,6 +289,12 @@ pub struct Stats {
     /// Microseconds spent in checkpoints that succeeded, all together (from waiting for
     /// the commits in flight to the second header copy's flush).
     pub checkpoint_micros: u64,
+    /// Reads of mapping blocks the cache served (`Options::mapping_cache_bytes`).
+    pub mapping_cache_hits: u64,
+    /// Reads of mapping blocks that went to the file.
+    pub mapping_cache_misses: u64,
+    /// Bytes of mapping blocks the cache holds now.
+    pub mapping_cache_bytes: u64,
     /// 1 if opening replayed commit records written after the last checkpoint.
     pub recoveries: u64,
     /// Records replayed at open.

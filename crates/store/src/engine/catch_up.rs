@@ -323,47 +323,25 @@ impl Shared {
                 return Ok(None);
             }
             let covered = header.checkpoint.seq;
-            if header.version >= 2 && covered >= meta.state.seq {
-                // A manifest: the state at `covered` is its files on its runs, read in
-                // constant time, whether this process was behind it or at it (then its own
-                // state has the same mapping on the old base, whose blocks the checkpoint's
-                // writer frees once no reader pins them).
-                let loaded = load_checkpoint(io, &header, capacity, &self.mapping)?;
-                meta.state = Arc::new(loaded.state);
-                meta.free_baseline = loaded.free;
-                meta.visible = meta.state.clone();
-                meta.readable = meta.state.clone();
-                meta.not_durable.clear();
-            } else if covered > meta.state.seq {
-                // Behind the checkpoint: follow the records up to it while they are still
-                // there (a follower a few commits behind read the whole mapping instead,
-                // as every process but the checkpoint's writer did); once they may be
-                // gone, load it. A checkpoint is
-                // written only once everything it covers is durable.
-                // A read that fails on the old chain only sends it to the checkpoint.
-                let followed = self.follow_to(meta, covered, capacity).unwrap_or(None);
-                meta.state = Arc::new(match followed {
-                    Some(state) => state,
-                    None => load_checkpoint(io, &header, capacity, &self.mapping)?.state,
-                });
-                meta.visible = meta.state.clone();
-                meta.readable = meta.state.clone();
-                meta.not_durable.clear();
-            } else if covered == meta.state.seq && self.opts.read_only {
-                // A checkpoint that gave space back may have moved pages to other slots
-                // (`give_back_space`), with the same commits; a read-only process, the one
-                // kind that may have the store open while that runs, takes the mapping it
-                // names rather than keep one naming the slots given up.
-                meta.state = Arc::new(load_checkpoint(io, &header, capacity, &self.mapping)?.state);
-                meta.visible = meta.state.clone();
-                meta.readable = meta.state.clone();
-                meta.not_durable.clear();
-            } else if covered < meta.state.seq {
+            if covered < meta.state.seq {
                 return Err(Error::Corrupt(format!(
                     "checkpoint generation {} covers commit {covered}, but this process has read commit {}",
                     header.generation, meta.state.seq
                 )));
             }
+            // The state at `covered` is the manifest's files on its runs, read in constant
+            // time, whether this process was behind it or at it (then its own state has the
+            // same mapping on the old base, whose blocks the checkpoint's writer frees once
+            // no reader pins them; and a checkpoint that gave space back may have moved
+            // pages, `give_back_space`). A checkpoint is written only once everything it
+            // covers is durable. (A version-1 header here was written by an older binary
+            // sharing the store: it is loaded whole, as that binary did.)
+            let loaded = load_checkpoint(io, &header, capacity, &self.mapping)?;
+            meta.state = Arc::new(loaded.state);
+            meta.free_baseline = loaded.free;
+            meta.visible = meta.state.clone();
+            meta.readable = meta.state.clone();
+            meta.not_durable.clear();
             // What the commits before it freed is in its manifest's free slots.
             meta.freed_since.clear();
             meta.header = header;
@@ -476,52 +454,7 @@ impl Shared {
     }
 }
 
-impl Shared {
-    /// The state at commit `covered`, which a newer checkpoint covers, from the records
-    /// of the generation `meta` knows, if every one up to it is still in the file: they
-    /// are all written and durable (the checkpoint's writer followed them, checking their
-    /// pages, before it wrote the checkpoint, which it does only once they are durable).
-    /// `None` where one is missing or replaced (its slot reused since): the caller loads
-    /// the checkpoint, whose mapping is this state's.
-    fn follow_to(&self, meta: &Meta, covered: u64, capacity: u64) -> Result<Option<State>> {
-        let page_size = self.page_size;
-        let mut chain = ChainPosition::of(meta);
-        let mut state: Option<State> = None;
-        let mut superseded_elsewhere = Vec::new();
-        loop {
-            let seq = state.as_ref().map_or(meta.state.seq, |state| state.seq);
-            if seq >= covered {
-                break;
-            }
-            let generation = meta.header.generation;
-            let Some((record, crc, len)) =
-                chain.next_record(self.io.as_ref(), page_size, generation, seq, capacity)?
-            else {
-                // The negative control adopts what it followed: the commits whose records
-                // are gone go missing from this process.
-                if self.opts.sabotaged(Sabotage::CheckpointFollowedPartly) {
-                    return Ok(Some(state.unwrap_or_else(|| (*meta.state).clone())));
-                }
-                return Ok(None);
-            };
-            if record.kind == RecordKind::Commit {
-                let state = state.get_or_insert_with(|| (*meta.state).clone());
-                if state
-                    .apply(&record.ops, record.seq, page_size, &mut superseded_elsewhere)
-                    .is_err()
-                {
-                    return Ok(None);
-                }
-                superseded_elsewhere.clear();
-            }
-            chain.pass(&record, crc, len, page_size);
-        }
-        bump(&self.counters.records_followed, covered - meta.state.seq);
-        Ok(state)
-    }
-}
-
-/// Where the chain stands while `follow_chain` (or `follow_to`) reads it, written to
+/// Where the chain stands while `follow_chain` reads it, written to
 /// `Meta` only once the records read so far are applied (an error leaves `Meta` as it
 /// was), with the buffer its records are read into.
 struct ChainPosition {

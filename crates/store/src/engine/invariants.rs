@@ -3,6 +3,7 @@
 //! released, and the `writer` lock after a claim changes.
 
 use super::shared::{FlushState, Kept, Meta, Shared, WriterClaims};
+use crate::free_set::FreeSet;
 use std::sync::TryLockError;
 
 /// Waiting slots looked up in the allocator per check, newest first: enough to catch a slot
@@ -52,6 +53,42 @@ impl Shared {
         assert!(
             w.held || !w.catch_up_due,
             "engine invariant 9: a catch-up is due only while the write lock is held"
+        );
+    }
+}
+
+/// Invariant 13 for a manifest about to be written: `free` (below `total`) holds none of
+/// `named` (first slot, count) nor the chain's window, and every slot `meta`'s allocator
+/// holds free below `total`. Panics naming it if broken (where [`CHECKED`]).
+pub(super) fn debug_assert_manifest_free(
+    meta: &Meta,
+    free: &FreeSet,
+    total: u64,
+    named: impl IntoIterator<Item = (u64, u64)>,
+) {
+    if !CHECKED {
+        return;
+    }
+    let window = (meta.head, meta.window_end - meta.head);
+    if let Some((first, n)) = named
+        .into_iter()
+        .chain([window])
+        .find(|&(first, n)| free.any_of(first, first + n))
+    {
+        panic!(
+            "engine invariant 13: the manifest calls free slots {first}..{} it names",
+            first + n
+        );
+    }
+    if let Some((first, n)) = meta
+        .alloc
+        .free_runs()
+        .map(|(first, n)| (first, n.min(total.saturating_sub(first))))
+        .find(|&(first, n)| !free.all_of(first, first + n))
+    {
+        panic!(
+            "engine invariant 13: slots {first}..{} are free in the allocator but not in the manifest",
+            first + n
         );
     }
 }

@@ -223,6 +223,16 @@ impl Shared {
             ));
         }
         let grown_to = manifest.slot_total;
+        super::invariants::debug_assert_manifest_free(
+            meta,
+            &free,
+            grown_to,
+            named_pages
+                .iter()
+                .map(|&slot| (slot, 1))
+                .chain(placed.iter().copied())
+                .chain(extents.iter().copied()),
+        );
         Ok(Written {
             manifest: bytes,
             crc,

@@ -90,6 +90,12 @@
 //!     is the same files on them with empty deltas (`State::on_runs`), another process's
 //!     the state its manifest names. Checked: `state.base.seq` is between the header's
 //!     checkpoint and `state.seq`.
+//! 13. **A manifest's free slots are exactly what nothing names** (format version 2):
+//!     none of the chain's window, the blocks of its runs, its own slots or the pages its
+//!     checkpoint's delta maps is among them, and every slot below its total that this
+//!     process's allocator holds free is. (That they hold no page of the whole mapping is
+//!     the offline check's, `check_file`: looking would cost the mapping's size.) Checked
+//!     as each checkpoint builds its manifest (`write_mapping`).
 //!
 //! # Locks
 //!

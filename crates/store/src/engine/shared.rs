@@ -433,6 +433,7 @@ impl Shared {
     pub(crate) fn stats(&self) -> Stats {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let cache = self.mapping.cache.stats();
         let (last_seq, slots_total, slots_free) = {
             let meta = self.meta();
             (meta.state.seq, meta.alloc.capacity(), meta.alloc.free_count())
@@ -461,6 +462,9 @@ impl Shared {
             checkpoints: get(&c.checkpoints),
             checkpoint_bytes: get(&c.checkpoint_bytes),
             checkpoint_micros: get(&c.checkpoint_micros),
+            mapping_cache_hits: cache.hits,
+            mapping_cache_misses: cache.misses,
+            mapping_cache_bytes: cache.bytes,
             recoveries: get(&c.recoveries),
             records_replayed: get(&c.records_replayed),
             conflicts: get(&c.conflicts),

@@ -282,6 +282,38 @@ pub(crate) fn parse_switch(value: &str) -> Option<bool> {
     }
 }
 
+/// The largest `onesync_mapping_cache` may be: 64 GiB.
+const MAX_MAPPING_CACHE: u64 = 64 << 30;
+
+/// Parses the URI parameter `onesync_mapping_cache`: the bytes of mapping blocks a process
+/// keeps cached per store, a whole number with an optional binary suffix `k`, `m` or `g`
+/// (`64m`), up to 64 GiB; 0 caches nothing (every lookup reads its blocks).
+pub(crate) fn parse_mapping_cache(value: &str) -> Result<usize, String> {
+    let trimmed = value.trim().to_ascii_lowercase();
+    let (digits, unit) = match trimmed.strip_suffix(['k', 'm', 'g']) {
+        Some(digits) => (digits, trimmed.as_bytes()[trimmed.len() - 1]),
+        None => (trimmed.as_str(), b' '),
+    };
+    let shift = match unit {
+        b'k' => 10,
+        b'm' => 20,
+        b'g' => 30,
+        _ => 0,
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_shl(shift).filter(|bytes| bytes >> shift == n))
+        .filter(|&bytes| bytes <= MAX_MAPPING_CACHE)
+        .and_then(|bytes| usize::try_from(bytes).ok())
+        .ok_or_else(|| {
+            format!(
+                "onesync: onesync_mapping_cache must be a whole number of bytes, optionally \
+                 followed by k, m or g, up to 64g, not {value:?}"
+            )
+        })
+}
+
 /// The longest `onesync_sync_interval_ms` may be: an hour (longer is OFF in all but name).
 const MAX_SYNC_INTERVAL_MS: u64 = 3_600_000;
 

@@ -36,7 +36,7 @@ use onesync_store::layout::{HEADER_BLOCK, MAGIC};
 use onesync_store::Store;
 
 use super::connections::{is_main_database, join_connection, leave_connection, ConnectionState};
-use super::connections::{parse_switch, parse_sync_interval};
+use super::connections::{parse_mapping_cache, parse_switch, parse_sync_interval};
 use super::handle::{StoreDb, StoreOpen};
 use super::refusals::{self, Refusal, When};
 use super::registry::{next_handle, StoreFactory, Want, DEFAULT_LOGICAL_DB};
@@ -127,6 +127,8 @@ struct Request {
     logical: String,
     nolock: bool,
     concurrent: bool,
+    /// `onesync_mapping_cache`, if given: the store's `Options::mapping_cache_bytes`.
+    mapping_cache_bytes: Option<usize>,
 }
 
 impl Request {
@@ -154,6 +156,7 @@ impl Request {
             want: Want {
                 create: self.create(),
                 read_only: self.read_only(),
+                mapping_cache_bytes: self.mapping_cache_bytes,
             },
             nolock: self.nolock,
             concurrent: self.concurrent,
@@ -312,6 +315,9 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         Some(value) => parse_switch(&value)
             .ok_or_else(|| format!("onesync: the URI parameter concurrent is 0 or 1, not {value:?}")),
     };
+    // `onesync_mapping_cache=N`: the bytes of the store's mapping this process caches
+    // (taken by the connection that opens the store in this process first).
+    let mapping_cache = param(c"onesync_mapping_cache").map(|v| parse_mapping_cache(&v));
     let r = Request {
         api: factory.api,
         open: req.duplicate(),
@@ -320,9 +326,13 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         logical,
         nolock,
         concurrent: matches!(concurrent, Ok(true)),
+        mapping_cache_bytes: mapping_cache.clone().and_then(Result::ok),
     };
     let refused = |refusal: Refusal| opened_refused(refusal, r.flags);
     if let Err(msg) = concurrent {
+        return refused(r.refuse((SQLITE_CANTOPEN, msg)));
+    }
+    if let Some(Err(msg)) = mapping_cache {
         return refused(r.refuse((SQLITE_CANTOPEN, msg)));
     }
     // `onesync_sync_interval_ms=N`: the store's background flush interval
@@ -359,6 +369,7 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
             want: Want {
                 create: r.create(),
                 read_only: r.read_only(),
+                mapping_cache_bytes: r.mapping_cache_bytes,
             },
             nolock,
             concurrent: r.concurrent,

@@ -218,10 +218,14 @@ pub(crate) struct Want {
     pub create: bool,
     /// Open it read-only (`mode=ro`, `immutable=1`).
     pub read_only: bool,
+    /// The bytes of mapping blocks to cache (`onesync_mapping_cache`), else the default.
+    pub mapping_cache_bytes: Option<usize>,
 }
 
-pub(super) fn store_options(read_only: bool) -> Options {
+pub(super) fn store_options(read_only: bool, want: &Want) -> Options {
+    let defaults = Options::default();
     Options {
+        mapping_cache_bytes: want.mapping_cache_bytes.unwrap_or(defaults.mapping_cache_bytes),
         page_size: STORE_PAGE_SIZE,
         embed_limit: EMBED_LIMIT,
         read_only,
@@ -235,7 +239,7 @@ pub(super) fn store_options(read_only: bool) -> Options {
         // bounds the tail latency (`onesync-lab bench writers --workload own-rows --threads
         // 16 --fs ext4 --txns 9000 --mode onesync-concurrent` compares the two).
         max_growth_step: 8 << 20,
-        ..Options::default()
+        ..defaults
     }
 }
 
@@ -281,8 +285,8 @@ pub(super) fn registry_acquire(
         if let Some(hit) = share(&mut registry, &key) {
             return Ok(hit);
         }
-        let store =
-            open(&path, &store_options(want.read_only), want.create).map_err(|e| open_error(&path, e))?;
+        let store = open(&path, &store_options(want.read_only, &want), want.create)
+            .map_err(|e| open_error(&path, e))?;
         return Ok((
             register(&mut registry, (key, want.read_only), store),
             want.read_only,
@@ -294,7 +298,7 @@ pub(super) fn registry_acquire(
         let meta = match std::fs::metadata(path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && want.create => {
-                match Store::create(path, &store_options(false)) {
+                match Store::create(path, &store_options(false, &want)) {
                     Ok(store) => {
                         let meta = std::fs::metadata(path)
                             .map_err(|e| (SQLITE_CANTOPEN, format!("onesync: {}: {e}", path.display())))?;
@@ -325,14 +329,15 @@ pub(super) fn registry_acquire(
         if let Some(hit) = share(&mut registry, &key) {
             return Ok(hit);
         }
-        let (store, read_only) = match Store::open(path, &store_options(want.read_only)) {
+        let (store, read_only) = match Store::open(path, &store_options(want.read_only, &want)) {
             Ok(store) => (store, want.read_only),
             // A read-only file or mount: read-only, as stock SQLite falls back to.
             Err(StoreError::NotWritable { .. }) if !want.read_only => {
                 if let Some(hit) = share(&mut registry, &key) {
                     return Ok(hit);
                 }
-                let store = Store::open(path, &store_options(true)).map_err(|e| open_error(path, e))?;
+                let store =
+                    Store::open(path, &store_options(true, &want)).map_err(|e| open_error(path, e))?;
                 (store, true)
             }
             Err(e) => return Err(open_error(path, e)),
