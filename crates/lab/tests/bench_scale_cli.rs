@@ -79,10 +79,35 @@ fn both_modes_answer_with_positive_figures_and_a_second_run_reuses_the_databases
     assert!(stderr.contains("building"), "{stderr}");
     assert!(!stderr.contains("reusing"), "{stderr}");
 
-    // The table, and the cached databases reused.
-    let out = scale("20M", 50, dir.path(), &[]);
+    // The table, and the cached databases reused; the stamped results written.
+    let results = tempfile::tempdir().unwrap();
+    let results_dir = results.path().to_str().unwrap();
+    let out = scale("20M", 50, dir.path(), &["--results", results_dir]);
     assert!(out.status.success(), "{}", said(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let written: Vec<String> = std::fs::read_dir(results.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let md_name = written
+        .iter()
+        .find(|n| n.starts_with("scale-") && n.ends_with(".md"));
+    let md = std::fs::read_to_string(results.path().join(md_name.expect("no scale-DATE.md"))).unwrap();
+    for word in [
+        "- command: `",
+        "bench scale",
+        "--results",
+        "- commit: `",
+        "- machine: ",
+        "20480 rows",
+    ] {
+        assert!(md.contains(word), "{word}: {md}");
+    }
+    let json_name = md_name.unwrap().replace(".md", ".json");
+    let stamped: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(results.path().join(json_name)).unwrap()).unwrap();
+    assert!(stamped["stamp"]["commit"].is_string(), "{stamped}");
+    assert_eq!(stamped["results"].as_array().map(Vec::len), Some(2), "{stamped}");
     for word in [
         "bench scale",
         "updates/s",

@@ -140,7 +140,9 @@ impl Cached {
     pub fn in_dir(dir: &Path, size: Size) -> Cached {
         Cached {
             plain: dir.join(format!("plain-{size}.db")),
-            store: dir.join(format!("store-{size}.onesync")),
+            // Named by the store's format version: a store of an older one would be
+            // measured as that format until its first checkpoint migrated it.
+            store: dir.join(format!("store-{size}-v{}.onesync", onesync_store::FORMAT_VERSION)),
         }
     }
 

@@ -16,8 +16,8 @@ mod baseline;
 mod charts;
 mod comparison;
 mod emulated;
-mod results;
-mod stamp;
+pub(crate) mod results;
+pub(crate) mod stamp;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
