@@ -130,6 +130,12 @@ fn from_manifest(manifest: Manifest, header: &Header, capacity: u64, mapping: &M
         let mut file = FileState::new(&f.name, manifest.seq);
         file.size = f.size;
         file.base_pages = file.page_count(page_size);
+        if f.mapped > file.base_pages {
+            return Err(Error::Corrupt(format!(
+                "the manifest says file {} maps {} pages, but it has {}",
+                f.id, f.mapped, file.base_pages
+            )));
+        }
         file.mapped = f.mapped;
         files.insert(f.id, file);
     }

@@ -218,3 +218,55 @@ fn negative_control_run_blocks_freed_early_breaks_an_old_snapshot() {
     let r = old_snapshot_reads_its_base(Some(Sabotage::RunBlocksFreedEarly));
     assert!(r.is_err(), "the sabotage went unnoticed");
 }
+
+/// The last process to close, whose state lies on runs another process's checkpoint of the
+/// same commit replaced (it followed the commits, not the checkpoint), leaves a store that
+/// checks sound (`check_file`: every block, and the free slots equal to a full scan's) and
+/// holds every commit. (`own_every_free_slot` takes the file's free slots only at the
+/// checkpoint this process knows.)
+#[test]
+fn the_last_to_close_after_another_s_checkpoint_leaves_a_sound_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.onesync");
+    drop(Store::create(&path, &opts()).unwrap());
+    let a = Store::open(&path, &opts()).unwrap();
+    let b = Store::open(&path, &opts()).unwrap();
+    let pages = 600u64;
+    let mut buf = vec![0u8; PS];
+    for round in 0..5u64 {
+        let mut t = a.begin();
+        let f = match t.file("main") {
+            Some(f) => f,
+            None => t.create_file("main").unwrap(),
+        };
+        for p in (round % 2..pages).step_by(1 + round as usize % 2) {
+            t.write_page(f, p, &content(p, round)).unwrap();
+        }
+        t.commit().unwrap();
+        // `b` follows the commit and commits after it (so it has a checkpoint to write at
+        // close), then `a` checkpoints both (merging the runs below).
+        let mut t = b.begin();
+        t.write_page(f, pages, &content(pages, round)).unwrap();
+        t.commit().unwrap();
+        a.checkpoint().unwrap();
+    }
+    a.close().unwrap();
+    b.close().unwrap();
+    let io: Arc<dyn StorageIo> = Arc::new(onesync_store::io::FileIo::new(
+        std::fs::File::open(&path).unwrap(),
+    ));
+    check_file(io).unwrap();
+    let store = Store::open(&path, &opts()).unwrap();
+    let snap = store.try_snapshot().unwrap();
+    let f = snap.file("main").unwrap();
+    for p in 0..pages {
+        snap.read_page(f, p, &mut buf).unwrap();
+        let last = (0..5u64)
+            .rev()
+            .find(|&r| p >= r % 2 && (p - r % 2) % (1 + r % 2) == 0)
+            .unwrap();
+        assert_eq!(buf, content(p, last), "page {p}");
+    }
+    snap.read_page(f, pages, &mut buf).unwrap();
+    assert_eq!(buf, content(pages, 4));
+}

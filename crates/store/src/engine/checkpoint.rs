@@ -271,19 +271,24 @@ impl Shared {
                 self.publish_progress(meta, header.generation, last_seq)
             }
         });
-        let written = written.and_then(|()| {
-            self.write_for_checkpoint(
-                &encoded,
-                Header::copy_offset(header.generation),
-                "writing the header",
-            )
-        });
         if let Err(e) = written {
-            // A torn copy is harmless: the other one durably holds the previous header.
+            // Nothing names the manifest or the blocks yet.
             mapping.give_back(meta);
             // The moved pages' copies are named by nothing durable; the state in memory
             // names them, so they stay (the old slots wait as superseded ones do).
             moved.give_up(meta);
+            return Err(e);
+        }
+        if let Err(e) = self.write_for_checkpoint(
+            &encoded,
+            Header::copy_offset(header.generation),
+            "writing the header",
+        ) {
+            // The copy may have landed whole all the same (an error after the write), and a
+            // later flush make it durable: the blocks and manifest it names must never be
+            // reused, so nothing more is written, as after a failed flush. (A torn copy
+            // alone would be harmless: the other one durably holds the previous header.)
+            self.poison(format!("writing a checkpoint's header failed: {e}"));
             return Err(e);
         }
         if let Err(e) = self.io.sync_data() {
@@ -312,9 +317,10 @@ impl Shared {
         for &(first, n) in old.checkpoint.extents() {
             if self.sharing.is_some() {
                 // Another process may be loading the old checkpoint right now: it pins a
-                // commit before this one while it does.
-                meta.awaiting_readers
-                    .extend((first..first + n).map(|slot| (last_seq, slot)));
+                // commit at or before this one while it does (at it: a compacting
+                // checkpoint's second one has the seq of the first).
+                meta.moved_awaiting_readers
+                    .extend((first..first + n).map(|slot| (last_seq + 1, slot)));
             } else {
                 meta.alloc.release(first, n);
             }

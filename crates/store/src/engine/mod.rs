@@ -48,10 +48,11 @@
 //!    is durable in both header copies, then in `awaiting_readers` until no snapshot of any
 //!    process reads a commit before `s`; only then is it free. So every `awaiting_readers`
 //!    entry has `s <= header.checkpoint.seq`, and no waiting slot is free in the allocator.
-//!    (The slots a compacting checkpoint copied pages out of, and the blocks of the
-//!    mapping's runs a checkpoint replaced, wait apart, in `moved_awaiting_readers` keyed
-//!    at the checkpoint's seq + 1, for the snapshots of the checkpoint's own commit and
-//!    the states on the old base.)
+//!    (The slots a compacting checkpoint copied pages out of, the blocks of the mapping's
+//!    runs a checkpoint replaced, and, with sharing, the old manifest's slots wait apart,
+//!    in `moved_awaiting_readers` keyed at the checkpoint's seq + 1, for the snapshots of
+//!    the checkpoint's own commit, the states on the old base, and a process loading the
+//!    old manifest, which may have the seq of the new one after a compacting checkpoint.)
 //!    Checked.
 //! 7. **The chain's head is reserved.** `head < window_end`, and the slots `head ..
 //!    window_end` (where the next records and pages go), and those of the checkpoint the

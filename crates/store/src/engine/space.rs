@@ -14,6 +14,18 @@ use std::sync::atomic::Ordering;
 /// The longest a commit waits for a step grown ahead before it may grow one itself.
 const GROWTH_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// Bytes of mapping per mapped page a checkpoint merging every run writes, about: a 40-byte
+/// entry, the blocks' headers and unused ends, and the inner blocks.
+const MAPPING_BYTES_PER_PAGE: u64 = 48;
+
+/// The free slots are given back only once they are at least this fraction (1/N) of the
+/// file. A checkpoint's merge frees the blocks of the runs it replaced, up to the whole
+/// mapping (about 1 % of the file with 4 KiB pages), at every checkpoint that merges: were
+/// those worth a compacting checkpoint, each would rewrite the mapping and move the pages
+/// above them, and free as much again for the next (`onesync-lab bench scale --sizes 10G`
+/// showed every checkpoint rewriting 70 MB).
+const GIVE_BACK_DIVISOR: u64 = 16;
+
 impl Shared {
     /// Alone with the store (holding `INIT`, no other process has it open): if this process
     /// joined others, rebuild which slots are free from the file, as the first process's
@@ -25,8 +37,9 @@ impl Shared {
             return Ok(());
         }
         let recovered = recover(self.io.as_ref(), &self.mapping, false)?;
-        if recovered.state.seq != meta.state.seq {
-            // Someone's commit this process has not read: leave the space as it is.
+        if recovered.state.seq != meta.state.seq || recovered.header.generation != meta.header.generation {
+            // Someone's commit or checkpoint this process has not read (its state would lie
+            // on an older base than the header installed here): leave the space as it is.
             return Ok(());
         }
         let last = recovered.state.seq;
@@ -92,8 +105,9 @@ impl Shared {
     /// that shrink the store, and the checkpoints that free space, still find room.
     fn reserve(&self, meta: &Meta) -> u64 {
         let pages = meta.state.mapped_pages() + 4 * meta.state.files.len() as u64;
-        // About what a checkpoint of the current mapping takes.
-        8 + (pages * 24).div_ceil(self.page_size)
+        // About what the largest checkpoint of the current mapping takes: one merging every
+        // run, 40-byte entries in blocks with their inner blocks beside (format version 2).
+        8 + (pages * MAPPING_BYTES_PER_PAGE).div_ceil(self.page_size)
     }
 
     /// The slots this process allocates from, against which growth steps and windows are
@@ -492,12 +506,15 @@ impl Shared {
     /// step (`growth_step`), so that a store that shrinks and grows back by a little does
     /// not alternate the two, and the overhead stays fixed, not a share of the store. Some
     /// if the free slots, with the part of the chain's window a compacted store would not
-    /// keep, leave at least twice that to give back.
+    /// keep, leave at least twice that to give back, and are at least a sixteenth of the
+    /// file (`GIVE_BACK_DIVISOR`).
     fn worth_giving_back(&self, meta: &Meta) -> Option<u64> {
         let slack = self.opts.growth_slots(0, 0);
         let window = meta.window_end.saturating_sub(meta.head);
         let reclaimable = meta.alloc.free_count() + window.saturating_sub(self.compacted_window(meta));
-        (reclaimable >= self.reserve(meta) + 2 * slack).then_some(slack)
+        let worth = reclaimable >= self.reserve(meta) + 2 * slack
+            && reclaimable >= meta.alloc.capacity() / GIVE_BACK_DIVISOR;
+        worth.then_some(slack)
     }
 
     /// Live slots but the chain's window and the slots waiting for readers (free soon).

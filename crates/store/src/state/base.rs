@@ -66,7 +66,18 @@ impl BlockIo for SlotBlocks {
     }
 
     fn read_block(&self, block: BlockRef, buf: &mut [u8]) -> std::io::Result<()> {
-        self.io.read_at(buf, slot_offset(block.slot, self.page_size))
+        // A child's slot comes from a block's bytes: checked, not trusted.
+        let offset = block
+            .slot
+            .checked_mul(self.page_size)
+            .and_then(|o| o.checked_add(slot_offset(0, self.page_size)))
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("a mapping block names slot {}, past any file", block.slot),
+                )
+            })?;
+        self.io.read_at(buf, offset)
     }
 }
 
@@ -74,6 +85,15 @@ impl BlockIo for SlotBlocks {
 /// block that fails its CRC or does not decode) is corruption, never data.
 pub(crate) fn mapping_error(e: onesync_mapping::Error) -> Error {
     match e {
+        // A block named past the file's end, or past any file: the mapping is damaged.
+        onesync_mapping::Error::Io { during, source }
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            Error::Corrupt(format!("{during}: {source}"))
+        }
         onesync_mapping::Error::Io { during, source } => Error::io(during, source),
         onesync_mapping::Error::Corrupt(why) => Error::Corrupt(why),
         onesync_mapping::Error::Sink(e) => match e.downcast::<Error>() {

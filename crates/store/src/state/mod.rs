@@ -140,7 +140,9 @@ impl State {
 
     /// How many pages the mapping holds, over every file.
     pub fn mapped_pages(&self) -> u64 {
-        self.files.values().map(|f| f.mapped).sum()
+        self.files
+            .values()
+            .fold(0u64, |sum, f| sum.saturating_add(f.mapped))
     }
 
     /// Give a page of `file` (within it) a new entry; returns the one it had, if any.
@@ -183,7 +185,13 @@ impl State {
                 f.pages.remove(&page);
             }
             f.base_pages = f.base_pages.min(end);
-            f.mapped -= dropped.len() as u64;
+            f.mapped = f.mapped.checked_sub(dropped.len() as u64).ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "file {file} drops {} mapped pages but counted {}",
+                    dropped.len(),
+                    f.mapped
+                ))
+            })?;
         }
         Ok(dropped)
     }
