@@ -132,7 +132,7 @@ fn rust_crates_from_their_packages() {
             install_patches.push(format!("patch.crates-io.{name}.path={unpacked:?}"));
         }
     }
-    assert_eq!(crates.len(), 4, "{crates:?}");
+    assert_eq!(crates.len(), 5, "{crates:?}");
 
     let dir = std::env::temp_dir().join(format!("onesync-rust-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
