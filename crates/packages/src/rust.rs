@@ -9,7 +9,13 @@ use anyhow::{bail, Context, Result};
 use crate::workspace::Workspace;
 
 /// The crates a user of onesync from Rust needs, each after those it depends on.
-pub const CRATES: &[&str] = &["onesync-codec", "onesync-mapping", "onesync-store", "onesync-vfs", "onesync"];
+pub const CRATES: &[&str] = &[
+    "onesync-codec",
+    "onesync-mapping",
+    "onesync-store",
+    "onesync-vfs",
+    "onesync",
+];
 
 /// The target directory of the cargo runs below: not the workspace's own `target/`, whose
 /// lock an outer `cargo test --workspace` holds while the tests that run this binary run.
