@@ -35,6 +35,7 @@ const SABOTAGES: &[&str] = &[
     "patch-ranges-by-offset",
     "kept-operations-unapplied",
     "run-blocks-freed-early",
+    "run-blocks-unflushed",
     "fence-ignored",
     "relocated-pointer-missed",
     "stalled-retry-unflushed",

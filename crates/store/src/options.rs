@@ -162,6 +162,10 @@ pub enum Sabotage {
     /// of once no reader can use the old runs (`awaiting_readers`): a snapshot, or another
     /// process, still on the old base reads blocks reused for something else.
     RunBlocksFreedEarly,
+    /// A checkpoint writes its manifest and header right after the blocks of its new runs,
+    /// with no flush between: a power cut can keep the header and lose blocks it names
+    /// (`crash.rs`'s negative control finds pages missing or wrong).
+    RunBlocksUnflushed,
 }
 
 #[cfg(feature = "test-hooks")]
@@ -176,7 +180,7 @@ impl Sabotage {
     /// `patch-ranges-by-offset`, `kept-operations-unapplied`, `fence-ignored`,
     /// `relocated-pointer-missed`, `stalled-retry-unflushed`,
     /// `moved-pages-unflushed`, `store-journal-in-memory`, `multi-file-commit-deferred`,
-    /// `lease-ignored`, `run-blocks-freed-early`), if any.
+    /// `lease-ignored`, `run-blocks-freed-early`, `run-blocks-unflushed`), if any.
     pub fn from_env() -> Option<Sabotage> {
         match std::env::var(Self::ENV).as_deref() {
             Ok("checkpoint-publication") => Some(Sabotage::CheckpointPublication),
@@ -200,6 +204,7 @@ impl Sabotage {
             Ok("stalled-retry-unflushed") => Some(Sabotage::StalledRetryUnflushed),
             Ok("lease-ignored") => Some(Sabotage::LeaseIgnored),
             Ok("run-blocks-freed-early") => Some(Sabotage::RunBlocksFreedEarly),
+            Ok("run-blocks-unflushed") => Some(Sabotage::RunBlocksUnflushed),
             _ => None,
         }
     }

@@ -222,8 +222,9 @@ impl Shared {
         };
         // The negative control of moved pages names them unflushed: this flush would make
         // them durable too, so it goes with it.
-        let unflushed =
-            self.opts.sabotaged(Sabotage::MovedPagesUnflushed) && !moved.old_page_slots.is_empty();
+        let unflushed = (self.opts.sabotaged(Sabotage::MovedPagesUnflushed)
+            && !moved.old_page_slots.is_empty())
+            || self.opts.sabotaged(Sabotage::RunBlocksUnflushed);
         if !mapping.placed.is_empty() && !unflushed {
             // The manifest names the new blocks by their CRCs, which opening does not check
             // (it reads no block): they must be durable before the header naming the
