@@ -56,7 +56,7 @@ fn the_readme_table_is_what_the_newest_results_file_renders_to() {
 }
 
 /// A temporary checkout-like directory: README.md with a stale block and docs/results
-/// holding a copy of the newest committed results file (under `name`).
+/// holding a copy of the newest committed headline results file (under `name`).
 fn scratch(name: &str) -> (tempfile::TempDir, Value) {
     let dir = tempfile::tempdir().unwrap();
     let results = dir.path().join("docs/results");
@@ -64,9 +64,13 @@ fn scratch(name: &str) -> (tempfile::TempDir, Value) {
     let committed = std::fs::read_dir(workspace_root().join("docs/results"))
         .expect("docs/results")
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("headline-") && n.ends_with(".json"))
+        })
         .max()
-        .expect("a committed results JSON");
+        .expect("a committed headline results JSON");
     let json: Value = serde_json::from_str(&std::fs::read_to_string(committed).unwrap()).unwrap();
     std::fs::write(results.join(name), json.to_string()).unwrap();
     std::fs::write(
