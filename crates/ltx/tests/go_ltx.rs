@@ -6,20 +6,10 @@
 
 mod common;
 
-use common::{build_db, ltx_command, ltx_helper, run, skip_or_fail};
+use common::{build_db, changed, ltx_command, ltx_helper, run, skip_or_fail};
 use onesync_ltx::replica::ReplicaWriter;
 use onesync_ltx::{database_checksum, LtxFile};
 use std::process::Command;
-
-/// The pages a change made (page number, new bytes), between two images of a database.
-fn changed(before: &[u8], after: &[u8], ps: usize) -> Vec<(u32, Vec<u8>)> {
-    after
-        .chunks(ps)
-        .enumerate()
-        .filter(|(i, p)| before.get(i * ps..(i + 1) * ps) != Some(*p))
-        .map(|(i, p)| (i as u32 + 1, p.to_vec()))
-        .collect()
-}
 
 #[test]
 fn superfly_ltx_and_we_write_the_same_bytes() {

@@ -309,3 +309,73 @@ pub fn build_db(path: &Path, rows: usize, page_size: u32) -> rusqlite::Connectio
     tx.commit().unwrap();
     conn
 }
+
+/// A replica written from a real database's history: a snapshot at TXID 1, then a
+/// transaction per change (inserts, updates, deletes, a growth, a VACUUM that shrinks the
+/// file), a second snapshot at TXID `mid_snapshot`; the database's bytes and rows at each
+/// TXID, and each file's timestamp.
+pub struct History {
+    pub dir: tempfile::TempDir,
+    pub replica: PathBuf,
+    /// Index `txid - 1`.
+    pub images: Vec<Vec<u8>>,
+    pub rows: Vec<Vec<String>>,
+    pub timestamps: Vec<i64>,
+    pub mid_snapshot: u64,
+}
+
+/// The pages a change made (page number, new bytes), between two images of a database.
+pub fn changed(before: &[u8], after: &[u8], ps: usize) -> Vec<(u32, Vec<u8>)> {
+    after
+        .chunks(ps)
+        .enumerate()
+        .filter(|(i, p)| before.get(i * ps..(i + 1) * ps) != Some(*p))
+        .map(|(i, p)| (i as u32 + 1, p.to_vec()))
+        .collect()
+}
+
+pub fn history(rows: usize) -> History {
+    use onesync_ltx::replica::ReplicaWriter;
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("src.db");
+    let replica = dir.path().join("replica");
+    let conn = build_db(&db_path, rows, 4096);
+    let base = 1_765_000_000_000i64;
+    let changes = [
+        "INSERT INTO t(name, n, b) SELECT 'copy ' || name, n * 2, b FROM t WHERE id % 5 = 0",
+        "UPDATE t SET name = upper(name), n = -n WHERE id % 3 = 0",
+        "DELETE FROM t WHERE id % 4 = 1",
+        "CREATE TABLE u(k TEXT PRIMARY KEY, v BLOB); INSERT INTO u SELECT 'k' || id, zeroblob(300) FROM t WHERE id % 2 = 0",
+        "DELETE FROM t WHERE id % 2 = 0; DROP TABLE u",
+        "VACUUM",
+        "INSERT INTO t(name, n, b) VALUES ('last', 42, x'00ff')",
+    ];
+    let mut images = vec![std::fs::read(&db_path).unwrap()];
+    let mut dumps = vec![dump(&conn)];
+    let mut timestamps = vec![base];
+    let mut w = ReplicaWriter::create(&replica, &images[0], base).unwrap();
+    let mid_snapshot = 4;
+    for (i, sql) in changes.iter().enumerate() {
+        conn.execute_batch(sql).unwrap();
+        let after = std::fs::read(&db_path).unwrap();
+        let pages = changed(images.last().unwrap(), &after, 4096);
+        let refs: Vec<(u32, &[u8])> = pages.iter().map(|(n, d)| (*n, d.as_slice())).collect();
+        let ts = base + (i as i64 + 1) * 10_000;
+        let txid = w.append((after.len() / 4096) as u32, &refs, ts).unwrap();
+        assert_eq!(txid, i as u64 + 2);
+        if txid == mid_snapshot {
+            w.snapshot(&after, ts).unwrap();
+        }
+        images.push(after);
+        dumps.push(dump(&conn));
+        timestamps.push(ts);
+    }
+    History {
+        dir,
+        replica,
+        images,
+        rows: dumps,
+        timestamps,
+        mid_snapshot,
+    }
+}
