@@ -6,9 +6,9 @@
 //! page index describes the frames exactly, so whatever decodes re-encodes.
 
 use crate::checksum::{database_checksum, lock_pgno, Hasher, CHECKSUM_FLAG};
+use crate::error::Error;
 use crate::lz4;
-use crate::Error;
-use onesync_codec::{DecodeError, OnDisk, Problem, Reader, Writer};
+use onesync_codec::{DecodeError, OnDisk, Reader, Writer};
 
 /// The first 4 bytes of every LTX file.
 pub const MAGIC: &[u8; 4] = b"LTX1";
@@ -282,7 +282,7 @@ impl LtxFile {
     /// The snapshot of a whole database image: TXIDs `1..=max_txid`, every page but the
     /// lock page, the post-apply checksum computed.
     pub fn snapshot(db: &[u8], page_size: u32, max_txid: u64, timestamp: i64) -> Result<LtxFile, Error> {
-        if !is_valid_page_size(page_size) || db.len() % page_size as usize != 0 {
+        if !is_valid_page_size(page_size) || !db.len().is_multiple_of(page_size as usize) {
             return Err(Error::Invalid(format!(
                 "a database of {} bytes is not whole pages of {page_size}",
                 db.len()
@@ -483,10 +483,4 @@ impl OnDisk for LtxFile {
         }
         Ok(file)
     }
-}
-
-/// Problem kept for callers matching on codec errors: the file checksum never fits the
-/// codec's 32-bit `BadChecksum`, so a mismatch is `Invalid`.
-pub fn is_checksum_mismatch(e: &DecodeError) -> bool {
-    matches!(&e.problem, Problem::Invalid(s) if s.starts_with("file checksum mismatch"))
 }

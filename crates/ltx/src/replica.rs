@@ -10,8 +10,8 @@
 //! written to `NAME.tmp`, flushed, renamed, and its directory flushed, as Litestream does.
 
 use crate::checksum::{lock_pgno, PageChecksums, CHECKSUM_FLAG};
+use crate::error::{io, Error};
 use crate::format::{is_valid_page_size, Header, LtxFile, Page};
-use crate::{io, Error};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -113,7 +113,7 @@ pub fn sqlite_page_size(db: &[u8]) -> Result<u32, Error> {
     }
     let n = u32::from(u16::from_be_bytes([db[16], db[17]]));
     let n = if n == 1 { 65536 } else { n };
-    if !is_valid_page_size(n) || db.len() % n as usize != 0 {
+    if !is_valid_page_size(n) || !db.len().is_multiple_of(n as usize) {
         return Err(Error::Invalid(format!(
             "page size {n} does not divide the database's {} bytes",
             db.len()
@@ -238,8 +238,7 @@ pub fn restore_plan(root: &Path, target: Option<u64>) -> Result<Vec<FileInfo>, E
     let within = |f: &FileInfo| target.is_none_or(|t| f.max_txid <= t);
     let mut plan: Vec<FileInfo> = list(root, SNAPSHOT_LEVEL)?
         .into_iter()
-        .filter(within)
-        .last()
+        .rfind(within)
         .into_iter()
         .collect();
     let mut reached = plan.last().map_or(0, |f| f.max_txid);
@@ -340,6 +339,14 @@ pub fn restore(root: &Path, target: Option<u64>) -> Result<Restored, Error> {
             )));
         }
         let old_pages = db.len() / ps;
+        if h.commit as usize > old_pages + file.pages.len() + 1 {
+            return Err(Error::Restore(format!(
+                "{} grows the database from {old_pages} to {} pages with only {} pages",
+                info.path.display(),
+                h.commit,
+                file.pages.len()
+            )));
+        }
         db.resize(h.commit as usize * ps, 0);
         sums.truncate(h.commit);
         let lock = lock_pgno(h.page_size);

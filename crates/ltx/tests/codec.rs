@@ -237,7 +237,7 @@ fn errors_name_what_is_wrong() {
 
 /// Recomputes an encoded file's checksums where its structure still parses: the snapshot's
 /// post-apply checksum and the file checksum, so mutations reach the checks behind them.
-fn reseal(bytes: &mut Vec<u8>) {
+fn reseal(bytes: &mut [u8]) {
     let Some(page_size) = bytes
         .get(8..12)
         .map(|b| u32::from_be_bytes(b.try_into().unwrap()))
@@ -304,7 +304,7 @@ fn the_decoder_survives_the_codec_fuzz_harness() {
         assert_eq!(&again, s, "reseal leaves a sound file as it is");
     }
     let plain = check_decoder::<LtxFile>(&(), &seeds, 3_000);
-    let resealed = check_decoder_resealed::<LtxFile>(&(), &seeds, 6_000, reseal);
+    let resealed = check_decoder_resealed::<LtxFile>(&(), &seeds, 6_000, |b: &mut Vec<u8>| reseal(b));
     println!("fuzz harness: plain {plain:?}, resealed {resealed:?}");
     assert!(
         resealed.decoded > seeds.len(),

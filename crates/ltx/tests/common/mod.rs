@@ -29,7 +29,12 @@ pub fn skip_or_fail(test: &str, why: &str) {
     }
 }
 
+/// `go`: `$GO` if set (a path; one that does not exist means no Go), else PATH, else the
+/// usual install places.
 fn find_go() -> Option<PathBuf> {
+    if let Some(go) = std::env::var_os("GO") {
+        return Some(PathBuf::from(go)).filter(|p| p.is_file());
+    }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .map(|d| d.join("go"))
@@ -59,7 +64,7 @@ fn show(what: &str, out: &Output) -> String {
 
 /// Runs a Go build; `Err` says why it could not (no Go, the proxy unreachable).
 fn go_build(args: &[&str], dir: &Path) -> Result<(), String> {
-    let go = find_go().ok_or("no go (PATH, /usr/local/go/bin)")?;
+    let go = find_go().ok_or("no go ($GO, PATH, /usr/local/go/bin)")?;
     std::fs::create_dir_all(go_bin()).map_err(|e| e.to_string())?;
     let out = go_command(&go, dir)
         .args(args)
