@@ -81,7 +81,7 @@ fn go_build(args: &[&str], dir: &Path) -> Result<(), String> {
         "connection refused",
         "TLS handshake",
         "proxy.golang.org",
-        "go1.",
+        "requires go >=",
     ]
     .iter()
     .any(|m| err.contains(m));
