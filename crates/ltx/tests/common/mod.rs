@@ -1,0 +1,386 @@
+//! What the Go-backed tests share: finding Go, building superfly/ltx's `ltx` command, a
+//! small program over superfly/ltx's library (`ltxhelper`), and stock Litestream, each
+//! cached in `$CARGO_TARGET_DIR/go-bin`; the SKIP-or-fail convention; SQLite fixtures.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// superfly/ltx's newest tag (the mirror's newest stored commit is 4 commits past it: a
+/// docs change, `encode-db`, and two fixes that do not touch what these tests write).
+pub const LTX_VERSION: &str = "v0.5.2";
+/// The Litestream issue 43 names.
+pub const LITESTREAM_VERSION: &str = "v0.5.18";
+
+/// Where built Go programs are cached: `$CARGO_TARGET_DIR/go-bin`.
+pub fn go_bin() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).join("go-bin")
+}
+
+/// A test that cannot get what it needs: prints SKIP and passes when `CI` is unset (or
+/// "false"), fails when it is set — CI must run it.
+pub fn skip_or_fail(test: &str, why: &str) {
+    match std::env::var("CI") {
+        Ok(v) if !v.is_empty() && v != "false" && v != "0" => {
+            panic!("{test}: {why}, and CI={v} requires this test to run")
+        }
+        _ => println!("SKIP {test}: {why}"),
+    }
+}
+
+/// `go`: `$GO` if set (a path; one that does not exist means no Go), else PATH, else the
+/// usual install places.
+fn find_go() -> Option<PathBuf> {
+    if let Some(go) = std::env::var_os("GO") {
+        return Some(PathBuf::from(go)).filter(|p| p.is_file());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("go"))
+        .chain(["/usr/local/go/bin/go".into(), "/usr/lib/go/bin/go".into()])
+        .find(|p| p.is_file())
+}
+
+fn go_command(go: &Path, dir: &Path) -> Command {
+    let mut cmd = Command::new(go);
+    cmd.current_dir(dir)
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .env("GOBIN", go_bin())
+        // These machines set AWS_CA_BUNDLE; Litestream's AWS SDK then fails to start.
+        .env_remove("AWS_CA_BUNDLE");
+    cmd
+}
+
+fn show(what: &str, out: &Output) -> String {
+    format!(
+        "{what}: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs a Go build; `Err` says why it could not (no Go, the proxy unreachable).
+fn go_build(args: &[&str], dir: &Path) -> Result<(), String> {
+    let go = find_go().ok_or("no go ($GO, PATH, /usr/local/go/bin)")?;
+    std::fs::create_dir_all(go_bin()).map_err(|e| e.to_string())?;
+    let out = go_command(&go, dir)
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let offline = [
+        "dial tcp",
+        "no such host",
+        "i/o timeout",
+        "connection refused",
+        "TLS handshake",
+        "proxy.golang.org",
+        "requires go >=",
+    ]
+    .iter()
+    .any(|m| err.contains(m));
+    let text = show(&format!("go {}", args.join(" ")), &out);
+    if offline {
+        Err(format!(
+            "the Go build could not get its modules or toolchain: {text}"
+        ))
+    } else {
+        panic!("{text}")
+    }
+}
+
+/// superfly/ltx's `ltx` command at [`LTX_VERSION`], built once.
+pub fn ltx_command() -> Result<PathBuf, String> {
+    let bin = go_bin().join("ltx");
+    let stamp = go_bin().join("ltx.version");
+    if bin.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(LTX_VERSION) {
+        return Ok(bin);
+    }
+    go_build(
+        &[
+            "install",
+            &format!("github.com/superfly/ltx/cmd/ltx@{LTX_VERSION}"),
+        ],
+        &std::env::temp_dir(),
+    )?;
+    std::fs::write(&stamp, LTX_VERSION).map_err(|e| e.to_string())?;
+    Ok(bin)
+}
+
+/// Stock Litestream at [`LITESTREAM_VERSION`], built once (about 3 minutes).
+pub fn litestream_command() -> Result<PathBuf, String> {
+    let bin = go_bin().join("litestream");
+    if bin.is_file() {
+        let out = Command::new(&bin)
+            .arg("version")
+            .output()
+            .map_err(|e| e.to_string())?;
+        if String::from_utf8_lossy(&out.stdout).trim() == LITESTREAM_VERSION {
+            return Ok(bin);
+        }
+    }
+    go_build(
+        &[
+            "install",
+            &format!("github.com/benbjohnson/litestream/cmd/litestream@{LITESTREAM_VERSION}"),
+        ],
+        &std::env::temp_dir(),
+    )?;
+    Ok(bin)
+}
+
+/// A program over superfly/ltx's library (the encoder and decoder Litestream uses):
+///
+/// - `encode-db DB OUT TIMESTAMP`: DB's snapshot at TXID 1, as `ltx encode-db` writes it but
+///   with a given timestamp (so that ours can be compared byte for byte);
+/// - `reencode IN OUT`: decodes IN with `ltx.Decoder` (every check) and encodes its header,
+///   pages and post-apply checksum again with `ltx.Encoder`.
+const HELPER_GO: &str = r#"package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/superfly/ltx"
+)
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func main() {
+	switch os.Args[1] {
+	case "encode-db":
+		db, err := os.ReadFile(os.Args[2])
+		check(err)
+		ts, err := strconv.ParseInt(os.Args[4], 10, 64)
+		check(err)
+		pageSize := uint32(db[16])<<8 | uint32(db[17])
+		if pageSize == 1 {
+			pageSize = 65536
+		}
+		commit := uint32(len(db)) / pageSize
+		var out bytes.Buffer
+		enc, err := ltx.NewEncoder(&out)
+		check(err)
+		check(enc.EncodeHeader(ltx.Header{Version: ltx.Version, PageSize: pageSize, Commit: commit, MinTXID: 1, MaxTXID: 1, Timestamp: ts}))
+		var sum ltx.Checksum
+		for pgno := uint32(1); pgno <= commit; pgno++ {
+			if pgno == ltx.LockPgno(pageSize) {
+				continue
+			}
+			page := db[(pgno-1)*pageSize : pgno*pageSize]
+			check(enc.EncodePage(ltx.PageHeader{Pgno: pgno}, page))
+			sum = ltx.ChecksumFlag | (sum ^ ltx.ChecksumPage(pgno, page))
+		}
+		enc.SetPostApplyChecksum(sum)
+		check(enc.Close())
+		check(os.WriteFile(os.Args[3], out.Bytes(), 0o644))
+	case "reencode":
+		in, err := os.Open(os.Args[2])
+		check(err)
+		dec := ltx.NewDecoder(in)
+		check(dec.DecodeHeader())
+		hdr := dec.Header()
+		var out bytes.Buffer
+		enc, err := ltx.NewEncoder(&out)
+		check(err)
+		check(enc.EncodeHeader(hdr))
+		data := make([]byte, hdr.PageSize)
+		n := 0
+		for {
+			var ph ltx.PageHeader
+			err := dec.DecodePage(&ph, data)
+			if err == io.EOF {
+				break
+			}
+			check(err)
+			ph.Flags = 0
+			check(enc.EncodePage(ph, data))
+			n++
+		}
+		check(dec.Close())
+		enc.SetPostApplyChecksum(dec.Trailer().PostApplyChecksum)
+		check(enc.Close())
+		check(os.WriteFile(os.Args[3], out.Bytes(), 0o644))
+		fmt.Printf("decoded %d pages, file checksum %s\n", n, dec.Trailer().FileChecksum)
+	default:
+		check(fmt.Errorf("unknown command %q", os.Args[1]))
+	}
+}
+"#;
+
+/// [`HELPER_GO`] built against superfly/ltx [`LTX_VERSION`], once per change of its source.
+pub fn ltx_helper() -> Result<PathBuf, String> {
+    let bin = go_bin().join("ltxhelper");
+    let src = go_bin().join("ltxhelper-src");
+    let main = src.join("main.go");
+    if bin.is_file() && std::fs::read_to_string(&main).ok().as_deref() == Some(HELPER_GO) {
+        return Ok(bin);
+    }
+    std::fs::create_dir_all(&src).map_err(|e| e.to_string())?;
+    let go_mod = format!("module ltxhelper\n\ngo 1.21\n\nrequire github.com/superfly/ltx {LTX_VERSION}\n");
+    std::fs::write(src.join("go.mod"), go_mod).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(src.join("go.sum"));
+    std::fs::write(&main, "").map_err(|e| e.to_string())?;
+    std::fs::write(src.join("main.go.tmp"), HELPER_GO).map_err(|e| e.to_string())?;
+    std::fs::rename(src.join("main.go.tmp"), &main).map_err(|e| e.to_string())?;
+    let out_arg = bin.display().to_string();
+    if let Err(e) = go_build(&["build", "-o", &out_arg, "."], &src) {
+        let _ = std::fs::remove_file(&main);
+        return Err(e);
+    }
+    Ok(bin)
+}
+
+/// Runs a program; panics with its output when it fails.
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.env_remove("AWS_CA_BUNDLE").output().expect("run");
+    let text = show(&format!("{cmd:?}"), &out);
+    assert!(out.status.success(), "{text}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every row of every table, in a stable order (the table name, then the row as text).
+pub fn dump(conn: &rusqlite::Connection) -> Vec<String> {
+    let mut tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    tables.sort();
+    let mut rows = Vec::new();
+    for t in tables {
+        let mut stmt = conn
+            .prepare(&format!("SELECT * FROM \"{t}\" ORDER BY rowid"))
+            .unwrap();
+        let n = stmt.column_count();
+        let mut q = stmt.query([]).unwrap();
+        while let Some(row) = q.next().unwrap() {
+            let cols: Vec<String> = (0..n).map(|i| format!("{:?}", row.get_ref(i).unwrap())).collect();
+            rows.push(format!("{t}: {}", cols.join(", ")));
+        }
+    }
+    rows
+}
+
+/// The rows of a database file.
+pub fn dump_file(path: &Path) -> Vec<String> {
+    dump(&rusqlite::Connection::open(path).unwrap())
+}
+
+/// `PRAGMA integrity_check` of a database file.
+pub fn integrity(path: &Path) -> String {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A plain database (rollback journal) of `rows` rows with some text and a blob.
+pub fn build_db(path: &Path, rows: usize, page_size: u32) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(&format!(
+        "PRAGMA page_size = {page_size}; PRAGMA journal_mode = DELETE;
+         CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, n INTEGER, b BLOB);
+         CREATE INDEX t_name ON t(name);"
+    ))
+    .unwrap();
+    let tx = conn.unchecked_transaction().unwrap();
+    for i in 0..rows {
+        tx.execute(
+            "INSERT INTO t(name, n, b) VALUES (?1, ?2, randomblob(?3))",
+            rusqlite::params![
+                format!("row {i} {}", "x".repeat(i % 37)),
+                (i * 7919) as i64,
+                (i % 50) as i64
+            ],
+        )
+        .unwrap();
+    }
+    tx.commit().unwrap();
+    conn
+}
+
+/// A replica written from a real database's history: a snapshot at TXID 1, then a
+/// transaction per change (inserts, updates, deletes, a growth, a VACUUM that shrinks the
+/// file), a second snapshot at TXID `mid_snapshot`; the database's bytes and rows at each
+/// TXID, and each file's timestamp.
+pub struct History {
+    pub dir: tempfile::TempDir,
+    pub replica: PathBuf,
+    /// Index `txid - 1`.
+    pub images: Vec<Vec<u8>>,
+    pub rows: Vec<Vec<String>>,
+    pub timestamps: Vec<i64>,
+    pub mid_snapshot: u64,
+}
+
+/// The pages a change made (page number, new bytes), between two images of a database.
+pub fn changed(before: &[u8], after: &[u8], ps: usize) -> Vec<(u32, Vec<u8>)> {
+    after
+        .chunks(ps)
+        .enumerate()
+        .filter(|(i, p)| before.get(i * ps..(i + 1) * ps) != Some(*p))
+        .map(|(i, p)| (i as u32 + 1, p.to_vec()))
+        .collect()
+}
+
+pub fn history(rows: usize) -> History {
+    use onesync_ltx::replica::ReplicaWriter;
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("src.db");
+    let replica = dir.path().join("replica");
+    let conn = build_db(&db_path, rows, 4096);
+    let base = 1_765_000_000_000i64;
+    let changes = [
+        "INSERT INTO t(name, n, b) SELECT 'copy ' || name, n * 2, b FROM t WHERE id % 5 = 0",
+        "UPDATE t SET name = upper(name), n = -n WHERE id % 3 = 0",
+        "DELETE FROM t WHERE id % 4 = 1",
+        "CREATE TABLE u(k TEXT PRIMARY KEY, v BLOB); INSERT INTO u SELECT 'k' || id, zeroblob(300) FROM t WHERE id % 2 = 0",
+        "DELETE FROM t WHERE id % 2 = 0; DROP TABLE u",
+        "VACUUM",
+        "INSERT INTO t(name, n, b) VALUES ('last', 42, x'00ff')",
+    ];
+    let mut images = vec![std::fs::read(&db_path).unwrap()];
+    let mut dumps = vec![dump(&conn)];
+    let mut timestamps = vec![base];
+    let mut w = ReplicaWriter::create(&replica, &images[0], base).unwrap();
+    let mid_snapshot = 4;
+    for (i, sql) in changes.iter().enumerate() {
+        conn.execute_batch(sql).unwrap();
+        let after = std::fs::read(&db_path).unwrap();
+        let pages = changed(images.last().unwrap(), &after, 4096);
+        let refs: Vec<(u32, &[u8])> = pages.iter().map(|(n, d)| (*n, d.as_slice())).collect();
+        let ts = base + (i as i64 + 1) * 10_000;
+        let txid = w.append((after.len() / 4096) as u32, &refs, ts).unwrap();
+        assert_eq!(txid, i as u64 + 2);
+        if txid == mid_snapshot {
+            w.snapshot(&after, ts).unwrap();
+        }
+        images.push(after);
+        dumps.push(dump(&conn));
+        timestamps.push(ts);
+    }
+    History {
+        dir,
+        replica,
+        images,
+        rows: dumps,
+        timestamps,
+        mid_snapshot,
+    }
+}
