@@ -24,7 +24,7 @@ use super::scale_data::{
     cache_dir, ensure, file_len, gib, leftover_work_dirs, working_copy, Cached, Size, WORK_DIR_PREFIX,
 };
 use super::writers::round_order;
-use crate::commands::report::results::stamp_lines;
+use crate::commands::report::results::{stamp_lines, write_files};
 use crate::commands::report::stamp::Stamp;
 use crate::meters::per;
 use crate::output::{self, Human};
@@ -230,13 +230,7 @@ fn write_results(dir: &Path, results: &Results, table: &str, updates: u64) -> Re
             serde_json::to_string_pretty(results)? + "\n",
         ),
     ];
-    let mut written = Vec::new();
-    for (name, text) in files {
-        let path = dir.join(name);
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-        written.push(path);
-    }
-    Ok(written)
+    write_files(dir, files)
 }
 
 /// Both modes at `size`, over the rounds.

@@ -47,6 +47,11 @@ pub fn write(dir: &Path, rounds: u64, txns: u64) -> Result<Vec<PathBuf>> {
         (format!("{stem}.md"), markdown(&results, &svg_name)),
         (svg_name.clone(), chart(&results)?),
     ];
+    write_files(dir, files)
+}
+
+/// Each (name, text) written into `dir`; returns the paths written.
+pub fn write_files(dir: &Path, files: impl IntoIterator<Item = (String, String)>) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for (name, text) in files {
         let path = dir.join(name);
