@@ -223,7 +223,9 @@ fn negative_control_run_blocks_freed_early_breaks_an_old_snapshot() {
 /// same commit replaced (it followed the commits, not the checkpoint), leaves a store that
 /// checks sound (`check_file`: every block, and the free slots equal to a full scan's) and
 /// holds every commit. (`own_every_free_slot` takes the file's free slots only at the
-/// checkpoint this process knows.)
+/// checkpoint this process knows. Without that check this test still passed when written:
+/// the close's checkpoint happened to leave a sound file, so it guards the outcome, not the
+/// check.)
 #[test]
 fn the_last_to_close_after_another_s_checkpoint_leaves_a_sound_store() {
     let dir = tempfile::tempdir().unwrap();

@@ -113,7 +113,7 @@ pub fn ltx_command() -> Result<PathBuf, String> {
     Ok(bin)
 }
 
-/// Stock Litestream at [`LITESTREAM_VERSION`], built once (about 3 minutes).
+/// Stock Litestream at [`LITESTREAM_VERSION`], built once and kept.
 pub fn litestream_command() -> Result<PathBuf, String> {
     let bin = go_bin().join("litestream");
     if bin.is_file() {

@@ -23,7 +23,7 @@ const MAPPING_BYTES_PER_PAGE: u64 = 48;
 /// mapping (about 1 % of the file with 4 KiB pages), at every checkpoint that merges: were
 /// those worth a compacting checkpoint, each would rewrite the mapping and move the pages
 /// above them, and free as much again for the next (`onesync-lab bench scale --sizes 10G`
-/// showed every checkpoint rewriting 70 MB).
+/// shows it in its checkpoint KiB).
 const GIVE_BACK_DIVISOR: u64 = 16;
 
 impl Shared {
