@@ -1,10 +1,11 @@
 //! The crate's error: contents the format does not allow, a replica that does not
-//! restore, I/O (decoding itself fails with `onesync_codec::DecodeError`).
+//! restore, a replica URL that cannot be used, storage and I/O failures (decoding itself
+//! fails with `onesync_codec::DecodeError`).
 
 use onesync_codec::DecodeError;
 
 /// What goes wrong outside decoding: contents the format does not allow, a replica that
-/// does not restore, I/O.
+/// does not restore, a bad replica URL, storage and I/O.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Contents superfly/ltx's encoder would refuse.
@@ -16,6 +17,12 @@ pub enum Error {
     /// The replica cannot give the requested database.
     #[error("cannot restore: {0}")]
     Restore(String),
+    /// A replica URL or option this crate cannot use.
+    #[error("replica URL: {0}")]
+    Config(String),
+    /// The object store failed or could not be reached (after the client's bounded retries).
+    #[error("{context}: {message}")]
+    Storage { context: String, message: String },
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
 }

@@ -1,6 +1,7 @@
 //! LTX files, Litestream 0.5's replica format, encoded and decoded byte for byte as
-//! superfly/ltx (v0.5.2 and its newest commit) does, and a Litestream *file replica* layout
-//! written and restored ([`replica`]).
+//! superfly/ltx (v0.5.2 and its newest commit) does, and Litestream replicas on a directory
+//! or S3-compatible storage ([`client`]): written ([`replica`]), compacted and pruned
+//! ([`compact`]), restored ([`restore`]).
 //!
 //! All integers are big-endian. A file is a header, page frames, an end marker, a page
 //! index and a trailer:
@@ -67,10 +68,15 @@
 #![forbid(unsafe_code)]
 
 pub mod checksum;
+pub mod client;
+pub mod compact;
 mod error;
 pub mod format;
 pub mod lz4;
 pub mod replica;
+pub mod restore;
+#[cfg(feature = "test-support")]
+pub mod testing;
 
 pub use checksum::{database_checksum, lock_pgno, page_checksum, PageChecksums, CHECKSUM_FLAG};
 pub use error::Error;

@@ -53,7 +53,8 @@ fn superfly_ltx_and_we_write_the_same_bytes() {
         // A replica we write: a snapshot and transactions, each verified by `ltx verify`,
         // listed by `ltx dump`, and re-encoded by their encoder to our very bytes.
         let replica = dir.path().join(format!("replica-{page_size}"));
-        let mut w = ReplicaWriter::create(&replica, &db, ts).unwrap();
+        let client = std::sync::Arc::new(onesync_ltx::client::file::FileClient::new(&replica));
+        let mut w = ReplicaWriter::create(client.clone(), &db, ts).unwrap();
         let mut before = db;
         for round in 0..3 {
             conn.execute_batch(&format!(
@@ -67,10 +68,15 @@ fn superfly_ltx_and_we_write_the_same_bytes() {
                 .unwrap();
             before = after;
         }
-        let mut files = onesync_ltx::replica::list(&replica, 9).unwrap();
-        files.extend(onesync_ltx::replica::list(&replica, 0).unwrap());
+        use onesync_ltx::client::ReplicaClient;
+        let mut files = client.list(9).unwrap();
+        files.extend(client.list(0).unwrap());
         assert_eq!(files.len(), 4);
-        for f in &files {
+        for info in &files {
+            let f = FileView {
+                path: client.file_path(info.level, info.min_txid, info.max_txid),
+                min_txid: info.min_txid,
+            };
             let out = run(Command::new(&ltx).arg("verify").arg(&f.path));
             assert!(out.contains("ok"), "{out}");
             let dumped = run(Command::new(&ltx).arg("dump").arg(&f.path));
@@ -94,4 +100,10 @@ fn superfly_ltx_and_we_write_the_same_bytes() {
             );
         }
     }
+}
+
+/// A replica file's path and first TXID.
+struct FileView {
+    path: std::path::PathBuf,
+    min_txid: u64,
 }

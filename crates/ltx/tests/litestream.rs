@@ -100,7 +100,7 @@ fn stock_litestream_restores_our_replica() {
     }
 
     // Negative controls: a flipped byte, then a missing transaction.
-    let victim = onesync_ltx::replica::file_path(&h.replica, 0, 6, 6);
+    let victim = h.client.file_path(0, 6, 6);
     let good = std::fs::read(&victim).unwrap();
     let mut bad = good.clone();
     let at = bad.len() / 2;

@@ -4,17 +4,22 @@
 
 mod common;
 
-use onesync_ltx::replica::{self, file_name, parse_file_name, restore, restore_plan, ReplicaWriter};
+use onesync_ltx::client::file::FileClient;
+use onesync_ltx::client::{file_name, parse_file_name, ReplicaClient};
+use onesync_ltx::replica::ReplicaWriter;
+use onesync_ltx::restore::{restore, restore_plan, restore_to_file, Target};
 use onesync_ltx::{database_checksum, Error};
+use std::sync::Arc;
 
 #[test]
 fn the_layout_is_litestreams() {
     let h = common::history(500);
     let names = |level| -> Vec<String> {
-        replica::list(&h.replica, level)
+        h.client
+            .list(level)
             .unwrap()
             .iter()
-            .map(|f| f.path.strip_prefix(&h.replica).unwrap().display().to_string())
+            .map(|f| format!("ltx/{level}/{}", f.name()))
             .collect()
     };
     assert_eq!(
@@ -37,6 +42,15 @@ fn the_layout_is_litestreams() {
         .unwrap();
     let ms = mtime.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     assert_eq!(ms, h.timestamps[2], "a file's time is its header's timestamp");
+    let listed = h.client.list(0).unwrap();
+    assert_eq!(
+        listed[1].timestamp_ms, h.timestamps[2],
+        "and the listing gives it"
+    );
+    assert_eq!(
+        listed[1].size,
+        std::fs::metadata(h.client.file_path(0, 3, 3)).unwrap().len()
+    );
     assert_eq!(file_name(1, 0x2a), "0000000000000001-000000000000002a.ltx");
     assert_eq!(
         parse_file_name("0000000000000001-000000000000002a.ltx"),
@@ -50,14 +64,14 @@ fn the_layout_is_litestreams() {
 fn restore_rebuilds_every_txid_byte_for_byte() {
     let h = common::history(2000);
     for txid in 1..=h.images.len() as u64 {
-        let r = restore(&h.replica, Some(txid)).unwrap();
+        let r = restore(&*h.client, Target::Txid(txid)).unwrap();
         assert_eq!(r.txid, txid);
         assert!(
             r.db == h.images[txid as usize - 1],
             "TXID {txid}: the bytes differ"
         );
         assert_eq!(r.checksum, database_checksum(&r.db, 4096));
-        let plan: Vec<(u32, u64, u64)> = restore_plan(&h.replica, Some(txid))
+        let plan: Vec<(u32, u64, u64)> = restore_plan(&*h.client, Target::Txid(txid))
             .unwrap()
             .iter()
             .map(|f| (f.level, f.min_txid, f.max_txid))
@@ -70,14 +84,14 @@ fn restore_rebuilds_every_txid_byte_for_byte() {
         );
         assert_eq!(plan.len() as u64, 1 + txid - start);
     }
-    let latest = restore(&h.replica, None).unwrap();
+    let latest = restore(&*h.client, Target::Latest).unwrap();
     assert_eq!(latest.txid, h.images.len() as u64);
     let out = h.dir.path().join("out.db");
-    replica::restore_to_file(&h.replica, None, &out).unwrap();
+    restore_to_file(&*h.client, Target::Latest, &out).unwrap();
     assert_eq!(common::integrity(&out), "ok");
     assert_eq!(common::dump_file(&out), *h.rows.last().unwrap());
     assert!(
-        replica::restore_to_file(&h.replica, None, &out).is_err(),
+        restore_to_file(&*h.client, Target::Latest, &out).is_err(),
         "an existing output is refused"
     );
 }
@@ -85,25 +99,25 @@ fn restore_rebuilds_every_txid_byte_for_byte() {
 #[test]
 fn restore_refuses_damage_and_gaps() {
     let h = common::history(300);
-    let victim = replica::file_path(&h.replica, 0, 6, 6);
+    let victim = h.client.file_path(0, 6, 6);
     let good = std::fs::read(&victim).unwrap();
     let mut bad = good.clone();
     let at = bad.len() / 2;
     bad[at] ^= 0x10;
     std::fs::write(&victim, &bad).unwrap();
-    let err = restore(&h.replica, None).unwrap_err();
+    let err = restore(&*h.client, Target::Latest).unwrap_err();
     assert!(matches!(err, Error::Decode { .. }), "{err}");
     assert!(
         err.to_string().contains("0000000000000006-0000000000000006.ltx"),
         "{err}"
     );
     // Before the damaged file, the restore still works.
-    assert_eq!(restore(&h.replica, Some(5)).unwrap().db, h.images[4]);
+    assert_eq!(restore(&*h.client, Target::Txid(5)).unwrap().db, h.images[4]);
 
     // A file that does not continue the database (TXID 6 of another history).
     let other = common::history(301);
-    std::fs::copy(replica::file_path(&other.replica, 0, 6, 6), &victim).unwrap();
-    let err = restore(&h.replica, None).unwrap_err();
+    std::fs::copy(other.client.file_path(0, 6, 6), &victim).unwrap();
+    let err = restore(&*h.client, Target::Latest).unwrap_err();
     assert!(
         err.to_string().contains("does not continue the database"),
         "{err}"
@@ -111,19 +125,22 @@ fn restore_refuses_damage_and_gaps() {
 
     // A gap.
     std::fs::remove_file(&victim).unwrap();
-    let err = restore(&h.replica, None).unwrap_err();
+    let err = restore(&*h.client, Target::Latest).unwrap_err();
     assert!(err.to_string().contains("non-contiguous"), "{err}");
-    let err = restore(&h.replica, Some(7)).unwrap_err();
+    let err = restore(&*h.client, Target::Txid(7)).unwrap_err();
     assert!(err.to_string().contains("not available"), "{err}");
     std::fs::write(&victim, &good).unwrap();
-    assert_eq!(restore(&h.replica, None).unwrap().db, *h.images.last().unwrap());
+    assert_eq!(
+        restore(&*h.client, Target::Latest).unwrap().db,
+        *h.images.last().unwrap()
+    );
 }
 
 #[test]
 fn the_writer_refuses_a_growth_without_its_pages_and_a_wrong_snapshot() {
     let h = common::history(50);
     let dir = tempfile::tempdir().unwrap();
-    let mut w = ReplicaWriter::create(dir.path(), &h.images[0], 1).unwrap();
+    let mut w = ReplicaWriter::create(Arc::new(FileClient::new(dir.path())), &h.images[0], 1).unwrap();
     let n = (h.images[0].len() / 4096) as u32;
     let err = w.append(n + 2, &[(n + 1, &[0u8; 4096][..])], 2).unwrap_err();
     assert!(
@@ -134,5 +151,5 @@ fn the_writer_refuses_a_growth_without_its_pages_and_a_wrong_snapshot() {
     assert_eq!(w.txid(), 1, "nothing written");
     let err = w.snapshot(&h.images[3], 3).unwrap_err();
     assert!(err.to_string().contains("not the replica's"), "{err}");
-    assert!(ReplicaWriter::create(dir.path(), b"not a database", 1).is_err());
+    assert!(ReplicaWriter::create(Arc::new(FileClient::new(dir.path())), b"not a database", 1).is_err());
 }

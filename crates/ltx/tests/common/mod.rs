@@ -6,93 +6,24 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+#[allow(unused_imports)]
+pub use onesync_ltx::testing::{skip_or_fail, LITESTREAM_VERSION};
+
 /// superfly/ltx's newest tag (the mirror's newest stored commit is 4 commits past it: a
 /// docs change, `encode-db`, and two fixes that do not touch what these tests write).
 pub const LTX_VERSION: &str = "v0.5.2";
-/// The Litestream issue 43 names.
-pub const LITESTREAM_VERSION: &str = "v0.5.18";
 
 /// Where built Go programs are cached: `$CARGO_TARGET_DIR/go-bin`.
 pub fn go_bin() -> PathBuf {
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().unwrap_or(tmp).join("go-bin")
+    onesync_ltx::testing::go_bin_dir(Path::new(env!("CARGO_TARGET_TMPDIR")))
 }
 
-/// A test that cannot get what it needs: prints SKIP and passes when `CI` is unset (or
-/// "false"), fails when it is set — CI must run it.
-pub fn skip_or_fail(test: &str, why: &str) {
-    match std::env::var("CI") {
-        Ok(v) if !v.is_empty() && v != "false" && v != "0" => {
-            panic!("{test}: {why}, and CI={v} requires this test to run")
-        }
-        _ => println!("SKIP {test}: {why}"),
-    }
-}
-
-/// `go`: `$GO` if set (a path; one that does not exist means no Go), else PATH, else the
-/// usual install places.
-fn find_go() -> Option<PathBuf> {
-    if let Some(go) = std::env::var_os("GO") {
-        return Some(PathBuf::from(go)).filter(|p| p.is_file());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("go"))
-        .chain(["/usr/local/go/bin/go".into(), "/usr/lib/go/bin/go".into()])
-        .find(|p| p.is_file())
-}
-
-fn go_command(go: &Path, dir: &Path) -> Command {
-    let mut cmd = Command::new(go);
-    cmd.current_dir(dir)
-        .env("GOFLAGS", "-mod=mod")
-        .env("GOTOOLCHAIN", "local")
-        .env("GOBIN", go_bin())
-        // These machines set AWS_CA_BUNDLE; Litestream's AWS SDK then fails to start.
-        .env_remove("AWS_CA_BUNDLE");
-    cmd
+fn go_build(args: &[&str], dir: &Path) -> Result<(), String> {
+    onesync_ltx::testing::go_build(&go_bin(), args, dir)
 }
 
 fn show(what: &str, out: &Output) -> String {
-    format!(
-        "{what}: {}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Runs a Go build; `Err` says why it could not (no Go, the proxy unreachable).
-fn go_build(args: &[&str], dir: &Path) -> Result<(), String> {
-    let go = find_go().ok_or("no go ($GO, PATH, /usr/local/go/bin)")?;
-    std::fs::create_dir_all(go_bin()).map_err(|e| e.to_string())?;
-    let out = go_command(&go, dir)
-        .args(args)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let err = String::from_utf8_lossy(&out.stderr);
-    let offline = [
-        "dial tcp",
-        "no such host",
-        "i/o timeout",
-        "connection refused",
-        "TLS handshake",
-        "proxy.golang.org",
-        "requires go >=",
-    ]
-    .iter()
-    .any(|m| err.contains(m));
-    let text = show(&format!("go {}", args.join(" ")), &out);
-    if offline {
-        Err(format!(
-            "the Go build could not get its modules or toolchain: {text}"
-        ))
-    } else {
-        panic!("{text}")
-    }
+    onesync_ltx::testing::show(what, out)
 }
 
 /// superfly/ltx's `ltx` command at [`LTX_VERSION`], built once.
@@ -115,24 +46,7 @@ pub fn ltx_command() -> Result<PathBuf, String> {
 
 /// Stock Litestream at [`LITESTREAM_VERSION`], built once and kept.
 pub fn litestream_command() -> Result<PathBuf, String> {
-    let bin = go_bin().join("litestream");
-    if bin.is_file() {
-        let out = Command::new(&bin)
-            .arg("version")
-            .output()
-            .map_err(|e| e.to_string())?;
-        if String::from_utf8_lossy(&out.stdout).trim() == LITESTREAM_VERSION {
-            return Ok(bin);
-        }
-    }
-    go_build(
-        &[
-            "install",
-            &format!("github.com/benbjohnson/litestream/cmd/litestream@{LITESTREAM_VERSION}"),
-        ],
-        &std::env::temp_dir(),
-    )?;
-    Ok(bin)
+    onesync_ltx::testing::litestream_command(&go_bin())
 }
 
 /// A program over superfly/ltx's library (the encoder and decoder Litestream uses):
@@ -322,6 +236,7 @@ pub fn build_db(path: &Path, rows: usize, page_size: u32) -> rusqlite::Connectio
 pub struct History {
     pub dir: tempfile::TempDir,
     pub replica: PathBuf,
+    pub client: std::sync::Arc<onesync_ltx::client::file::FileClient>,
     /// Index `txid - 1`.
     pub images: Vec<Vec<u8>>,
     pub rows: Vec<Vec<String>>,
@@ -339,13 +254,40 @@ pub fn changed(before: &[u8], after: &[u8], ps: usize) -> Vec<(u32, Vec<u8>)> {
         .collect()
 }
 
+/// [`history_to`] a file replica in a new temporary directory.
 pub fn history(rows: usize) -> History {
-    use onesync_ltx::replica::ReplicaWriter;
     let dir = tempfile::tempdir().unwrap();
-    let db_path = dir.path().join("src.db");
     let replica = dir.path().join("replica");
+    let client = std::sync::Arc::new(onesync_ltx::client::file::FileClient::new(&replica));
+    let Timeline {
+        images,
+        rows,
+        timestamps,
+        mid_snapshot,
+    } = history_to(client.clone(), dir.path(), rows, 1_765_000_000_000);
+    History {
+        dir,
+        replica,
+        client,
+        images,
+        rows,
+        timestamps,
+        mid_snapshot,
+    }
+}
+
+/// The database history [`History`] describes, written through `client` (the source
+/// database in `dir`), timestamps 10 s apart from `base`: the images, rows and timestamps
+/// at each TXID, and the TXID of the second snapshot.
+pub fn history_to(
+    client: std::sync::Arc<dyn onesync_ltx::client::ReplicaClient>,
+    dir: &Path,
+    rows: usize,
+    base: i64,
+) -> Timeline {
+    use onesync_ltx::replica::ReplicaWriter;
+    let db_path = dir.join("src.db");
     let conn = build_db(&db_path, rows, 4096);
-    let base = 1_765_000_000_000i64;
     let changes = [
         "INSERT INTO t(name, n, b) SELECT 'copy ' || name, n * 2, b FROM t WHERE id % 5 = 0",
         "UPDATE t SET name = upper(name), n = -n WHERE id % 3 = 0",
@@ -358,7 +300,7 @@ pub fn history(rows: usize) -> History {
     let mut images = vec![std::fs::read(&db_path).unwrap()];
     let mut dumps = vec![dump(&conn)];
     let mut timestamps = vec![base];
-    let mut w = ReplicaWriter::create(&replica, &images[0], base).unwrap();
+    let mut w = ReplicaWriter::create(client, &images[0], base).unwrap();
     let mid_snapshot = 4;
     for (i, sql) in changes.iter().enumerate() {
         conn.execute_batch(sql).unwrap();
@@ -375,12 +317,18 @@ pub fn history(rows: usize) -> History {
         dumps.push(dump(&conn));
         timestamps.push(ts);
     }
-    History {
-        dir,
-        replica,
+    Timeline {
         images,
         rows: dumps,
         timestamps,
         mid_snapshot,
     }
+}
+
+/// What [`history_to`] wrote: the database at each TXID (index `txid - 1`).
+pub struct Timeline {
+    pub images: Vec<Vec<u8>>,
+    pub rows: Vec<Vec<String>>,
+    pub timestamps: Vec<i64>,
+    pub mid_snapshot: u64,
 }
