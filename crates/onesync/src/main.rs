@@ -51,6 +51,23 @@ enum Command {
         /// Any file (opened read-only)
         file: PathBuf,
     },
+    /// Rebuild a database from a replica (onesync_replicate's, or Litestream's: file:///DIR
+    /// or s3://BUCKET/PREFIX) as a plain SQLite file, or with --store a new store
+    Restore {
+        /// The replica's URL
+        url: String,
+        /// File to create; must not exist
+        out: PathBuf,
+        /// The state after this TXID (hexadecimal, as in the replica's file names)
+        #[arg(long)]
+        txid: Option<String>,
+        /// The state as of this time (RFC 3339: 2026-12-07T10:00:00Z)
+        #[arg(long)]
+        timestamp: Option<String>,
+        /// Write a onesync store rather than a plain SQLite file
+        #[arg(long)]
+        store: bool,
+    },
     /// Copy what a damaged store still holds (its commits up to the first read error) into a
     /// new store
     Salvage {
@@ -69,6 +86,14 @@ fn main() -> ExitCode {
         Command::Check { store } => cli::inspect::check(store),
         Command::Info { file } => cli::inspect::info(file),
         Command::Salvage { store, new } => cli::convert::salvage(store, new),
+        Command::Restore {
+            url,
+            out,
+            txid,
+            timestamp,
+            store,
+        } => cli::restore::target(txid.as_deref(), timestamp.as_deref())
+            .and_then(|target| cli::restore::restore(url, out, target, *store)),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

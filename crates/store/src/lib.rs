@@ -77,7 +77,7 @@ pub use options::{Options, Sabotage, Stats};
 pub use shared_words::{SharedWords, SideFileMapper};
 pub use sharing::SIDE_FILE_LEN;
 pub use store::{Store, WaitingWriter};
-pub use txn::{FileId, Snapshot, Transaction};
+pub use txn::{ChangedPages, FileId, Snapshot, Transaction};
 pub use validation::PageMerger;
 
 /// Layout facts for tests and tools that inspect or damage store files deliberately.

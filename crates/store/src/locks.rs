@@ -22,6 +22,17 @@ pub(crate) const ALONE: i64 = LOCK_BASE + 5;
 /// Locks the VFS takes per logical file (SQLite's RESERVED), hashed into this range.
 const USER_BASE: i64 = LOCK_BASE + 4096;
 pub(crate) const USER_RANGE: u64 = 1 << 24;
+/// The replication lease of each logical file (`onesync-replica`: the process holding it
+/// ships the file's commits), hashed into this range, past the user locks. Held for as long
+/// as a process ships, so always a real lock (never kept in memory under `ALONE`): the
+/// kernel lets it go when its holder dies, and another process takes over.
+const REPLICATION_BASE: i64 = USER_BASE + USER_RANGE as i64;
+const REPLICATION_RANGE: u64 = 1 << 20;
+
+/// The lock byte of replication lease `key`.
+pub(crate) fn replication_lock(key: u64) -> i64 {
+    REPLICATION_BASE + (key % REPLICATION_RANGE) as i64
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {

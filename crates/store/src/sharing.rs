@@ -69,7 +69,9 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::lease::{self, Lease, NoteValues, NoteWords, USER_NOTES};
 pub use crate::locks::FLUSH;
-use crate::locks::{locked_elsewhere, set_lock, Kind, Lockable, ALONE, INIT, OPEN, READ_ONLY};
+use crate::locks::{
+    locked_elsewhere, replication_lock, set_lock, Kind, Lockable, ALONE, INIT, OPEN, READ_ONLY,
+};
 use crate::shared_words::{MapSideFile, SharedWords};
 
 /// Side-file layout (little-endian):
@@ -604,6 +606,17 @@ impl Sharing {
             false,
             "locking a database of the store (shared)",
         )
+    }
+
+    /// Takes replication lease `key` without waiting (always a real lock: see
+    /// `locks::replication_lock`).
+    pub fn try_replication_lock(&self, key: u64) -> Result<bool> {
+        set_lock(&self.file, Kind::Exclusive, replication_lock(key), false)
+            .map_err(io_err("taking the replication lease"))
+    }
+
+    pub fn replication_unlock(&self, key: u64) {
+        let _ = set_lock(&self.file, Kind::Unlock, replication_lock(key), false);
     }
 
     pub fn user_unlock(&self, key: u64) {

@@ -365,6 +365,23 @@ impl Store {
         }
     }
 
+    /// Try to take replication lease `key` (`onesync-replica`: one process ships a logical
+    /// file's commits; the key names the file). A real lock among processes, let go by the
+    /// kernel when its holder dies; always granted on an unshared store. Within one process
+    /// the caller keeps its own account, as for [`Store::try_lock_for_process`].
+    pub fn try_lock_replication(&self, key: u64) -> Result<bool> {
+        match self.shared.sharing() {
+            Some(s) => s.try_replication_lock(key),
+            None => Ok(true),
+        }
+    }
+
+    pub fn unlock_replication(&self, key: u64) {
+        if let Some(s) = self.shared.sharing() {
+            s.replication_unlock(key);
+        }
+    }
+
     pub fn unlock_for_process(&self, key: u64) {
         if let Some(s) = self.shared.sharing() {
             s.user_unlock(key);

@@ -99,6 +99,34 @@ impl Snapshot {
     }
 }
 
+/// The pages of a file whose version is newer than a given commit (`Snapshot::changed_since`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangedPages {
+    /// Page numbers below the file's size, ascending.
+    pub pages: Vec<u64>,
+    /// Whether they were found by reading the whole mapping of the file (the commit is
+    /// older than the last checkpoint this snapshot's base holds) rather than the pages
+    /// changed since that checkpoint alone.
+    pub scanned_mapping: bool,
+}
+
+impl Snapshot {
+    /// The pages of `file` below its size whose version (`page_version`) is newer than
+    /// `since`: exactly the pages whose content may differ from what they held at commit
+    /// `since` (a page that reads as zeros because it was cut and regrown without being
+    /// written has version 0 and is not among them). Costs the pages changed since the
+    /// last checkpoint when `since` is at or after it, else a read of the file's mapping.
+    pub fn changed_since(&self, file: FileId, since: u64) -> Result<ChangedPages> {
+        let (pages, scanned_mapping) =
+            self.state
+                .pages_changed_since(file.0, since, self.shared.page_size)?;
+        Ok(ChangedPages {
+            pages,
+            scanned_mapping,
+        })
+    }
+}
+
 impl Clone for Snapshot {
     fn clone(&self) -> Snapshot {
         self.shared.retain_snapshot(self.state.seq);

@@ -4,3 +4,4 @@ pub mod convert;
 pub mod files;
 pub mod inspect;
 pub mod output;
+pub mod restore;

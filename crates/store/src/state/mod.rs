@@ -108,6 +108,33 @@ impl State {
 
     /// The entries of `file` from page `from` up to `to`, in order: the delta's where it has
     /// one, else the base's.
+    /// The pages of `file` below its size whose entry's version is newer than `since`, and
+    /// whether the whole mapping was read. The base is the mapping as of its commit and holds
+    /// no newer entry, so when `since` is at or after it, the delta alone holds them all.
+    pub fn pages_changed_since(&self, file: u32, since: u64, page_size: u64) -> Result<(Vec<u64>, bool)> {
+        let Some(f) = self.files.get(&file) else {
+            return Ok((Vec::new(), false));
+        };
+        let end = f.page_count(page_size);
+        if since >= self.base.seq {
+            let pages = f
+                .pages
+                .range(..end)
+                .filter(|(_, e)| e.seq > since)
+                .map(|(p, _)| *p)
+                .collect();
+            return Ok((pages, false));
+        }
+        let mut pages = Vec::new();
+        for item in self.pages_of(file, 0, end) {
+            let (page, entry) = item?;
+            if entry.seq > since {
+                pages.push(page);
+            }
+        }
+        Ok((pages, true))
+    }
+
     pub fn pages_of(
         &self,
         file: u32,

@@ -40,6 +40,7 @@ use super::connections::{parse_mapping_cache, parse_switch, parse_sync_interval}
 use super::handle::{StoreDb, StoreOpen};
 use super::refusals::{self, Refusal, When};
 use super::registry::{next_handle, StoreFactory, Want, DEFAULT_LOGICAL_DB};
+use super::replication::{is_off, parse_replicate_interval};
 use crate::backend::{
     Connection, DbBackend, FileControl, FileControlCall, IoResult, LockLevel, OpenRequest, Opened,
     PassThrough, SqliteName,
@@ -342,6 +343,25 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         Some(Ok(interval)) => Some(interval),
         None => None,
     };
+    // `onesync_replicate=URL` (and `onesync_replicate_interval_ms=N`): ship this database's
+    // commits to a replica, as `PRAGMA onesync_replicate` does (replication.rs).
+    let replicate = param(c"onesync_replicate").filter(|v| !is_off(v));
+    let replicate_interval = match param(c"onesync_replicate_interval_ms").map(|v| parse_replicate_interval(&v)) {
+        Some(Err(msg)) => return refused(r.refuse((SQLITE_CANTOPEN, msg))),
+        Some(Ok(interval)) => Some(interval),
+        None => None,
+    };
+    let start_replication = |db: &StoreDb| -> Result<(), String> {
+        let Some(url) = &replicate else { return Ok(()) };
+        if db.read_only {
+            return Err(format!(
+                "onesync: onesync_replicate needs a read-write open, and {} is open read-only",
+                r.path.display()
+            ));
+        }
+        db.store
+            .replicate(r.api, &db.store.path, &r.logical, url.trim(), replicate_interval)
+    };
     let opened = |backend: MainFile, out_flags: c_int| {
         if let (MainFile::Store(db), Some(interval)) = (&backend, sync_interval) {
             db.store.store.set_deferred_flush_interval(interval);
@@ -352,7 +372,13 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         }
     };
     let store = |result: Result<(StoreDb, c_int), (c_int, String)>| match result {
-        Ok((db, flags)) => Ok(opened(MainFile::Store(Box::new(db)), flags)),
+        Ok((db, flags)) => match start_replication(&db) {
+            Ok(()) => Ok(opened(MainFile::Store(Box::new(db)), flags)),
+            Err(msg) => {
+                drop(db);
+                refused(r.refuse((SQLITE_CANTOPEN, msg)))
+            }
+        },
         Err(e) => refused(r.refuse(e)),
     };
     let plain = || -> IoResult<Opened> {

@@ -31,7 +31,8 @@
 //! and making a connection's store transaction durable; `relocate.rs` renumbering the pages
 //! a concurrent transaction appended so that two that grew the file both commit;
 //! `concurrent.rs` concurrent write transactions (`concurrent=1`) and their validation at
-//! COMMIT; `stats.rs` `PRAGMA onesync_stats`; `pragmas.rs` the pragmas this VFS answers or
+//! COMMIT; `replication.rs` the shippers of replicated databases (`onesync_replicate`);
+//! `stats.rs` `PRAGMA onesync_stats`; `pragmas.rs` the pragmas this VFS answers or
 //! notes; `file.rs` the main database file's methods (`DbBackend`); `refusals.rs` why an
 //! open was refused, told to the application; `main_file.rs` whether a main database is a
 //! store or a plain file; `factory.rs` the `MainDbFactory`: main files and journals.
@@ -49,6 +50,7 @@ mod pragmas;
 mod refusals;
 mod registry;
 mod relocate;
+mod replication;
 mod stats;
 
 pub(crate) use locking::sleep_until_lock_released;

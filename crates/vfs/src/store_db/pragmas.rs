@@ -12,6 +12,7 @@ use onesync_store::Error as StoreError;
 use super::connections::{parse_switch, parse_sync_interval};
 use super::handle::StoreDb;
 use super::registry::lock;
+use super::replication::{is_off, status_json};
 use super::stats::stats_json;
 
 impl StoreDb {
@@ -60,6 +61,25 @@ impl StoreDb {
                     self.concurrent = on;
                 }
                 reply(u8::from(self.concurrent).to_string());
+                SQLITE_OK
+            }
+            (Some("onesync_replicate"), value) => {
+                // This database's replica (crates/vfs/README.md, "Replication").
+                if let Some(value) = value {
+                    if is_off(value) {
+                        self.store.stop_replicating(&self.logical);
+                    } else if self.read_only {
+                        reply("onesync: PRAGMA onesync_replicate needs a read-write connection".to_string());
+                        return SQLITE_READONLY;
+                    } else if let Err(msg) =
+                        self.store
+                            .replicate(self.api, &self.store.path, &self.logical, value.trim(), None)
+                    {
+                        reply(msg);
+                        return SQLITE_ERROR;
+                    }
+                }
+                reply(status_json(self.store.replication_status(&self.logical)));
                 SQLITE_OK
             }
             (Some("onesync_stats"), _) => {

@@ -85,6 +85,9 @@ pub(super) type RegistryKey = (StoreKey, bool);
 /// One open store, shared by every handle on it in this process.
 pub(super) struct OpenStore {
     pub(super) key: RegistryKey,
+    /// The store file's path as first opened, resolved (replication keeps its position
+    /// beside it).
+    pub(super) path: PathBuf,
     pub(super) store: Store,
     pub(super) page_size: u64,
     pub(super) coord: Mutex<Coordination>,
@@ -96,6 +99,9 @@ pub(super) struct OpenStore {
     pub(super) contended_at: Mutex<Option<Instant>>,
     /// How this process's concurrent commits went (`PRAGMA onesync_stats`).
     pub(super) concurrent_commits: ConcurrentCommits,
+    /// The shippers of this store's replicated databases, by logical file
+    /// (`replication.rs`); stopped before the store closes.
+    pub(super) replicas: Mutex<BTreeMap<String, onesync_replica::Shipper>>,
 }
 
 /// Concurrent commits of this process that were not on their own snapshot: rebased onto
@@ -288,7 +294,7 @@ pub(super) fn registry_acquire(
         let store = open(&path, &store_options(want.read_only, &want), want.create)
             .map_err(|e| open_error(&path, e))?;
         return Ok((
-            register(&mut registry, (key, want.read_only), store),
+            register(&mut registry, (key, want.read_only), store, &path),
             want.read_only,
         ));
     }
@@ -303,7 +309,7 @@ pub(super) fn registry_acquire(
                         let meta = std::fs::metadata(path)
                             .map_err(|e| (SQLITE_CANTOPEN, format!("onesync: {}: {e}", path.display())))?;
                         let key = (inode_key(&meta), false);
-                        return Ok((register(&mut registry, key, store), false));
+                        return Ok((register(&mut registry, key, store, path), false));
                     }
                     // Another process created it first: open that.
                     Err(StoreError::AlreadyExists(_)) => continue,
@@ -343,7 +349,7 @@ pub(super) fn registry_acquire(
             Err(e) => return Err(open_error(path, e)),
         };
         if std::fs::metadata(path).is_ok_and(|m| inode_key(&m) == key) {
-            return Ok((register(&mut registry, (key, read_only), store), read_only));
+            return Ok((register(&mut registry, (key, read_only), store, path), read_only));
         }
         let _ = store.close();
     }
@@ -360,9 +366,11 @@ pub(super) fn register(
     registry: &mut BTreeMap<RegistryKey, (Arc<OpenStore>, usize)>,
     key: RegistryKey,
     store: Store,
+    path: &Path,
 ) -> Arc<OpenStore> {
     let open = Arc::new(OpenStore {
         key: key.clone(),
+        path: canonical(path),
         page_size: store.page_size() as u64,
         store,
         coord: Mutex::new(Coordination::default()),
@@ -370,6 +378,7 @@ pub(super) fn register(
         waiting_writers: AtomicUsize::new(0),
         contended_at: Mutex::new(None),
         concurrent_commits: ConcurrentCommits::default(),
+        replicas: Mutex::new(BTreeMap::new()),
     });
     registry.insert(key, (open.clone(), 1));
     open
@@ -388,6 +397,7 @@ pub(super) fn registry_release(store: &Arc<OpenStore>) {
     };
     if last {
         if let Some((open, _)) = registry.remove(&store.key) {
+            open.stop_all_replication();
             let _ = open.store.clone().close();
         }
     }

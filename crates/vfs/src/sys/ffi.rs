@@ -416,6 +416,7 @@ pub const SQLITE_CANTOPEN: c_int = 14;
 pub const SQLITE_MISUSE: c_int = 21;
 pub const SQLITE_NOTADB: c_int = 26;
 pub const SQLITE_NOTICE: c_int = 27;
+pub const SQLITE_WARNING: c_int = 28;
 pub const SQLITE_FULL: c_int = 13;
 pub const SQLITE_IOERR_FSYNC: c_int = SQLITE_IOERR | (4 << 8);
 pub const SQLITE_IOERR_READ: c_int = SQLITE_IOERR | (1 << 8);
