@@ -356,12 +356,14 @@ fn stock_litestream_restores_after_our_compaction_and_retention() {
     let dir = tempfile::tempdir().unwrap();
     let compactor = s3.client("bkt", "compacted").unwrap();
     let policy = CompactionPolicy::default();
-    // S3 lists LastModified (now); a clock 10 minutes ahead makes every level's interval
-    // and level-0 retention due at each round.
+    // S3 lists LastModified (the real time of each upload); a clock 2 hours further
+    // ahead at each round puts every level's interval window (up to level 3's hour) and
+    // level-0 retention past every file, so each round compacts every level.
     let mut rounds = Vec::new();
     let (client, t) = s3_history(&s3, "compacted", dir.path(), &mut |txid| {
         if txid % 2 == 1 {
-            let report = compact(&compactor, &policy, now_ms() + 10 * 60_000).unwrap();
+            let ahead = 2 * 60 * 60_000 * (rounds.len() as i64 + 1);
+            let report = compact(&compactor, &policy, now_ms() + ahead).unwrap();
             rounds.push((txid, report));
         }
     });
@@ -404,8 +406,8 @@ fn stock_litestream_restores_after_our_compaction_and_retention() {
     );
     assert_eq!(got("timestamp after TXID 5"), Some(5));
 
-    // A day later snapshot retention drops the first snapshot; the replica still restores.
-    let report = compact(&compactor, &policy, now_ms() + 25 * 60 * 60_000).unwrap();
+    // Past the 24 h retention, snapshot retention drops the first snapshot; the replica still restores.
+    let report = compact(&compactor, &policy, now_ms() + 31 * 60 * 60_000).unwrap();
     assert!(
         report.deleted.iter().any(|f| (f.level, f.max_txid) == (9, 1)),
         "{report:?}"
