@@ -244,6 +244,29 @@ pub struct History {
     pub mid_snapshot: u64,
 }
 
+/// RFC 3339 (UTC, seconds) of milliseconds since the epoch, as `-timestamp` takes it.
+pub fn rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 /// The pages a change made (page number, new bytes), between two images of a database.
 pub fn changed(before: &[u8], after: &[u8], ps: usize) -> Vec<(u32, Vec<u8>)> {
     after
@@ -264,7 +287,13 @@ pub fn history(rows: usize) -> History {
         rows,
         timestamps,
         mid_snapshot,
-    } = history_to(client.clone(), dir.path(), rows, 1_765_000_000_000);
+    } = history_to(
+        client.clone(),
+        dir.path(),
+        rows,
+        Clock::Fixed(1_765_000_000_000),
+        &mut |_| {},
+    );
     History {
         dir,
         replica,
@@ -277,13 +306,14 @@ pub fn history(rows: usize) -> History {
 }
 
 /// The database history [`History`] describes, written through `client` (the source
-/// database in `dir`), timestamps 10 s apart from `base`: the images, rows and timestamps
+/// database in `dir`), timestamped by `clock`: the images, rows and timestamps
 /// at each TXID, and the TXID of the second snapshot.
 pub fn history_to(
     client: std::sync::Arc<dyn onesync_ltx::client::ReplicaClient>,
     dir: &Path,
     rows: usize,
-    base: i64,
+    clock: Clock,
+    after_each: &mut dyn FnMut(u64),
 ) -> Timeline {
     use onesync_ltx::replica::ReplicaWriter;
     let db_path = dir.join("src.db");
@@ -299,6 +329,16 @@ pub fn history_to(
     ];
     let mut images = vec![std::fs::read(&db_path).unwrap()];
     let mut dumps = vec![dump(&conn)];
+    let stamp = |i: i64| match clock {
+        Clock::Fixed(base) => base + i * 10_000,
+        Clock::Real => {
+            if i > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1200));
+            }
+            onesync_ltx::replica::now_ms()
+        }
+    };
+    let base = stamp(0);
     let mut timestamps = vec![base];
     let mut w = ReplicaWriter::create(client, &images[0], base).unwrap();
     let mid_snapshot = 4;
@@ -307,12 +347,13 @@ pub fn history_to(
         let after = std::fs::read(&db_path).unwrap();
         let pages = changed(images.last().unwrap(), &after, 4096);
         let refs: Vec<(u32, &[u8])> = pages.iter().map(|(n, d)| (*n, d.as_slice())).collect();
-        let ts = base + (i as i64 + 1) * 10_000;
+        let ts = stamp(i as i64 + 1);
         let txid = w.append((after.len() / 4096) as u32, &refs, ts).unwrap();
         assert_eq!(txid, i as u64 + 2);
         if txid == mid_snapshot {
             w.snapshot(&after, ts).unwrap();
         }
+        after_each(txid);
         images.push(after);
         dumps.push(dump(&conn));
         timestamps.push(ts);
@@ -323,6 +364,16 @@ pub fn history_to(
         timestamps,
         mid_snapshot,
     }
+}
+
+/// How [`history_to`] stamps its files.
+#[derive(Debug, Clone, Copy)]
+pub enum Clock {
+    /// 10 s apart from this time (ms since the epoch).
+    Fixed(i64),
+    /// The time of each commit, 1.2 s apart (S3's `LastModified` then matches the
+    /// headers' timestamps within a second, as Litestream's `-timestamp` bounds need).
+    Real,
 }
 
 /// What [`history_to`] wrote: the database at each TXID (index `txid - 1`).
