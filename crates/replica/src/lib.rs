@@ -30,6 +30,9 @@ pub enum Error {
     /// The logical file does not hold a database SQLite could have written.
     #[error("not a SQLite database: {0}")]
     NotADatabase(String),
+    /// Merging files into higher levels, or retention.
+    #[error("compaction: {0}")]
+    Compaction(String),
     /// This machine's files beside the store.
     #[error("{0}")]
     Local(String),

@@ -26,6 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use onesync_ltx::client::ReplicaClient;
+use onesync_ltx::compact::{compact, CompactionPolicy};
 use onesync_store::Store;
 
 use crate::pages::Database;
@@ -39,7 +40,7 @@ const LEVEL_SNAPSHOT: u32 = 9;
 const LOG_REPEAT: Duration = Duration::from_secs(60);
 
 /// How a database is replicated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// `file:///dir` or `s3://bucket/prefix?...` (`onesync_ltx::client::open`).
     pub url: String,
@@ -47,17 +48,25 @@ pub struct Config {
     pub interval: Duration,
     /// How often a full snapshot is written (Litestream's default: a day).
     pub snapshot_interval: Duration,
+    /// Compaction into levels 1 and up, and retention (Litestream's defaults), run by the
+    /// shipping process after a tick once `compaction_check` has passed.
+    pub compaction: CompactionPolicy,
+    pub compaction_check: Duration,
 }
 
 impl Config {
     pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(1000);
     pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+    /// A tenth of Litestream's shortest compaction interval (level 1: 30 s).
+    pub const DEFAULT_COMPACTION_CHECK: Duration = Duration::from_secs(3);
 
     pub fn new(url: &str) -> Config {
         Config {
             url: url.to_owned(),
             interval: Config::DEFAULT_INTERVAL,
             snapshot_interval: Config::DEFAULT_SNAPSHOT_INTERVAL,
+            compaction: CompactionPolicy::default(),
+            compaction_check: Config::DEFAULT_COMPACTION_CHECK,
         }
     }
 }
@@ -79,10 +88,13 @@ pub struct Status {
     pub lag_ms: u64,
     /// The last tick's error, until a tick succeeds.
     pub last_error: Option<String>,
-    /// Files and bytes this process uploaded, snapshots among them.
+    /// Files and bytes this process uploaded, snapshots among them (compactions not).
     pub files: u64,
     pub bytes: u64,
     pub snapshots: u64,
+    /// Files this process merged into higher levels, and deleted by retention.
+    pub compacted: u64,
+    pub deleted: u64,
 }
 
 /// Called with a message for the application's log (the VFS: `sqlite3_log`).
@@ -96,6 +108,7 @@ struct Shipping {
     /// When the state the position holds was taken.
     shipped_at: Option<Instant>,
     last_snapshot_ms: i64,
+    last_compaction: Option<Instant>,
     failing_since: Option<Instant>,
     last_logged: Option<Instant>,
 }
@@ -331,6 +344,16 @@ impl Inner {
             sh.last_snapshot_ms = timestamp;
         }
         sh.position = Some(position);
+        if sh.last_compaction.is_none_or(|t| t.elapsed() >= self.config.compaction_check) {
+            // After the batch, so a slow compaction never delays one; a failure leaves the
+            // replica restorable (a merged file is written before what it covers goes).
+            sh.last_compaction = Some(Instant::now());
+            let report = compact(self.client.as_ref(), &self.config.compaction, now_ms())
+                .map_err(|e| Error::Compaction(e.to_string()))?;
+            let mut status = lock(&self.status);
+            status.compacted += report.written.len() as u64;
+            status.deleted += report.deleted.len() as u64;
+        }
         Ok(true)
     }
 

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use onesync_ltx::client::file::FileClient;
 use onesync_ltx::client::ReplicaClient;
+use onesync_ltx::compact::CompactionPolicy;
+use onesync_ltx::testing;
 use onesync_ltx::restore::{restore, Target};
 use onesync_replica::position::{self, Position};
 use onesync_replica::{Config, Shipper};
@@ -100,10 +102,13 @@ impl Fixture {
     }
 
     fn shipper(&self) -> Shipper {
-        let config = Config {
+        self.shipper_with(Config {
             interval: Duration::from_secs(3600),
             ..Config::new(&format!("file://{}", self.replica().display()))
-        };
+        })
+    }
+
+    fn shipper_with(&self, config: Config) -> Shipper {
         Shipper::start(self.store.clone(), &self.store_path(), "main", config, Arc::new(|_: &str| {})).unwrap()
     }
 
@@ -262,3 +267,55 @@ fn a_replaced_store_or_page_size_starts_a_generation_that_continues_the_txids() 
     f.check();
 }
 
+
+#[test]
+fn compaction_and_retention_keep_the_replica_restorable_by_us_and_stock_litestream() {
+    let mut f = Fixture::new(4096);
+    let shipper = f.shipper_with(Config {
+        interval: Duration::from_secs(3600),
+        compaction: CompactionPolicy {
+            level_intervals_ms: vec![60, 250],
+            // Litestream's rule: 0 keeps level 0 whole; 1 ms drops what level 1 covers.
+            l0_retention_ms: 1,
+            snapshot_retention_ms: 24 * 3600 * 1000,
+        },
+        compaction_check: Duration::ZERO,
+        ..Config::new(&format!("file://{}", f.replica().display()))
+    });
+    for round in 0..40 {
+        f.work(round);
+        f.ship(&shipper);
+        std::thread::sleep(Duration::from_millis(15));
+    }
+    let status = shipper.status();
+    drop(shipper);
+    assert!(status.compacted >= 5 && status.deleted >= 5, "{status:?}");
+    let client = f.client();
+    assert!(!client.list(1).unwrap().is_empty() && !client.list(2).unwrap().is_empty());
+    // Every TXID still restorable gives its state; the newest does.
+    let mut restorable = 0;
+    for (txid, bytes) in &f.states {
+        if let Ok(r) = restore(&client, Target::Txid(*txid)) {
+            assert!(r.db == *bytes, "TXID {txid}");
+            restorable += 1;
+        }
+    }
+    assert!(restorable >= 3, "{restorable}");
+    let latest = restore(&client, Target::Latest).unwrap();
+    assert!(latest.db == f.states.last().unwrap().1);
+    let go_bin = testing::go_bin_dir(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let litestream = match testing::litestream_command(&go_bin) {
+        Ok(l) => l,
+        Err(why) => return testing::skip_or_fail("compaction (stock restore)", &why),
+    };
+    let out = f.dir.path().join("stock.db");
+    let run = std::process::Command::new(litestream)
+        .args(["restore", "-o"])
+        .arg(&out)
+        .arg(format!("file://{}", f.replica().display()))
+        .env_remove("AWS_CA_BUNDLE")
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", testing::show("litestream restore", &run));
+    assert!(std::fs::read(&out).unwrap() == f.states.last().unwrap().1);
+}

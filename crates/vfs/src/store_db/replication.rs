@@ -101,6 +101,8 @@ pub(super) fn status_json(status: Option<Status>) -> String {
         "files": s.files,
         "bytes": s.bytes,
         "snapshots": s.snapshots,
+        "compacted": s.compacted,
+        "deleted": s.deleted,
     })
     .to_string()
 }
