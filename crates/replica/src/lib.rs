@@ -33,6 +33,9 @@ pub enum Error {
     /// Merging files into higher levels, or retention.
     #[error("compaction: {0}")]
     Compaction(String),
+    /// A synchronous wait ran out of time.
+    #[error("{0}")]
+    NotShipped(String),
     /// This machine's files beside the store.
     #[error("{0}")]
     Local(String),

@@ -141,9 +141,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The lease key of a logical file: FNV-1a of its name.
 fn lease_key(logical: &str) -> u64 {
-    logical
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    logical.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -156,7 +156,13 @@ impl Shipper {
     /// Starts shipping `logical` of `store` (opened read-write from `store_path`) to
     /// `config.url`. A URL that does not parse fails here; an unreachable replica does not
     /// (it is retried, and reported by `status`).
-    pub fn start(store: Store, store_path: &Path, logical: &str, config: Config, log: Logger) -> Result<Shipper, Error> {
+    pub fn start(
+        store: Store,
+        store_path: &Path,
+        logical: &str,
+        config: Config,
+        log: Logger,
+    ) -> Result<Shipper, Error> {
         let client = onesync_ltx::client::open(&config.url)?;
         let inner = Arc::new(Inner {
             store,
@@ -199,6 +205,41 @@ impl Shipper {
 
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// Synchronous replication: returns once the replica holds commit `seq` (durable in the
+    /// store already). In the shipping process it ships now, and waiters share uploads as
+    /// committers share flushes: one tick ships every commit durable by then, and a waiter
+    /// whose commit it covered returns without one. In another process it waits for the
+    /// shipper's saved position, which moves at that process's interval. An upload that
+    /// fails is tried again every `interval` until `deadline` (none: until it succeeds).
+    pub fn wait_shipped(&self, seq: u64, deadline: Option<Instant>) -> Result<(), Error> {
+        let retry = self.inner.config.interval.min(Duration::from_millis(100));
+        loop {
+            if self.inner.status().shipped_seq >= seq {
+                return Ok(());
+            }
+            let outcome = self.inner.tick_and_report();
+            if self.inner.status().shipped_seq >= seq {
+                return Ok(());
+            }
+            let expired = deadline.is_some_and(|d| Instant::now() >= d);
+            match outcome {
+                Err(e) if expired => return Err(e),
+                _ if expired => {
+                    return Err(Error::NotShipped(format!(
+                        "commit {seq} is not in the replica yet (it holds up to {})",
+                        self.inner.status().shipped_seq
+                    )))
+                }
+                // Shipped, but not yet this commit (it is not in the durable state this
+                // process sees yet): look again shortly.
+                Ok(true) => std::thread::sleep(Duration::from_millis(1)),
+                // Another process ships, at its interval.
+                Ok(false) => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => std::thread::sleep(retry),
+            }
+        }
     }
 }
 
@@ -287,7 +328,10 @@ impl Inner {
                 shipping.position = None;
                 let now = Instant::now();
                 shipping.failing_since.get_or_insert(now);
-                if shipping.last_logged.is_none_or(|t| now.duration_since(t) >= LOG_REPEAT) {
+                if shipping
+                    .last_logged
+                    .is_none_or(|t| now.duration_since(t) >= LOG_REPEAT)
+                {
                     shipping.last_logged = Some(now);
                     (self.log)(&format!(
                         "onesync: replication of {} to {} is failing (commits go on and ship once it \
@@ -344,7 +388,10 @@ impl Inner {
             sh.last_snapshot_ms = timestamp;
         }
         sh.position = Some(position);
-        if sh.last_compaction.is_none_or(|t| t.elapsed() >= self.config.compaction_check) {
+        if sh
+            .last_compaction
+            .is_none_or(|t| t.elapsed() >= self.config.compaction_check)
+        {
             // After the batch, so a slow compaction never delays one; a failure leaves the
             // replica restorable (a merged file is written before what it covers goes).
             sh.last_compaction = Some(Instant::now());
@@ -375,7 +422,11 @@ impl Inner {
                     && saved.txid <= newest.max_txid =>
             {
                 // Snapshots: the replica's newest tells when the last was written.
-                sh.last_snapshot_ms = self.client.list(LEVEL_SNAPSHOT)?.last().map_or(0, |f| f.timestamp_ms);
+                sh.last_snapshot_ms = self
+                    .client
+                    .list(LEVEL_SNAPSHOT)?
+                    .last()
+                    .map_or(0, |f| f.timestamp_ms);
                 Ok(Position {
                     txid: newest.max_txid,
                     ..saved
@@ -388,7 +439,13 @@ impl Inner {
     /// Starts a history at `txid`: every page as that TXID at level 0 (unless it is the
     /// first), so that the level-0 files stay a valid history across the change, then a
     /// snapshot at level 9.
-    fn new_generation(&self, sh: &mut Shipping, db: &Database, txid: u64, timestamp: i64) -> Result<Position, Error> {
+    fn new_generation(
+        &self,
+        sh: &mut Shipping,
+        db: &Database,
+        txid: u64,
+        timestamp: i64,
+    ) -> Result<Position, Error> {
         let all = db.all_pages();
         if txid > 1 {
             self.upload(LEVEL_BATCH, &db.ltx(&all, txid, txid, timestamp)?, false)?;

@@ -32,13 +32,17 @@ fn run_script(script: &str) -> String {
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stderr.is_empty(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        out.status.success() && stderr.is_empty(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     stdout
 }
 
 /// The rows of `t` in a plain SQLite file, and its integrity check.
 fn plain_rows(path: &Path) -> (Vec<(i64, String)>, String) {
-    let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     let rows = conn
         .prepare("SELECT k, v FROM t ORDER BY k")
         .unwrap()
@@ -46,7 +50,9 @@ fn plain_rows(path: &Path) -> (Vec<(i64, String)>, String) {
         .unwrap()
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
-    let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
     (rows, check)
 }
 
@@ -132,7 +138,12 @@ fn another_process_takes_over_when_the_shipper_is_killed() {
     let mut first = common::spawn_sqlite3_cli(true);
     let mut first_in = first.stdin.take().unwrap();
     let mut first_out = BufReader::new(first.stdout.take().unwrap());
-    writeln!(first_in, "{}PRAGMA busy_timeout=10000;", open_replicated(&db, &replica)).unwrap();
+    writeln!(
+        first_in,
+        "{}PRAGMA busy_timeout=10000;",
+        open_replicated(&db, &replica)
+    )
+    .unwrap();
     for i in 0..30 {
         writeln!(first_in, "INSERT INTO t(v) VALUES ('first {i}');").unwrap();
     }
@@ -143,14 +154,22 @@ fn another_process_takes_over_when_the_shipper_is_killed() {
         if status["shipping"] == true && status["txid"].as_u64() > Some(1) {
             break;
         }
-        assert!(Instant::now() < deadline, "the first process never shipped: {status}");
+        assert!(
+            Instant::now() < deadline,
+            "the first process never shipped: {status}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // The second opens too; it waits for the lease.
     let mut second = common::spawn_sqlite3_cli(true);
     let mut second_in = second.stdin.take().unwrap();
     let mut second_out = BufReader::new(second.stdout.take().unwrap());
-    writeln!(second_in, "{}PRAGMA busy_timeout=10000;", open_replicated(&db, &replica)).unwrap();
+    writeln!(
+        second_in,
+        "{}PRAGMA busy_timeout=10000;",
+        open_replicated(&db, &replica)
+    )
+    .unwrap();
     writeln!(second_in, "SELECT 'open';").unwrap();
     while wait_for_line(&mut second_out) != "open" {}
     // More commits by the first, then it dies without closing.
@@ -172,7 +191,10 @@ fn another_process_takes_over_when_the_shipper_is_killed() {
         if status["shipping"] == true && status["lag_commits"] == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "the second process never caught up: {status}");
+        assert!(
+            Instant::now() < deadline,
+            "the second process never caught up: {status}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let restored = dir.path().join("restored.db");
@@ -216,7 +238,10 @@ fn a_bad_interval_or_url_fails_the_open_with_its_reason() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("app.onesync");
     for (param, expected) in [
-        ("onesync_replicate=file:///x&onesync_replicate_interval_ms=0", "onesync_replicate_interval_ms"),
+        (
+            "onesync_replicate=file:///x&onesync_replicate_interval_ms=0",
+            "onesync_replicate_interval_ms",
+        ),
         ("onesync_replicate=ftp://host/x", "unsupported replica URL scheme"),
     ] {
         let mut child = common::spawn_sqlite3_cli(true);
@@ -231,4 +256,102 @@ fn a_bad_interval_or_url_fails_the_open_with_its_reason() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(expected), "{param}: {stderr}");
     }
+}
+
+/// A script's CLI lines opening `db` replicated to `replica` (never shipping on its own
+/// within the test: a one-hour interval) with `extra` URI parameters.
+fn open_with(db: &Path, replica: &Path, extra: &str) -> String {
+    format!(
+        ".load {}\n.open 'file:{}?vfs=onesync&onesync_replicate=file://{}&onesync_replicate_interval_ms=3600000{extra}'\n",
+        common::cdylib().with_extension("").display(),
+        db.display(),
+        replica.display()
+    )
+}
+
+/// Rows of `t` a copy of the replica restores to (none if it does not restore).
+fn rows_in_copy(dir: &Path, copy: &Path) -> usize {
+    let out = dir.join(format!("{}.db", copy.file_name().unwrap().to_string_lossy()));
+    match restore_to_file(&FileClient::new(copy), Target::Latest, &out) {
+        Ok(_) => plain_rows(&out).0.len(),
+        Err(_) => 0,
+    }
+}
+
+#[test]
+fn synchronous_replication_returns_from_commit_once_the_replica_holds_it() {
+    if !common::have_sqlite3_cli() {
+        return;
+    }
+    for sync in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, replica) = (dir.path().join("app.onesync"), dir.path().join("replica"));
+        let copy = dir.path().join("copy");
+        // The copy is taken while the process still has the database open (its close ships
+        // everything), right after the last COMMIT returned.
+        let extra = if sync { "&onesync_replicate_sync=1" } else { "" };
+        let mut script = open_with(&db, &replica, extra);
+        script.push_str("CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT);\n");
+        for i in 0..10 {
+            script.push_str(&format!("INSERT INTO t(v) VALUES ('row {i}');\n"));
+        }
+        script.push_str(&format!(
+            ".shell cp -r {r} {c} 2>/dev/null || mkdir {c}\n",
+            r = replica.display(),
+            c = copy.display()
+        ));
+        run_script(&script);
+        let rows = rows_in_copy(dir.path(), &copy);
+        if sync {
+            assert_eq!(rows, 10, "every COMMIT that returned is in the replica");
+        } else {
+            // Negative control: without it, the commits wait for the interval.
+            assert!(rows < 10, "asynchronous: {rows} rows shipped before the interval");
+        }
+    }
+}
+
+#[test]
+fn synchronous_replication_past_its_timeout_keeps_the_commit_and_refuses_the_next() {
+    if !common::have_sqlite3_cli() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (db, replica) = (dir.path().join("app.onesync"), dir.path().join("replica"));
+    let away = dir.path().join("away");
+    let mut script = open_with(
+        &db,
+        &replica,
+        "&onesync_replicate_sync=1&onesync_replicate_sync_timeout_ms=300",
+    );
+    script.push_str("CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT);\nINSERT INTO t(v) VALUES ('before');\n");
+    // The replica unreachable: its directory replaced by a file.
+    script.push_str(&format!(
+        ".shell mv {r} {a} && touch {r}\nINSERT INTO t(v) VALUES ('kept locally');\nINSERT INTO t(v) VALUES ('refused');\nSELECT 'after refusal';\n",
+        r = replica.display(),
+        a = away.display()
+    ));
+    // Back: the next COMMIT first waits for the one not acknowledged, then commits.
+    script.push_str(&format!(
+        ".shell rm {r} && mv {a} {r}\nINSERT INTO t(v) VALUES ('after');\nSELECT group_concat(v, ',') FROM t;\n",
+        r = replica.display(),
+        a = away.display()
+    ));
+    let mut child = common::spawn_sqlite3_cli(true);
+    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("COMMIT refused: synchronous replication"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stdout.lines().last(),
+        Some("before,kept locally,after"),
+        "stdout {stdout}\nstderr {stderr}"
+    );
+    let restored = dir.path().join("restored.db");
+    restore_to_file(&FileClient::new(&replica), Target::Latest, &restored).unwrap();
+    assert_eq!(plain_rows(&restored).0.len(), 3);
 }

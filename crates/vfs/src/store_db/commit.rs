@@ -235,23 +235,35 @@ impl StoreDb {
             ct.abort();
         }
         let others = coord.handles_by_conn.keys().any(|&c| c != self.connection.id);
+        let last_commit = coord.last_commit.get(&self.connection.id).copied();
         let Some(ct) = coord.conns.get_mut(&self.connection.id) else {
             return Ok(());
         };
         let Some(pending) = ct.pending.take() else {
+            // Durable already (waited for at xSync, its journal on disk) or nothing to wait
+            // for; synchronous replication still waits for the replica here.
+            drop(coord);
+            if let Some(seq) = last_commit {
+                self.wait_replicated(seq);
+            }
             return Ok(());
         };
         let members: Vec<u64> = ct.members.keys().copied().collect();
         let helps = others || self.store.waiting_writers.load(Relaxed) > 0 || self.store.contended_recently();
-        if wait_at(self.connection.unlocks_after_commit(&members), helps) == WaitAt::Unlock {
+        // Synchronous replication waits here, before COMMIT returns, never after the unlock.
+        if !self.replicate_sync
+            && wait_at(self.connection.unlocks_after_commit(&members), helps) == WaitAt::Unlock
+        {
             // Waited for by the last member's xUnlock, after the lock is released.
             ct.pending = Some(pending);
             return Ok(());
         }
         drop(coord);
+        let seq = pending.seq();
         pending
             .wait()
             .map_err(commit_err(&self.api, "making a commit durable"))?;
+        self.wait_replicated(seq);
         Ok(())
     }
 }

@@ -255,6 +255,9 @@ impl DbBackend for StoreDb {
 
     fn sync(&mut self, _flags: c_int) -> IoResult<()> {
         self.assert_state("xSync");
+        if self.is_writer() || self.writing.is_concurrent() {
+            self.refuse_while_unreplicated()?;
+        }
         if self.writing.is_concurrent() && !self.batch {
             return self.commit_concurrent();
         }
@@ -405,9 +408,15 @@ impl DbBackend for StoreDb {
                     return code;
                 }
                 let pending = self.writing.concurrent_mut().and_then(|cw| cw.pending.take());
+                let seq = pending.as_ref().map(|p| p.seq());
                 match pending.map(|p| p.wait()) {
                     Some(Err(e)) => commit_err(&self.api, "making a commit durable")(e),
-                    _ => self.end_nolock_transaction(),
+                    _ => {
+                        if let Some(seq) = seq {
+                            self.wait_replicated(seq);
+                        }
+                        self.end_nolock_transaction()
+                    }
                 }
             }
             FileControl::CommitPhaseTwo => match self.commit_phase_two() {
@@ -424,6 +433,9 @@ impl DbBackend for StoreDb {
             }
             FileControl::CommitAtomic if self.writing.is_concurrent() => {
                 self.batch = false;
+                if let Err(code) = self.refuse_while_unreplicated() {
+                    return code;
+                }
                 match self.commit_concurrent() {
                     Ok(()) => SQLITE_OK,
                     Err(code) => code,
@@ -450,6 +462,9 @@ impl DbBackend for StoreDb {
             }
             FileControl::CommitAtomic => {
                 self.batch = false;
+                if let Err(code) = self.refuse_while_unreplicated() {
+                    return code;
+                }
                 let mut coord = lock(&self.store.coord);
                 match Self::sequence_locked(&self.api, &mut coord, &self.connection, false) {
                     Ok(()) => SQLITE_OK,

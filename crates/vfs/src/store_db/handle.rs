@@ -73,6 +73,12 @@ pub(crate) struct StoreDb {
     /// `concurrent=1` or `PRAGMA onesync_concurrent=1`: write transactions run concurrently
     /// with other connections' (see `concurrent.rs`).
     pub(super) concurrent: bool,
+    /// `onesync_replicate_sync=1`: COMMIT (FULL) returns once the replica holds the commit
+    /// (`replication.rs`), waiting at most this long (none: as long as it takes).
+    pub(super) replicate_sync: bool,
+    pub(super) replicate_sync_timeout: Option<std::time::Duration>,
+    /// A commit of this handle the replica had not acknowledged when its wait ran out.
+    pub(super) unreplicated: Option<u64>,
     /// In concurrent mode, the store pages read under SHARED: the read set a write
     /// transaction starts with.
     pub(super) shared_reads: BTreeSet<u64>,
@@ -138,6 +144,9 @@ impl StoreDb {
                 name: o.name,
                 _claim: claim,
                 concurrent: o.concurrent,
+                replicate_sync: false,
+                replicate_sync_timeout: None,
+                unreplicated: None,
                 shared_reads: BTreeSet::new(),
                 writing: Writing::Idle,
                 cache_state: None,

@@ -40,7 +40,7 @@ use super::connections::{parse_mapping_cache, parse_switch, parse_sync_interval}
 use super::handle::{StoreDb, StoreOpen};
 use super::refusals::{self, Refusal, When};
 use super::registry::{next_handle, StoreFactory, Want, DEFAULT_LOGICAL_DB};
-use super::replication::{is_off, parse_replicate_interval};
+use super::replication::{is_off, parse_replicate_interval, parse_sync_timeout};
 use crate::backend::{
     Connection, DbBackend, FileControl, FileControlCall, IoResult, LockLevel, OpenRequest, Opened,
     PassThrough, SqliteName,
@@ -346,12 +346,36 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     // `onesync_replicate=URL` (and `onesync_replicate_interval_ms=N`): ship this database's
     // commits to a replica, as `PRAGMA onesync_replicate` does (replication.rs).
     let replicate = param(c"onesync_replicate").filter(|v| !is_off(v));
-    let replicate_interval = match param(c"onesync_replicate_interval_ms").map(|v| parse_replicate_interval(&v)) {
+    let replicate_interval =
+        match param(c"onesync_replicate_interval_ms").map(|v| parse_replicate_interval(&v)) {
+            Some(Err(msg)) => return refused(r.refuse((SQLITE_CANTOPEN, msg))),
+            Some(Ok(interval)) => Some(interval),
+            None => None,
+        };
+    // `onesync_replicate_sync=1` (and `onesync_replicate_sync_timeout_ms=N`): this
+    // connection's FULL COMMITs return once the replica holds them.
+    let replicate_sync = match param(c"onesync_replicate_sync").map(|v| {
+        parse_switch(&v).ok_or_else(|| format!("onesync: onesync_replicate_sync is 0 or 1, not {v:?}"))
+    }) {
         Some(Err(msg)) => return refused(r.refuse((SQLITE_CANTOPEN, msg))),
-        Some(Ok(interval)) => Some(interval),
-        None => None,
+        Some(Ok(on)) => on,
+        None => false,
     };
-    let start_replication = |db: &StoreDb| -> Result<(), String> {
+    let replicate_sync_timeout =
+        match param(c"onesync_replicate_sync_timeout_ms").map(|v| parse_sync_timeout(&v)) {
+            Some(Err(msg)) => return refused(r.refuse((SQLITE_CANTOPEN, msg))),
+            Some(Ok(timeout)) => timeout,
+            None => None,
+        };
+    if replicate_sync && replicate.is_none() {
+        return refused(r.refuse((
+            SQLITE_CANTOPEN,
+            "onesync: onesync_replicate_sync=1 needs onesync_replicate=URL".to_string(),
+        )));
+    }
+    let start_replication = |db: &mut StoreDb| -> Result<(), String> {
+        db.replicate_sync = replicate_sync;
+        db.replicate_sync_timeout = replicate_sync_timeout;
         let Some(url) = &replicate else { return Ok(()) };
         if db.read_only {
             return Err(format!(
@@ -372,7 +396,7 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         }
     };
     let store = |result: Result<(StoreDb, c_int), (c_int, String)>| match result {
-        Ok((db, flags)) => match start_replication(&db) {
+        Ok((mut db, flags)) => match start_replication(&mut db) {
             Ok(()) => Ok(opened(MainFile::Store(Box::new(db)), flags)),
             Err(msg) => {
                 drop(db);

@@ -26,13 +26,13 @@
 //! `registry.rs` the per-process open stores, their sharing and the store factory's data;
 //! `connections.rs` which handles belong to which SQLite connection, its locking mode and
 //! synchronous level; `handle.rs` one handle's state (`StoreDb`: its state table, checked by
-//! `assert_state`); `durability.rs` the durability hand-off (its table: when COMMIT returns
+//! `assert_state`); `replication.rs` the shippers of replicated databases
+//! (`onesync_replicate`) and synchronous replication's waits; `durability.rs` the durability hand-off (its table: when COMMIT returns
 //! against the flush); `locking.rs` SQLite's lock levels over the store; `commit.rs` sequencing
 //! and making a connection's store transaction durable; `relocate.rs` renumbering the pages
 //! a concurrent transaction appended so that two that grew the file both commit;
 //! `concurrent.rs` concurrent write transactions (`concurrent=1`) and their validation at
-//! COMMIT; `replication.rs` the shippers of replicated databases (`onesync_replicate`);
-//! `stats.rs` `PRAGMA onesync_stats`; `pragmas.rs` the pragmas this VFS answers or
+//! COMMIT; `stats.rs` `PRAGMA onesync_stats`; `pragmas.rs` the pragmas this VFS answers or
 //! notes; `file.rs` the main database file's methods (`DbBackend`); `refusals.rs` why an
 //! open was refused, told to the application; `main_file.rs` whether a main database is a
 //! store or a plain file; `factory.rs` the `MainDbFactory`: main files and journals.

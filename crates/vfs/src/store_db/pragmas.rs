@@ -82,6 +82,26 @@ impl StoreDb {
                 reply(status_json(self.store.replication_status(&self.logical)));
                 SQLITE_OK
             }
+            (Some("onesync_replicate_sync"), value) => {
+                // This connection's synchronous replication (crates/vfs/README.md, "Replication").
+                if let Some(value) = value {
+                    let Some(on) = parse_switch(value) else {
+                        reply(format!(
+                            "onesync: onesync_replicate_sync is 0 or 1, not {value:?}"
+                        ));
+                        return SQLITE_ERROR;
+                    };
+                    if on && self.store.shipper(&self.logical).is_none() {
+                        reply(
+                            "onesync: onesync_replicate_sync=1 needs onesync_replicate=URL first".to_string(),
+                        );
+                        return SQLITE_ERROR;
+                    }
+                    self.replicate_sync = on;
+                }
+                reply(u8::from(self.replicate_sync).to_string());
+                SQLITE_OK
+            }
             (Some("onesync_stats"), _) => {
                 reply(stats_json(&self.store));
                 SQLITE_OK
@@ -134,6 +154,8 @@ impl StoreDb {
                     serde_json::json!({
                         "seq": seq,
                         "durable_seq": self.store.store.durable_seq(),
+                        // Up to where the replica holds this database (when replicated).
+                        "replicated_seq": self.store.replication_status(&self.logical).map(|s| s.shipped_seq),
                     })
                     .to_string(),
                 );

@@ -101,7 +101,7 @@ pub(super) struct OpenStore {
     pub(super) concurrent_commits: ConcurrentCommits,
     /// The shippers of this store's replicated databases, by logical file
     /// (`replication.rs`); stopped before the store closes.
-    pub(super) replicas: Mutex<BTreeMap<String, onesync_replica::Shipper>>,
+    pub(super) replicas: Mutex<BTreeMap<String, Arc<onesync_replica::Shipper>>>,
 }
 
 /// Concurrent commits of this process that were not on their own snapshot: rebased onto

@@ -4,14 +4,17 @@
 //! processes replicating one database, the one holding its lease ships (the others' status
 //! reads the shared position); COMMIT never waits for it.
 
+use std::ffi::c_int;
 use std::path::Path;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use onesync_replica::{Config, Shipper, Status};
 
-use crate::ffi::SQLITE_WARNING;
+use crate::ffi::{SQLITE_IOERR, SQLITE_WARNING};
 use crate::sys::api::ApiTable;
 
+use super::handle::StoreDb;
 use super::registry::{lock, OpenStore};
 
 /// `onesync_replicate_interval_ms`: from 10 ms to an hour.
@@ -32,7 +35,10 @@ pub(super) fn parse_replicate_interval(value: &str) -> Result<Duration, String> 
 
 /// Whether `value` turns replication off (`PRAGMA onesync_replicate = off`).
 pub(super) fn is_off(value: &str) -> bool {
-    matches!(value.trim().to_ascii_lowercase().as_str(), "off" | "0" | "none" | "")
+    matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "off" | "0" | "none" | ""
+    )
 }
 
 impl OpenStore {
@@ -64,7 +70,7 @@ impl OpenStore {
         let log = std::sync::Arc::new(move |msg: &str| api.log(SQLITE_WARNING, msg));
         let shipper = Shipper::start(self.store.clone(), path, logical, config, log)
             .map_err(|e| format!("onesync: cannot replicate {logical} to {url}: {e}"))?;
-        replicas.insert(logical.to_owned(), shipper);
+        replicas.insert(logical.to_owned(), Arc::new(shipper));
         Ok(())
     }
 
@@ -81,7 +87,86 @@ impl OpenStore {
     }
 
     pub(super) fn replication_status(&self, logical: &str) -> Option<Status> {
-        lock(&self.replicas).get(logical).map(Shipper::status)
+        lock(&self.replicas).get(logical).map(|s| s.status())
+    }
+
+    pub(super) fn shipper(&self, logical: &str) -> Option<Arc<Shipper>> {
+        lock(&self.replicas).get(logical).cloned()
+    }
+}
+
+/// Parses `onesync_replicate_sync_timeout_ms`: 0 (the default) waits as long as it takes.
+pub(super) fn parse_sync_timeout(value: &str) -> Result<Option<Duration>, String> {
+    match value.trim().parse::<u64>() {
+        Ok(0) => Ok(None),
+        Ok(ms) if ms <= 86_400_000 => Ok(Some(Duration::from_millis(ms))),
+        _ => Err(format!(
+            "onesync: onesync_replicate_sync_timeout_ms is a whole number of milliseconds up to \
+             86400000 (0: no bound), not {value:?}"
+        )),
+    }
+}
+
+impl StoreDb {
+    /// Synchronous replication (`onesync_replicate_sync=1`): once commit `seq` of this
+    /// database is durable, wait until the replica holds it, before COMMIT returns (at
+    /// SQLITE_FCNTL_COMMIT_PHASETWO, which SQLite calls after its commit and whose result
+    /// it ignores: a COMMIT cannot fail there). Past `onesync_replicate_sync_timeout_ms`
+    /// COMMIT returns with the commit durable and kept locally but not known replicated:
+    /// `sqlite3_log` says so, and the connection's next COMMIT is refused at its xSync
+    /// (nothing written) until the replica holds this one (`refuse_while_unreplicated`).
+    pub(super) fn wait_replicated(&mut self, seq: u64) {
+        if !self.replicate_sync {
+            return;
+        }
+        let Some(shipper) = self.store.shipper(&self.logical) else {
+            return;
+        };
+        let deadline = self.replicate_sync_timeout.map(|t| Instant::now() + t);
+        if let Err(e) = shipper.wait_shipped(seq, deadline) {
+            self.api.log(
+                SQLITE_WARNING,
+                &format!(
+                    "onesync: commit {seq} of {} is durable here but not acknowledged by the replica \
+                     {}: {e}; this connection's next COMMIT waits for it",
+                    self.logical,
+                    shipper.status().url
+                ),
+            );
+            self.unreplicated = Some(seq);
+        }
+    }
+
+    /// At xSync, before anything is written: a connection in synchronous replication whose
+    /// last commit is not in the replica yet waits for it once more (up to its timeout),
+    /// and refuses the new commit if it is still missing.
+    pub(super) fn refuse_while_unreplicated(&mut self) -> Result<(), c_int> {
+        let Some(seq) = self.unreplicated else {
+            return Ok(());
+        };
+        let Some(shipper) = self.store.shipper(&self.logical) else {
+            self.unreplicated = None;
+            return Ok(());
+        };
+        let deadline = self.replicate_sync_timeout.map(|t| Instant::now() + t);
+        match shipper.wait_shipped(seq, deadline) {
+            Ok(()) => {
+                self.unreplicated = None;
+                Ok(())
+            }
+            Err(e) => {
+                self.api.log_and_print(
+                    SQLITE_IOERR,
+                    &format!(
+                        "onesync: COMMIT refused: synchronous replication of {} is behind (commit \
+                         {seq} is not acknowledged by {}: {e}); nothing was written",
+                        self.logical,
+                        shipper.status().url
+                    ),
+                );
+                Err(SQLITE_IOERR)
+            }
+        }
     }
 }
 
