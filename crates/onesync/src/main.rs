@@ -1,5 +1,6 @@
 //! `onesync`: the user's command. Converts between plain SQLite files and onesync stores,
-//! checks a store, tells what a file is, and salvages a damaged store (see README.md).
+//! checks a store, tells what a file is, salvages a damaged store, and restores a replica
+//! (see README.md).
 #![forbid(unsafe_code)]
 
 mod cli;
@@ -13,7 +14,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "onesync",
     version,
-    about = "Convert between plain SQLite files and onesync stores, check a store, tell what a file is",
+    about = "Convert between plain SQLite files and onesync stores, check a store, tell what a file is, restore a replica",
     long_about = "Convert between plain SQLite files and onesync stores, check a store, tell what a file is.\n\n\
         A onesync store is a SQLite database in a failure-atomic page store (one write and one\n\
         flush per commit); programs open it through the onesync VFS (file:PATH?vfs=onesync).\n\
@@ -61,7 +62,7 @@ enum Command {
         /// The state after this TXID (hexadecimal, as in the replica's file names)
         #[arg(long)]
         txid: Option<String>,
-        /// The state as of this time (RFC 3339: 2026-12-07T10:00:00Z)
+        /// The state as of this time (RFC 3339: YYYY-MM-DDTHH:MM:SSZ)
         #[arg(long)]
         timestamp: Option<String>,
         /// Write a onesync store rather than a plain SQLite file
