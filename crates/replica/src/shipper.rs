@@ -105,8 +105,6 @@ pub type Logger = Arc<dyn Fn(&str) + Send + Sync>;
 struct Shipping {
     leased: bool,
     position: Option<Position>,
-    /// When the state the position holds was taken.
-    shipped_at: Option<Instant>,
     last_snapshot_ms: i64,
     last_compaction: Option<Instant>,
     failing_since: Option<Instant>,
@@ -124,6 +122,9 @@ struct Inner {
     log: Logger,
     shipping: Mutex<Shipping>,
     status: Mutex<Status>,
+    /// When the state last shipped was taken: apart from `shipping`, which a tick holds
+    /// through its upload, so that `status` never waits for one.
+    shipped_at: Mutex<Option<Instant>>,
     stopping: Mutex<bool>,
     wake: Condvar,
 }
@@ -178,6 +179,7 @@ impl Shipper {
             client,
             log,
             shipping: Mutex::new(Shipping::default()),
+            shipped_at: Mutex::new(None),
             stopping: Mutex::new(false),
             wake: Condvar::new(),
         });
@@ -295,7 +297,7 @@ impl Inner {
         if status.lag_commits == 0 {
             status.lag_ms = 0;
         } else if status.shipping {
-            let since = lock(&self.shipping).shipped_at;
+            let since = *lock(&self.shipped_at);
             status.lag_ms = since.map_or(0, |t| t.elapsed().as_millis() as u64);
         }
         status
@@ -381,7 +383,7 @@ impl Inner {
                 self.save(&position);
             }
         }
-        sh.shipped_at = Some(taken_at);
+        *lock(&self.shipped_at) = Some(taken_at);
         if timestamp - sh.last_snapshot_ms >= self.config.snapshot_interval.as_millis() as i64 {
             let all = db.all_pages();
             self.upload(LEVEL_SNAPSHOT, &db.ltx(&all, 1, position.txid, timestamp)?, true)?;
