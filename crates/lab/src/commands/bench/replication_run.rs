@@ -441,7 +441,7 @@ fn measure(
         let at = Instant::now();
         latencies.push(at - begun);
         let last = at - started >= length;
-        if n % SAMPLE_EVERY == 0 || last {
+        if n.is_multiple_of(SAMPLE_EVERY) || last {
             let seq = if seqs { commit_point(conn)?.seq } else { None };
             samples.push(Sample {
                 rowid: conn.last_insert_rowid(),
