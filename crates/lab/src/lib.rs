@@ -62,6 +62,10 @@ enum Command {
     ///
     /// `bench scale --sizes 100M,1G` measures databases of those sizes on wal and onesync:
     /// open time, updates/s, inserts/s, peak RSS, bytes per commit, reopen after a kill
+    ///
+    /// `bench replication [--s3]` measures what replicating every commit costs: onesync
+    /// alone and replicating, WAL alone and with stock Litestream: txn/s, ratio, latency, lag,
+    /// bytes uploaded per transaction
     Bench(bench::BenchCommand),
     /// Bank transfers under simulated power cuts (and real kills) on one commit scheme;
     /// checks integrity, conservation of money and every acknowledged transfer

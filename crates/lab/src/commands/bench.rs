@@ -8,13 +8,18 @@
 //! come from) is the scheme's (`schemes/`); what a transaction does is the workload's
 //! (`workloads/`).
 //!
-//! `onesync-lab bench writers --workload ...` (concurrent writers, [`writers`]) and `bench scale
-//! --sizes ...` (a database as it grows, [`scale`]) are subcommands beside the positional
-//! workload, and `bench` with none of them runs the headline comparison ([`headline`]):
-//! [`BenchCommand`] is one of the four.
+//! `onesync-lab bench writers --workload ...` (concurrent writers, [`writers`]), `bench scale
+//! --sizes ...` (a database as it grows, [`scale`]) and `bench replication` (what replicating
+//! every commit costs, [`replication`]) are subcommands beside the positional workload, and
+//! `bench` with none of them runs the headline comparison ([`headline`]): [`BenchCommand`] is
+//! one of the five.
 
 pub mod headline;
+mod litestream;
 pub mod measure;
+mod replica_watch;
+pub mod replication;
+mod replication_run;
 pub mod scale;
 mod scale_child;
 mod scale_data;
@@ -44,6 +49,7 @@ pub enum BenchCommand {
     Workload(BenchArgs),
     Writers(writers::WritersArgs),
     Scale(scale::ScaleArgs),
+    Replication(replication::ReplicationArgs),
     Headline(HeadlineArgs),
 }
 
@@ -121,6 +127,10 @@ enum BenchSubcommand {
     /// How onesync behaves as a database grows (--sizes 100M,1G), against WAL at FULL: open
     /// time, updates/s, inserts/s, peak RSS, bytes per commit, recovery after a kill
     Scale(scale::ScaleArgs),
+    /// What replicating every commit costs (issue 43): onesync alone and replicating
+    /// (directory, S3 with --s3) against WAL alone and with stock Litestream: txn/s, ratio,
+    /// commit latency, replication lag, bytes uploaded per transaction
+    Replication(replication::ReplicationArgs),
 }
 
 impl clap::FromArgMatches for BenchCommand {
@@ -137,6 +147,7 @@ impl clap::FromArgMatches for BenchCommand {
             Ok(match BenchSubcommand::from_arg_matches_mut(matches)? {
                 BenchSubcommand::Writers(args) => BenchCommand::Writers(args),
                 BenchSubcommand::Scale(args) => BenchCommand::Scale(args),
+                BenchSubcommand::Replication(args) => BenchCommand::Replication(args),
             })
         } else if matches.contains_id("workload") {
             BenchArgs::from_arg_matches_mut(matches).map(BenchCommand::Workload)
@@ -171,6 +182,7 @@ pub fn run_command(command: &BenchCommand) -> Result<ExitCode> {
         BenchCommand::Workload(args) => run(args),
         BenchCommand::Writers(args) => writers::run(args),
         BenchCommand::Scale(args) => scale::run(args),
+        BenchCommand::Replication(args) => replication::run(args),
         BenchCommand::Headline(args) => run_headline(args),
     }
 }

@@ -1,0 +1,142 @@
+//! `onesync-lab bench replication` run as a user would, tiny (one round of a second per
+//! mode, onesync shipping every 100 ms): every mode answers or is skipped saying why (the
+//! Litestream modes without Go), in the JSON shape the lab promises, with the table on
+//! stdout and the stamped results files written. Shapes, not figures: the figures are for a
+//! quiet machine. The S3 modes run too where the local S3 server is built already (the
+//! replication tests build it into the same go-bin).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+mod common;
+
+use common::{onesync, said};
+
+fn f(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"))
+}
+
+#[test]
+fn every_mode_answers_or_is_skipped_and_the_results_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let go_bin = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("go-bin");
+    let s3 = go_bin.join("versitygw").is_file();
+    let (json_path, results_dir) = (dir.path().join("out.json"), dir.path().join("results"));
+    let mut args = vec![
+        "bench",
+        "replication",
+        "--rounds",
+        "1",
+        "--seconds",
+        "1",
+        "--interval-ms",
+        "100",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--go-bin",
+        go_bin.to_str().unwrap(),
+        "--json",
+        json_path.to_str().unwrap(),
+        "--results",
+        results_dir.to_str().unwrap(),
+    ];
+    if s3 {
+        args.push("--s3");
+    }
+    let out = onesync(&args);
+    assert!(out.status.success(), "{}", said(&out));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let results = doc["results"].as_array().unwrap();
+    let skipped = doc["skipped"].as_array().unwrap();
+    let mut expected = vec!["onesync", "onesync+dir"];
+    if s3 {
+        expected.push("onesync+s3");
+    }
+    expected.extend(["wal", "wal+litestream-1s", "wal+litestream-min"]);
+    if s3 {
+        expected.extend(["wal+litestream-1s-s3", "wal+litestream-min-s3"]);
+    }
+    let ran: Vec<&str> = results.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    let not_run: Vec<&str> = skipped.iter().map(|s| s["mode"].as_str().unwrap()).collect();
+    let mut all: Vec<&str> = ran.iter().chain(&not_run).copied().collect();
+    all.sort();
+    let mut want = expected.clone();
+    want.sort();
+    assert_eq!(all, want, "{}", said(&out));
+    // Only the Litestream modes may be skipped (no Go here), each saying why.
+    for s in skipped {
+        assert!(s["mode"].as_str().unwrap().contains("litestream"), "{s}");
+        assert!(s["reason"].as_str().unwrap().contains("Litestream"), "{s}");
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for r in results {
+        let mode = r["mode"].as_str().unwrap();
+        let base = r["baseline"].as_str().unwrap();
+        assert_eq!(
+            base,
+            if mode.starts_with("wal") { "wal" } else { "onesync" },
+            "{r}"
+        );
+        for key in ["tps", "ratio"] {
+            assert!(f(r, key) > 0.0, "{key} in {r}");
+        }
+        assert!(f(&r["latency_us"], "p50") > 0.0, "{r}");
+        assert!(f(&r["latency_us"], "p99") >= f(&r["latency_us"], "p50"), "{r}");
+        assert_eq!(r["rounds"].as_array().unwrap().len(), 1, "{r}");
+        assert!(
+            stdout.lines().any(|l| l.starts_with(&format!("{mode} "))),
+            "{mode} row:\n{stdout}"
+        );
+        if mode == base {
+            assert_eq!(f(r, "ratio"), 1.0, "{r}");
+            assert!(r["lag_ms"].is_null() && r["bytes_per_txn"].is_null(), "{r}");
+            continue;
+        }
+        // Replicated: every sampled commit shipped, a lag for them, bytes uploaded.
+        assert_eq!(r["unshipped"], 0, "{r}");
+        let lag = &r["lag_ms"];
+        assert!(lag["n"].as_u64().unwrap() >= 1, "{r}");
+        assert!(f(lag, "p99") >= f(lag, "p50") && f(lag, "p50") >= 0.0, "{r}");
+        // A one-row insert changes at least one page somewhere in what ships.
+        assert!(f(r, "bytes_per_txn") > 0.0, "{r}");
+        assert!(f(r, "files_per_1000_txns") > 0.0, "{r}");
+        if mode.starts_with("onesync") {
+            assert_eq!(r["lag_method"], "shipped_seq", "{r}");
+            assert!(r["lag_by_files_ms"]["n"].as_u64().unwrap() >= 1, "{r}");
+            assert!(f(r, "pragma_bytes_per_txn") > 0.0, "{r}");
+            assert!(r["last_error"].is_null(), "{r}");
+        } else {
+            assert_eq!(r["lag_method"], "replica files", "{r}");
+        }
+    }
+    assert!(stdout.contains("-- onesync at synchronous=FULL"), "{stdout}");
+    assert!(
+        stdout.contains("-- stock SQLite's WAL at synchronous=FULL"),
+        "{stdout}"
+    );
+    // The stamped files: the table in the .md, the stamp and the results in the .json.
+    let names: Vec<String> = std::fs::read_dir(&results_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let md = names
+        .iter()
+        .find(|n| n.starts_with("replication-") && n.ends_with(".md"));
+    let json = names
+        .iter()
+        .find(|n| n.starts_with("replication-") && n.ends_with(".json"));
+    let (md, json) = (
+        md.expect("replication-DATE.md"),
+        json.expect("replication-DATE.json"),
+    );
+    let text = std::fs::read_to_string(results_dir.join(md)).unwrap();
+    assert!(text.contains("onesync+dir"), "{text}");
+    let stamped: Value =
+        serde_json::from_str(&std::fs::read_to_string(results_dir.join(json)).unwrap()).unwrap();
+    assert!(stamped["stamp"]["commit"].is_string(), "{stamped}");
+    assert_eq!(stamped["results"].as_array().unwrap().len(), results.len());
+}
