@@ -474,3 +474,35 @@ fn a_follower_of_an_s3_replica_shows_readers_a_consistent_prefix() {
     let client = server.client("bkt", "app").unwrap();
     follow_while_writing(dir.path(), &server.url("bkt", "app"), &client, &server.env());
 }
+
+#[test]
+fn restore_follow_refuses_bad_input_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("replica").display());
+    let out = dir.path().join("out.onesync");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_onesync"))
+            .args(["restore", &url])
+            .arg(&out)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["--follow"]);
+    assert_eq!(o.status.code(), Some(2), "--follow needs --store");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--store"));
+    let o = run(&["--store", "--follow", "--txid", "5"]);
+    assert_eq!(o.status.code(), Some(2), "--follow follows the latest");
+    let o = run(&["--store", "--follow", "--interval-ms", "5"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).starts_with("onesync: error: --interval-ms 5: give 10 to"));
+    std::fs::write(&out, b"SQLite format 3\0 and more").unwrap();
+    let o = run(&["--store", "--follow"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("is a plain SQLite database; onesync restore --follow needs a onesync store"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"));
+}
