@@ -8,7 +8,7 @@ use std::collections::btree_map::{BTreeMap, Entry};
 use onesync_ltx::{lock_pgno, LtxFile};
 use onesync_store::{FileId, Transaction};
 
-use crate::Error;
+use crate::error::Error;
 
 /// The database as the store holds it before a file applies: its SQLite page size and
 /// size in pages.

@@ -34,8 +34,8 @@ use onesync_ltx::LtxFile;
 use onesync_store::{Options, Store, Transaction};
 
 use crate::apply::{apply, is_whole, Database};
+use crate::error::Error;
 use crate::state::{FollowState, DATABASE_FILE, STATE_FILE};
-use crate::Error;
 
 /// The store's page size, as the VFS makes stores.
 pub const STORE_PAGE_SIZE: u32 = 4096;

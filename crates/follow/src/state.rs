@@ -9,7 +9,7 @@ use std::path::Path;
 use onesync_store::{FileId, Options, Snapshot, Store, Transaction};
 use serde_json::{json, Value};
 
-use crate::Error;
+use crate::error::Error;
 
 /// The logical file holding the database (the one the VFS opens as `main`).
 pub const DATABASE_FILE: &str = "main";

@@ -12,28 +12,10 @@
 //! content of every page changed since the last one (`Snapshot::changed_since`), as one
 //! TXID, so a replica lagging through an outage costs no space in the store.
 
+mod error;
 mod pages;
 pub mod position;
 pub mod shipper;
 
+pub use error::Error;
 pub use shipper::{Config, Logger, Shipper, Status};
-
-/// What goes wrong while replicating.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The replica (its URL, the object store, a file of it).
-    #[error(transparent)]
-    Replica(#[from] onesync_ltx::Error),
-    /// The store.
-    #[error(transparent)]
-    Store(#[from] onesync_store::Error),
-    /// The logical file does not hold a database SQLite could have written.
-    #[error("not a SQLite database: {0}")]
-    NotADatabase(String),
-    /// Merging files into higher levels, or retention.
-    #[error("compaction: {0}")]
-    Compaction(String),
-    /// This machine's files beside the store.
-    #[error("{0}")]
-    Local(String),
-}

@@ -29,9 +29,9 @@ use onesync_ltx::client::ReplicaClient;
 use onesync_ltx::compact::{compact, CompactionPolicy};
 use onesync_store::Store;
 
+use crate::error::Error;
 use crate::pages::Database;
 use crate::position::{self, Position, StoreIdentity};
-use crate::Error;
 
 /// Level of the files each shipped batch goes to, and of snapshots (Litestream's).
 const LEVEL_BATCH: u32 = 0;
