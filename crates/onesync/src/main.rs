@@ -1,6 +1,6 @@
 //! `onesync`: the user's command. Converts between plain SQLite files and onesync stores,
-//! checks a store, tells what a file is, salvages a damaged store, and restores a replica
-//! (see README.md).
+//! checks a store, tells what a file is, salvages a damaged store, and restores (or
+//! follows) a replica (see README.md).
 #![forbid(unsafe_code)]
 
 mod cli;
@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "onesync",
     version,
-    about = "Convert between plain SQLite files and onesync stores, check a store, tell what a file is, restore a replica",
+    about = "Convert between plain SQLite files and onesync stores, check a store, tell what a file is",
     long_about = "Convert between plain SQLite files and onesync stores, check a store, tell what a file is.\n\n\
         A onesync store is a SQLite database in a failure-atomic page store (one write and one\n\
         flush per commit); programs open it through the onesync VFS (file:PATH?vfs=onesync).\n\
@@ -68,6 +68,17 @@ enum Command {
         /// Write a onesync store rather than a plain SQLite file
         #[arg(long)]
         store: bool,
+        /// With --store: keep following the replica, applying each new LTX file as one
+        /// store transaction (readers open file:OUT?vfs=onesync&mode=ro); resumes a store
+        /// this command made. Runs until stopped (any signal, at any moment, is safe)
+        #[arg(long, requires = "store", conflicts_with_all = ["txid", "timestamp"])]
+        follow: bool,
+        /// With --follow: how often to look for new files, in milliseconds (10 to 3600000)
+        #[arg(long, requires = "follow", default_value_t = 1000)]
+        interval_ms: u64,
+        /// With --follow: print no line per TXID applied (errors still go to stderr)
+        #[arg(long, requires = "follow")]
+        quiet: bool,
     },
     /// Copy what a damaged store still holds (its commits up to the first read error) into a
     /// new store
@@ -90,9 +101,18 @@ fn main() -> ExitCode {
         Command::Restore {
             url,
             out,
+            follow: true,
+            interval_ms,
+            quiet,
+            ..
+        } => cli::restore::follow(url, out, *interval_ms, *quiet),
+        Command::Restore {
+            url,
+            out,
             txid,
             timestamp,
             store,
+            ..
         } => cli::restore::target(txid.as_deref(), timestamp.as_deref())
             .and_then(|target| cli::restore::restore(url, out, target, *store)),
     };
