@@ -126,6 +126,9 @@ struct Inner {
     status: Mutex<Status>,
     stopping: Mutex<bool>,
     wake: Condvar,
+    /// A defect put back for a negative control (feature `test-hooks` only).
+    #[cfg(feature = "test-hooks")]
+    sabotage: Option<crate::Sabotage>,
 }
 
 /// Ships one logical file of a store while it lives.
@@ -174,6 +177,8 @@ impl Shipper {
             shipping: Mutex::new(Shipping::default()),
             stopping: Mutex::new(false),
             wake: Condvar::new(),
+            #[cfg(feature = "test-hooks")]
+            sabotage: crate::Sabotage::from_env(),
         });
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
@@ -304,7 +309,7 @@ impl Inner {
     /// One tick (the module's steps). Returns whether this process ships.
     fn tick(&self, sh: &mut Shipping) -> Result<bool, Error> {
         if !sh.leased {
-            if !self.store.try_lock_replication(self.lease_key)? {
+            if !self.store.try_lock_replication(self.lease_key)? && !self.lease_ignored() {
                 return Ok(false);
             }
             sh.leased = true;
@@ -406,6 +411,24 @@ impl Inner {
         Ok(position)
     }
 
+    /// Negative controls (`crate::sabotage`): never, without the feature `test-hooks`.
+    #[cfg(feature = "test-hooks")]
+    fn lease_ignored(&self) -> bool {
+        self.sabotage == Some(crate::Sabotage::ReplicationLeaseIgnored)
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    fn lease_ignored(&self) -> bool {
+        false
+    }
+    #[cfg(feature = "test-hooks")]
+    fn position_saved_ahead(&self) -> bool {
+        self.sabotage == Some(crate::Sabotage::PositionSavedAhead)
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    fn position_saved_ahead(&self) -> bool {
+        false
+    }
+
     fn upload(&self, level: u32, file: &onesync_ltx::LtxFile, snapshot: bool) -> Result<(), Error> {
         let info = self.client.write(level, file)?;
         let mut status = lock(&self.status);
@@ -417,6 +440,16 @@ impl Inner {
 
     /// Saves the position; a failure only costs pages shipped again later (`position.rs`).
     fn save(&self, position: &Position) {
+        let ahead;
+        let position = if self.position_saved_ahead() {
+            ahead = Position {
+                seq: self.store.durable_seq(),
+                ..position.clone()
+            };
+            &ahead
+        } else {
+            position
+        };
         if let Err(e) = position.save(&self.position_path) {
             (self.log)(&format!("onesync: {e}"));
         }
