@@ -69,7 +69,13 @@ impl Position {
         if lines.next()? != MAGIC {
             return None;
         }
-        let mut field = |name: &str| lines.next()?.strip_prefix(name)?.strip_prefix(' ').map(str::to_owned);
+        let mut field = |name: &str| {
+            lines
+                .next()?
+                .strip_prefix(name)?
+                .strip_prefix(' ')
+                .map(str::to_owned)
+        };
         let url = field("url")?;
         let store = field("store")?;
         let (dev, ino) = store.split_once(' ')?;

@@ -12,8 +12,8 @@ use std::time::Duration;
 use onesync_ltx::client::file::FileClient;
 use onesync_ltx::client::ReplicaClient;
 use onesync_ltx::compact::CompactionPolicy;
-use onesync_ltx::testing;
 use onesync_ltx::restore::{restore, Target};
+use onesync_ltx::testing;
 use onesync_replica::position::{self, Position};
 use onesync_replica::{Config, Shipper};
 use onesync_store::{Options, Store};
@@ -71,7 +71,9 @@ impl Fixture {
     fn mirror(&mut self) {
         let bytes = self.bytes();
         let mut txn = self.store.begin();
-        let file = txn.file("main").unwrap_or_else(|| txn.create_file("main").unwrap());
+        let file = txn
+            .file("main")
+            .unwrap_or_else(|| txn.create_file("main").unwrap());
         let mut page = vec![0u8; STORE_PAGE];
         for (i, chunk) in bytes.chunks(STORE_PAGE).enumerate() {
             if self.mirrored.chunks(STORE_PAGE).nth(i) == Some(chunk) {
@@ -96,7 +98,8 @@ impl Fixture {
             )
             .unwrap();
         }
-        tx.execute("DELETE FROM t WHERE k % 11 = ?1", [(round % 11) as i64]).unwrap();
+        tx.execute("DELETE FROM t WHERE k % 11 = ?1", [(round % 11) as i64])
+            .unwrap();
         tx.commit().unwrap();
         self.mirror();
     }
@@ -109,7 +112,14 @@ impl Fixture {
     }
 
     fn shipper_with(&self, config: Config) -> Shipper {
-        Shipper::start(self.store.clone(), &self.store_path(), "main", config, Arc::new(|_: &str| {})).unwrap()
+        Shipper::start(
+            self.store.clone(),
+            &self.store_path(),
+            "main",
+            config,
+            Arc::new(|_: &str| {}),
+        )
+        .unwrap()
     }
 
     /// Ships now and notes the state shipped.
@@ -132,11 +142,18 @@ impl Fixture {
             assert!(restored.db == *bytes, "TXID {txid} restores to other bytes");
         }
         let latest = restore(&client, Target::Latest).unwrap();
-        assert!(latest.db == self.states.last().unwrap().1, "the latest restore differs");
+        assert!(
+            latest.db == self.states.last().unwrap().1,
+            "the latest restore differs"
+        );
         let mut txids: Vec<u64> = client.list(0).unwrap().iter().map(|f| f.max_txid).collect();
         txids.sort();
         for pair in txids.windows(2) {
-            assert_eq!(pair[1], pair[0] + 1, "level 0 has a gap or a duplicate: {txids:?}");
+            assert_eq!(
+                pair[1],
+                pair[0] + 1,
+                "level 0 has a gap or a duplicate: {txids:?}"
+            );
         }
     }
 }
@@ -218,12 +235,17 @@ fn negative_control_a_position_saved_ahead_of_the_replica_loses_changes() {
     ahead.seq = f.store.durable_seq();
     ahead.save(&pos_path).unwrap();
     // A small change after it: one leaf (work(5) changed many).
-    f.db.execute("UPDATE t SET v = x'00' WHERE k = (SELECT max(k) FROM t)", []).unwrap();
+    f.db.execute("UPDATE t SET v = x'00' WHERE k = (SELECT max(k) FROM t)", [])
+        .unwrap();
     f.mirror();
     let shipper = f.shipper();
     f.ship(&shipper);
     drop(shipper);
-    assert_eq!(f.shipper_snapshots(), 1, "resumed from the position, no new generation");
+    assert_eq!(
+        f.shipper_snapshots(),
+        1,
+        "resumed from the position, no new generation"
+    );
     // Lost changes show as a restore that fails (a page missing) or other bytes.
     if let Ok(latest) = restore(&f.client(), Target::Latest) {
         assert!(latest.db != f.bytes(), "the check must see the changes lost");
@@ -266,7 +288,6 @@ fn a_replaced_store_or_page_size_starts_a_generation_that_continues_the_txids() 
     assert_eq!(f.shipper_snapshots(), 3);
     f.check();
 }
-
 
 #[test]
 fn compaction_and_retention_keep_the_replica_restorable_by_us_and_stock_litestream() {
@@ -316,6 +337,10 @@ fn compaction_and_retention_keep_the_replica_restorable_by_us_and_stock_litestre
         .env_remove("AWS_CA_BUNDLE")
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", testing::show("litestream restore", &run));
+    assert!(
+        run.status.success(),
+        "{}",
+        testing::show("litestream restore", &run)
+    );
     assert!(std::fs::read(&out).unwrap() == f.states.last().unwrap().1);
 }

@@ -51,7 +51,9 @@ fn changed_since_names_exactly_the_pages_with_newer_versions() {
             // A truncation, sometimes to nothing.
             0 => txn.set_file_size(file, rng.below(size + 1) * PS as u64).unwrap(),
             // Growth without writing the pages between.
-            1 => txn.set_file_size(file, (size + rng.below(4)) * PS as u64).unwrap(),
+            1 => txn
+                .set_file_size(file, (size + rng.below(4)) * PS as u64)
+                .unwrap(),
             _ => {
                 for _ in 0..=rng.below(5) {
                     let page = rng.below(size + 3);
@@ -72,7 +74,11 @@ fn changed_since_names_exactly_the_pages_with_newer_versions() {
         let Some(file) = snap.file("db") else { continue };
         for &since in &seqs {
             let changed = snap.changed_since(file, since).unwrap();
-            assert_eq!(changed.pages, brute_force(&snap, file, since), "round {round}, since {since}");
+            assert_eq!(
+                changed.pages,
+                brute_force(&snap, file, since),
+                "round {round}, since {since}"
+            );
             if changed.scanned_mapping {
                 scanned += 1;
             } else {

@@ -32,13 +32,17 @@ fn run_script(script: &str) -> String {
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stderr.is_empty(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        out.status.success() && stderr.is_empty(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     stdout
 }
 
 /// The rows of `t` in a plain SQLite file, and its integrity check.
 fn plain_rows(path: &Path) -> (Vec<(i64, String)>, String) {
-    let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     let rows = conn
         .prepare("SELECT k, v FROM t ORDER BY k")
         .unwrap()
@@ -46,7 +50,9 @@ fn plain_rows(path: &Path) -> (Vec<(i64, String)>, String) {
         .unwrap()
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
-    let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
     (rows, check)
 }
 
@@ -132,7 +138,12 @@ fn another_process_takes_over_when_the_shipper_is_killed() {
     let mut first = common::spawn_sqlite3_cli(true);
     let mut first_in = first.stdin.take().unwrap();
     let mut first_out = BufReader::new(first.stdout.take().unwrap());
-    writeln!(first_in, "{}PRAGMA busy_timeout=10000;", open_replicated(&db, &replica)).unwrap();
+    writeln!(
+        first_in,
+        "{}PRAGMA busy_timeout=10000;",
+        open_replicated(&db, &replica)
+    )
+    .unwrap();
     for i in 0..30 {
         writeln!(first_in, "INSERT INTO t(v) VALUES ('first {i}');").unwrap();
     }
@@ -143,14 +154,22 @@ fn another_process_takes_over_when_the_shipper_is_killed() {
         if status["shipping"] == true && status["txid"].as_u64() > Some(1) {
             break;
         }
-        assert!(Instant::now() < deadline, "the first process never shipped: {status}");
+        assert!(
+            Instant::now() < deadline,
+            "the first process never shipped: {status}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // The second opens too; it waits for the lease.
     let mut second = common::spawn_sqlite3_cli(true);
     let mut second_in = second.stdin.take().unwrap();
     let mut second_out = BufReader::new(second.stdout.take().unwrap());
-    writeln!(second_in, "{}PRAGMA busy_timeout=10000;", open_replicated(&db, &replica)).unwrap();
+    writeln!(
+        second_in,
+        "{}PRAGMA busy_timeout=10000;",
+        open_replicated(&db, &replica)
+    )
+    .unwrap();
     writeln!(second_in, "SELECT 'open';").unwrap();
     while wait_for_line(&mut second_out) != "open" {}
     // More commits by the first, then it dies without closing.
@@ -172,7 +191,10 @@ fn another_process_takes_over_when_the_shipper_is_killed() {
         if status["shipping"] == true && status["lag_commits"] == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "the second process never caught up: {status}");
+        assert!(
+            Instant::now() < deadline,
+            "the second process never caught up: {status}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let restored = dir.path().join("restored.db");
@@ -216,7 +238,10 @@ fn a_bad_interval_or_url_fails_the_open_with_its_reason() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("app.onesync");
     for (param, expected) in [
-        ("onesync_replicate=file:///x&onesync_replicate_interval_ms=0", "onesync_replicate_interval_ms"),
+        (
+            "onesync_replicate=file:///x&onesync_replicate_interval_ms=0",
+            "onesync_replicate_interval_ms",
+        ),
         ("onesync_replicate=ftp://host/x", "unsupported replica URL scheme"),
     ] {
         let mut child = common::spawn_sqlite3_cli(true);

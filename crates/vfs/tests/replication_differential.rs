@@ -88,9 +88,14 @@ fn run_writers(db: &Path, url: &str, env: &[(&'static str, String)]) {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let unexpected: Vec<&str> = stderr
             .lines()
-            .filter(|l| !(p == 2 && (l.contains("no transaction is active") || l.contains("database is locked"))))
+            .filter(|l| {
+                !(p == 2 && (l.contains("no transaction is active") || l.contains("database is locked")))
+            })
             .collect();
-        assert!(unexpected.is_empty() && (p == 2 || out.status.success()), "writer {p} failed: {stderr}");
+        assert!(
+            unexpected.is_empty() && (p == 2 || out.status.success()),
+            "writer {p} failed: {stderr}"
+        );
     }
 }
 
@@ -110,7 +115,9 @@ fn spawn_cli(script: &str, env: &[(&'static str, String)]) -> std::process::Chil
 }
 
 fn run_cli(script: &str, env: &[(&'static str, String)], quiet: bool) -> String {
-    let out = spawn_cli(&format!(".bail on\n{script}"), env).wait_with_output().unwrap();
+    let out = spawn_cli(&format!(".bail on\n{script}"), env)
+        .wait_with_output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && (!quiet || stderr.is_empty()), "{stderr}");
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -120,8 +127,11 @@ type Rows = Vec<(i64, String)>;
 
 /// `t`, and `log` as (proc, n, at) in commit order, of a plain SQLite file.
 fn read_plain(path: &Path) -> (Rows, Vec<(u64, u64, i64)>) {
-    let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(check, "ok", "{}", path.display());
     let t = conn
         .prepare("SELECT k, v FROM t ORDER BY k")
@@ -133,7 +143,9 @@ fn read_plain(path: &Path) -> (Rows, Vec<(u64, u64, i64)>) {
     let log = conn
         .prepare("SELECT proc, n, at FROM log ORDER BY seq")
         .unwrap()
-        .query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64, r.get(2)?)))
+        .query_map([], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64, r.get(2)?))
+        })
         .unwrap()
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
@@ -147,7 +159,10 @@ fn assert_consistent_prefix(path: &Path, what: &str) -> usize {
     let mut expect: BTreeMap<u64, String> = BTreeMap::new();
     let mut last_n: BTreeMap<u64, u64> = BTreeMap::new();
     for &(p, n, _) in &log {
-        assert!(last_n.insert(p, n).is_none_or(|prev| prev < n), "{what}: process {p} out of order");
+        assert!(
+            last_n.insert(p, n).is_none_or(|prev| prev < n),
+            "{what}: process {p} out of order"
+        );
         let (put, del) = ((p * 7 + n * 13) % KEYS, (p * 11 + n * 5) % KEYS);
         expect.insert(put, format!("p{p}n{n}"));
         expect.remove(&del);
@@ -160,7 +175,13 @@ fn assert_consistent_prefix(path: &Path, what: &str) -> usize {
     log.len()
 }
 
-fn litestream_restore(litestream: &Path, url: &str, env: &[(&'static str, String)], args: &[&str], out: &Path) {
+fn litestream_restore(
+    litestream: &Path,
+    url: &str,
+    env: &[(&'static str, String)],
+    args: &[&str],
+    out: &Path,
+) {
     let output = Command::new(litestream)
         .arg("restore")
         .args(args)
@@ -171,7 +192,11 @@ fn litestream_restore(litestream: &Path, url: &str, env: &[(&'static str, String
         .env_remove("AWS_CA_BUNDLE")
         .output()
         .unwrap();
-    assert!(output.status.success(), "litestream restore {args:?}: {}", testing::show("restore", &output));
+    assert!(
+        output.status.success(),
+        "litestream restore {args:?}: {}",
+        testing::show("restore", &output)
+    );
 }
 
 fn rfc3339(ms: i64) -> String {
@@ -179,7 +204,13 @@ fn rfc3339(ms: i64) -> String {
 }
 
 /// The whole differential check on one replica.
-fn check_replica(dir: &Path, db: &Path, url: &str, client: &dyn ReplicaClient, env: &[(&'static str, String)]) {
+fn check_replica(
+    dir: &Path,
+    db: &Path,
+    url: &str,
+    client: &dyn ReplicaClient,
+    env: &[(&'static str, String)],
+) {
     let litestream = match testing::litestream_command(&go_bin()) {
         Ok(l) => l,
         Err(why) => return testing::skip_or_fail("replication_differential", &why),
@@ -189,7 +220,10 @@ fn check_replica(dir: &Path, db: &Path, url: &str, client: &dyn ReplicaClient, e
     let stock = dir.join("stock-latest.db");
     restore_to_file(client, Target::Latest, &ours).unwrap();
     litestream_restore(&litestream, url, env, &[], &stock);
-    assert!(std::fs::read(&ours).unwrap() == std::fs::read(&stock).unwrap(), "latest: stock and ours differ");
+    assert!(
+        std::fs::read(&ours).unwrap() == std::fs::read(&stock).unwrap(),
+        "latest: stock and ours differ"
+    );
     let total = assert_consistent_prefix(&ours, "latest");
     let store = run_cli(
         &format!(
@@ -200,15 +234,32 @@ fn check_replica(dir: &Path, db: &Path, url: &str, client: &dyn ReplicaClient, e
         &[],
         true,
     );
-    assert_eq!(store.trim(), total.to_string(), "the latest restore holds every commit");
+    assert_eq!(
+        store.trim(),
+        total.to_string(),
+        "the latest restore holds every commit"
+    );
     // Every TXID (sampled) and the level-0 files' timestamps.
     let files = client.list_with_header_timestamps(0).unwrap();
     assert!(files.len() > 5, "batches: {}", files.len());
     for (i, f) in files.iter().enumerate().filter(|(i, _)| i % 3 == 0) {
-        let (ours, stock) = (dir.join(format!("ours-{i}.db")), dir.join(format!("stock-{i}.db")));
+        let (ours, stock) = (
+            dir.join(format!("ours-{i}.db")),
+            dir.join(format!("stock-{i}.db")),
+        );
         restore_to_file(client, Target::Txid(f.max_txid), &ours).unwrap();
-        litestream_restore(&litestream, url, env, &["-txid", &format!("{:016x}", f.max_txid)], &stock);
-        assert!(std::fs::read(&ours).unwrap() == std::fs::read(&stock).unwrap(), "TXID {:x}: stock and ours differ", f.max_txid);
+        litestream_restore(
+            &litestream,
+            url,
+            env,
+            &["-txid", &format!("{:016x}", f.max_txid)],
+            &stock,
+        );
+        assert!(
+            std::fs::read(&ours).unwrap() == std::fs::read(&stock).unwrap(),
+            "TXID {:x}: stock and ours differ",
+            f.max_txid
+        );
         assert_consistent_prefix(&ours, &format!("TXID {:x}", f.max_txid));
     }
     // Times: each a level-0 file's. Litestream first checks the time against the replica's
@@ -224,14 +275,27 @@ fn check_replica(dir: &Path, db: &Path, url: &str, client: &dyn ReplicaClient, e
     let mut times = 0;
     for &(i, f) in later.iter().step_by(later.len().div_ceil(5).max(1)) {
         let at = dir.join(format!("stock-at-{i}.db"));
-        litestream_restore(&litestream, url, env, &["-timestamp", &rfc3339(f.timestamp_ms)], &at);
+        litestream_restore(
+            &litestream,
+            url,
+            env,
+            &["-timestamp", &rfc3339(f.timestamp_ms)],
+            &at,
+        );
         assert_consistent_prefix(&at, &format!("timestamp of TXID {:x}", f.max_txid));
         let (_, log) = read_plain(&at);
-        assert!(log.iter().all(|&(_, _, began)| began <= f.timestamp_ms), "a transaction after the time asked for");
+        assert!(
+            log.iter().all(|&(_, _, began)| began <= f.timestamp_ms),
+            "a transaction after the time asked for"
+        );
         // What our restore gives for that time, and the TXID itself: the same bytes.
         let ours = dir.join(format!("ours-at-{i}.db"));
         restore_to_file(client, Target::Timestamp(f.timestamp_ms), &ours).unwrap();
-        assert!(std::fs::read(&ours).unwrap() == std::fs::read(&at).unwrap(), "time of TXID {:x}: stock and ours differ", f.max_txid);
+        assert!(
+            std::fs::read(&ours).unwrap() == std::fs::read(&at).unwrap(),
+            "time of TXID {:x}: stock and ours differ",
+            f.max_txid
+        );
         times += 1;
     }
     assert!(times >= 2, "{times} times checked");
@@ -250,7 +314,9 @@ fn stock_litestream_restores_a_directory_replica_as_the_writers_left_it() {
     // Negative control: a level-0 file gone, the replica does not restore past it.
     let client = FileClient::new(&replica);
     let files = client.list(0).unwrap();
-    client.delete(&files[files.len() / 2..files.len() / 2 + 1]).unwrap();
+    client
+        .delete(&files[files.len() / 2..files.len() / 2 + 1])
+        .unwrap();
     assert!(restore_to_file(&client, Target::Latest, &dir.path().join("gap.db")).is_err());
 }
 

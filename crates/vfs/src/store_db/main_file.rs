@@ -346,11 +346,12 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
     // `onesync_replicate=URL` (and `onesync_replicate_interval_ms=N`): ship this database's
     // commits to a replica, as `PRAGMA onesync_replicate` does (replication.rs).
     let replicate = param(c"onesync_replicate").filter(|v| !is_off(v));
-    let replicate_interval = match param(c"onesync_replicate_interval_ms").map(|v| parse_replicate_interval(&v)) {
-        Some(Err(msg)) => return refused(r.refuse((SQLITE_CANTOPEN, msg))),
-        Some(Ok(interval)) => Some(interval),
-        None => None,
-    };
+    let replicate_interval =
+        match param(c"onesync_replicate_interval_ms").map(|v| parse_replicate_interval(&v)) {
+            Some(Err(msg)) => return refused(r.refuse((SQLITE_CANTOPEN, msg))),
+            Some(Ok(interval)) => Some(interval),
+            None => None,
+        };
     let start_replication = |db: &StoreDb| -> Result<(), String> {
         let Some(url) = &replicate else { return Ok(()) };
         if db.read_only {

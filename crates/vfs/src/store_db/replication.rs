@@ -32,7 +32,10 @@ pub(super) fn parse_replicate_interval(value: &str) -> Result<Duration, String> 
 
 /// Whether `value` turns replication off (`PRAGMA onesync_replicate = off`).
 pub(super) fn is_off(value: &str) -> bool {
-    matches!(value.trim().to_ascii_lowercase().as_str(), "off" | "0" | "none" | "")
+    matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "off" | "0" | "none" | ""
+    )
 }
 
 impl OpenStore {
