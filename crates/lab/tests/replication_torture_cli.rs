@@ -31,13 +31,26 @@ fn kills_of_writers_and_shippers_leave_a_restorable_replica() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let go = go_bin();
-    let args = ["replication-torture", "--kills", "25", "--seed", "11", "--json", "-", "--dir", d];
+    let args = [
+        "replication-torture",
+        "--kills",
+        "25",
+        "--seed",
+        "11",
+        "--json",
+        "-",
+        "--dir",
+        d,
+    ];
     let output = onesync(&[&args[..], &["--go-bin", go.to_str().unwrap()]].concat());
     assert!(output.status.success(), "{}", said(&output));
     let report = json(&output);
     assert_eq!(n(&report, "failures"), 0, "{report}");
     assert_eq!(n(&report, "kills"), 25, "{report}");
-    assert!(n(&report, "shipper_kills") >= 3, "the shipping writer killed too rarely: {report}");
+    assert!(
+        n(&report, "shipper_kills") >= 3,
+        "the shipping writer killed too rarely: {report}"
+    );
     assert!(n(&report, "restores_checked") >= 26, "{report}");
     assert!(n(&report, "commits") >= 100, "{report}");
     assert!(n(&report, "newest_txid") >= 20, "{report}");
@@ -50,11 +63,28 @@ fn negative_controls_two_shippers_and_a_position_saved_ahead_are_caught() {
     for control in ["replication-lease-ignored", "position-saved-ahead"] {
         let dir = tempfile::tempdir().unwrap();
         let output = std::process::Command::new(hooked_exe())
-            .args(["replication-torture", "--kills", "60", "--seed", "5", "--json", "-"])
-            .args(["--negative-control", control, "--dir", dir.path().to_str().unwrap()])
+            .args([
+                "replication-torture",
+                "--kills",
+                "60",
+                "--seed",
+                "5",
+                "--json",
+                "-",
+            ])
+            .args([
+                "--negative-control",
+                control,
+                "--dir",
+                dir.path().to_str().unwrap(),
+            ])
             .output()
             .unwrap();
-        assert!(!output.status.success(), "{control} went unnoticed: {}", said(&output));
+        assert!(
+            !output.status.success(),
+            "{control} went unnoticed: {}",
+            said(&output)
+        );
         let report = json(&output);
         assert_eq!(n(&report, "failures"), 1, "{control}: {report}");
         assert!(report["first_failure"].is_string(), "{control}: {report}");
@@ -88,8 +118,14 @@ fn s3_outages_and_kills_leave_a_restorable_replica() {
     let report = json(&output);
     assert_eq!(n(&report, "failures"), 0, "{report}");
     assert!(n(&report, "outages") >= 1, "{report}");
-    assert!(n(&report, "outages_error_reported") >= 1, "no writer said the replica was failing: {report}");
-    assert!(n(&report, "commits_during_outages") > 0, "commits stopped during an outage: {report}");
+    assert!(
+        n(&report, "outages_error_reported") >= 1,
+        "no writer said the replica was failing: {report}"
+    );
+    assert!(
+        n(&report, "commits_during_outages") > 0,
+        "commits stopped during an outage: {report}"
+    );
     assert!(n(&report, "restores_checked") >= 5, "{report}");
     stock_litestream_agreed(&report);
 }

@@ -51,9 +51,15 @@ const SABOTAGES: &[&str] = &[
 /// the variable spells it and as the type does (`SkippedFlush`: its `Debug`), the type's own
 /// name (generic code over it names it in the debug information) and the write log's.
 fn hook_names() -> Vec<String> {
-    let mut names: Vec<String> = ["ONESYNC_SABOTAGE", "ONESYNC_REPLICA_SABOTAGE", "ONESYNC_IO_LOG", "Sabotage", "IoLog"]
-        .map(String::from)
-        .to_vec();
+    let mut names: Vec<String> = [
+        "ONESYNC_SABOTAGE",
+        "ONESYNC_REPLICA_SABOTAGE",
+        "ONESYNC_IO_LOG",
+        "Sabotage",
+        "IoLog",
+    ]
+    .map(String::from)
+    .to_vec();
     for kebab in SABOTAGES {
         names.push(kebab.to_string());
         let camel: String = kebab

@@ -144,9 +144,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The lease key of a logical file: FNV-1a of its name.
 fn lease_key(logical: &str) -> u64 {
-    logical
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    logical.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -159,7 +159,13 @@ impl Shipper {
     /// Starts shipping `logical` of `store` (opened read-write from `store_path`) to
     /// `config.url`. A URL that does not parse fails here; an unreachable replica does not
     /// (it is retried, and reported by `status`).
-    pub fn start(store: Store, store_path: &Path, logical: &str, config: Config, log: Logger) -> Result<Shipper, Error> {
+    pub fn start(
+        store: Store,
+        store_path: &Path,
+        logical: &str,
+        config: Config,
+        log: Logger,
+    ) -> Result<Shipper, Error> {
         let client = onesync_ltx::client::open(&config.url)?;
         let inner = Arc::new(Inner {
             store,
@@ -292,7 +298,10 @@ impl Inner {
                 shipping.position = None;
                 let now = Instant::now();
                 shipping.failing_since.get_or_insert(now);
-                if shipping.last_logged.is_none_or(|t| now.duration_since(t) >= LOG_REPEAT) {
+                if shipping
+                    .last_logged
+                    .is_none_or(|t| now.duration_since(t) >= LOG_REPEAT)
+                {
                     shipping.last_logged = Some(now);
                     (self.log)(&format!(
                         "onesync: replication of {} to {} is failing (commits go on and ship once it \
@@ -349,7 +358,10 @@ impl Inner {
             sh.last_snapshot_ms = timestamp;
         }
         sh.position = Some(position);
-        if sh.last_compaction.is_none_or(|t| t.elapsed() >= self.config.compaction_check) {
+        if sh
+            .last_compaction
+            .is_none_or(|t| t.elapsed() >= self.config.compaction_check)
+        {
             // After the batch, so a slow compaction never delays one; a failure leaves the
             // replica restorable (a merged file is written before what it covers goes).
             sh.last_compaction = Some(Instant::now());
@@ -380,7 +392,11 @@ impl Inner {
                     && saved.txid <= newest.max_txid =>
             {
                 // Snapshots: the replica's newest tells when the last was written.
-                sh.last_snapshot_ms = self.client.list(LEVEL_SNAPSHOT)?.last().map_or(0, |f| f.timestamp_ms);
+                sh.last_snapshot_ms = self
+                    .client
+                    .list(LEVEL_SNAPSHOT)?
+                    .last()
+                    .map_or(0, |f| f.timestamp_ms);
                 Ok(Position {
                     txid: newest.max_txid,
                     ..saved
@@ -393,7 +409,13 @@ impl Inner {
     /// Starts a history at `txid`: every page as that TXID at level 0 (unless it is the
     /// first), so that the level-0 files stay a valid history across the change, then a
     /// snapshot at level 9.
-    fn new_generation(&self, sh: &mut Shipping, db: &Database, txid: u64, timestamp: i64) -> Result<Position, Error> {
+    fn new_generation(
+        &self,
+        sh: &mut Shipping,
+        db: &Database,
+        txid: u64,
+        timestamp: i64,
+    ) -> Result<Position, Error> {
         let all = db.all_pages();
         if txid > 1 {
             self.upload(LEVEL_BATCH, &db.ltx(&all, txid, txid, timestamp)?, false)?;

@@ -7,6 +7,7 @@
 //!   bytes, and each is a *consistent prefix*: its `log` (one row per transaction, in commit
 //!   order) replayed gives exactly its `t`, and no transaction appears that began after the
 //!   timestamp asked for.
+//!
 //! Negative control: a replica with one level-0 file removed does not restore.
 //! Skips, saying so, without the sqlite3 CLI; without Go it SKIPs, or fails when CI is set.
 

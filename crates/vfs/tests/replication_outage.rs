@@ -22,7 +22,9 @@ fn remember(_code: i32, msg: &str) {
 }
 
 fn status(conn: &Connection) -> serde_json::Value {
-    let json: String = conn.query_row("PRAGMA onesync_replicate", [], |r| r.get(0)).unwrap();
+    let json: String = conn
+        .query_row("PRAGMA onesync_replicate", [], |r| r.get(0))
+        .unwrap();
     serde_json::from_str(&json).unwrap()
 }
 
@@ -35,7 +37,11 @@ fn commit_rows(conn: &Connection, from: u64, count: u64) -> Duration {
     let mut times: Vec<Duration> = (from..from + count)
         .map(|i| {
             let began = Instant::now();
-            conn.execute("INSERT INTO t(k, v) VALUES (?1, hex(randomblob(100)))", [i as i64]).unwrap();
+            conn.execute(
+                "INSERT INTO t(k, v) VALUES (?1, hex(randomblob(100)))",
+                [i as i64],
+            )
+            .unwrap();
             let took = began.elapsed();
             std::thread::sleep(Duration::from_millis(5));
             took
@@ -90,9 +96,11 @@ fn an_s3_outage_lets_commits_go_on_reports_the_lag_and_catches_up() {
         "file:{}?vfs=onesync&onesync_replicate={escaped}&onesync_replicate_interval_ms=50",
         dir.path().join("app.onesync").display()
     );
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_URI;
+    let flags =
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_URI;
     let conn = Connection::open_with_flags(&uri, flags).unwrap();
-    conn.execute_batch("PRAGMA synchronous=FULL; CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT)").unwrap();
+    conn.execute_batch("PRAGMA synchronous=FULL; CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT)")
+        .unwrap();
 
     let before = commit_rows(&conn, 0, 60);
     wait_for(&conn, Duration::from_secs(10), "shipped", |s| {
@@ -103,9 +111,14 @@ fn an_s3_outage_lets_commits_go_on_reports_the_lag_and_catches_up() {
     server.stop();
     let during = commit_rows(&conn, 1000, 60);
     // The S3 client gives up on an unreachable server within about 10 s.
-    wait_for(&conn, Duration::from_secs(30), "last_error set", |s| s["last_error"].is_string());
+    wait_for(&conn, Duration::from_secs(30), "last_error set", |s| {
+        s["last_error"].is_string()
+    });
     let down = status(&conn);
-    assert!(n(&down, "lag_commits") >= 60, "the lag counts the commits made during the outage: {down}");
+    assert!(
+        n(&down, "lag_commits") >= 60,
+        "the lag counts the commits made during the outage: {down}"
+    );
     assert_eq!(n(&down, "shipped_seq"), shipped_before, "{down}");
     assert!(!down["last_error"].as_str().unwrap().is_empty(), "{down}");
     // Its pace: a commit never waits for the replica (generous for a busy machine).
@@ -115,7 +128,9 @@ fn an_s3_outage_lets_commits_go_on_reports_the_lag_and_catches_up() {
     );
     let logged = LOGGED.lock().unwrap().clone();
     assert!(
-        logged.iter().any(|m| m.contains("replication of main") && m.contains("is failing")),
+        logged
+            .iter()
+            .any(|m| m.contains("replication of main") && m.contains("is failing")),
         "sqlite3_log did not say replication is failing: {logged:?}"
     );
     // The replica as the outage left it (read from the server's files, as a restore after
@@ -130,7 +145,10 @@ fn an_s3_outage_lets_commits_go_on_reports_the_lag_and_catches_up() {
     });
     assert!(n(&status(&conn), "shipped_seq") > shipped_before);
     let logged = LOGGED.lock().unwrap().clone();
-    assert!(logged.iter().any(|m| m.contains("recovered")), "no recovery in sqlite3_log: {logged:?}");
+    assert!(
+        logged.iter().any(|m| m.contains("recovered")),
+        "no recovery in sqlite3_log: {logged:?}"
+    );
 
     let restored = dir.path().join("restored.db");
     restore_to_file(&server.client("bkt", "app").unwrap(), Target::Latest, &restored).unwrap();

@@ -192,7 +192,14 @@ struct RunningWriter {
 }
 
 impl RunningWriter {
-    fn start(exe: &Path, db: &Path, url: &str, number: u64, kind: WriterKind, run: &Run) -> Result<RunningWriter> {
+    fn start(
+        exe: &Path,
+        db: &Path,
+        url: &str,
+        number: u64,
+        kind: WriterKind,
+        run: &Run,
+    ) -> Result<RunningWriter> {
         let mut command = Command::new(exe);
         command
             .arg("__replica-writer")
@@ -210,8 +217,14 @@ impl RunningWriter {
         }
         let mut child = command.spawn().context("starting a writer")?;
         let stdin = child.stdin.take();
-        let stdout = child.stdout.take().ok_or_else(|| anyhow!("a writer without stdout"))?;
-        let mut stderr = child.stderr.take().ok_or_else(|| anyhow!("a writer without stderr"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow!("a writer without stdout"))?;
+        let mut stderr = child
+            .stderr
+            .take()
+            .ok_or_else(|| anyhow!("a writer without stderr"))?;
         let lines = Arc::new(Mutex::new(Vec::new()));
         let reader = {
             let lines = lines.clone();
@@ -220,7 +233,10 @@ impl RunningWriter {
                 let mut line = String::new();
                 // A line without its newline was cut by the kill: not a report.
                 while reader.read_line(&mut line).unwrap_or(0) > 0 && line.ends_with('\n') {
-                    lines.lock().unwrap_or_else(|e| e.into_inner()).push(line.trim_end().to_owned());
+                    lines
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(line.trim_end().to_owned());
                     line.clear();
                 }
             })
@@ -282,11 +298,19 @@ impl RunningWriter {
         let stderr = self.join_readers();
         self.drain(ledger)?;
         if let Some(status) = early {
-            bail!("a {} writer ended by itself ({status}): {}", self.kind.name(), stderr.trim());
+            bail!(
+                "a {} writer ended by itself ({status}): {}",
+                self.kind.name(),
+                stderr.trim()
+            );
         }
         use std::os::unix::process::ExitStatusExt;
         if status.signal() != Some(libc::SIGKILL) {
-            bail!("a {} writer ended with {status}, not by SIGKILL: {}", self.kind.name(), stderr.trim());
+            bail!(
+                "a {} writer ended with {status}, not by SIGKILL: {}",
+                self.kind.name(),
+                stderr.trim()
+            );
         }
         Ok(())
     }
@@ -309,14 +333,21 @@ impl RunningWriter {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                bail!("a {} writer did not close within {CATCH_UP_LIMIT:?}", self.kind.name());
+                bail!(
+                    "a {} writer did not close within {CATCH_UP_LIMIT:?}",
+                    self.kind.name()
+                );
             }
             thread::sleep(Duration::from_millis(10));
         };
         let stderr = self.join_readers();
         self.drain(ledger)?;
         if !status.success() {
-            bail!("a {} writer failed ({status}): {}", self.kind.name(), stderr.trim());
+            bail!(
+                "a {} writer failed ({status}): {}",
+                self.kind.name(),
+                stderr.trim()
+            );
         }
         Ok(())
     }
@@ -376,7 +407,11 @@ impl Replica {
 
 pub fn run(args: &ReplicationTortureArgs) -> Result<ExitCode> {
     if args.min_delay_ms > args.max_delay_ms {
-        bail!("--min-delay-ms ({}) is larger than --max-delay-ms ({})", args.min_delay_ms, args.max_delay_ms);
+        bail!(
+            "--min-delay-ms ({}) is larger than --max-delay-ms ({})",
+            args.min_delay_ms,
+            args.max_delay_ms
+        );
     }
     if args.negative_control.is_some() {
         crate::hooks::needs_test_hooks("replication-torture --negative-control")?;
@@ -394,6 +429,12 @@ pub fn run(args: &ReplicationTortureArgs) -> Result<ExitCode> {
     let seed = args.seed.unwrap_or_else(rand::random);
     let work = output::work_dir("onesync-replication-", None, args.dir.as_deref())?;
     let mut replica = Replica::open(args, work.path(), &go_bin)?;
+    // The last connection (`finish`) replicates from this process: its S3 client reads the
+    // server's credentials from the environment, as the writers' do. No other thread of
+    // this process reads the environment yet.
+    for (key, value) in &replica.env {
+        std::env::set_var(key, value);
+    }
     let mut summary = Summary {
         seed,
         replica: if args.s3 { "s3" } else { "file" },
@@ -452,7 +493,10 @@ pub fn run(args: &ReplicationTortureArgs) -> Result<ExitCode> {
     if let Some(failure) = &summary.first_failure {
         eprintln!("replication-torture: FAILED: {failure}");
         let kept = work.keep();
-        eprintln!("replication-torture: the store and the replica are kept in {}", kept.display());
+        eprintln!(
+            "replication-torture: the store and the replica are kept in {}",
+            kept.display()
+        );
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
@@ -512,7 +556,9 @@ fn torture(
                 });
             }
         }
-        thread::sleep(Duration::from_millis(rng.random_range(args.min_delay_ms..=args.max_delay_ms)));
+        thread::sleep(Duration::from_millis(
+            rng.random_range(args.min_delay_ms..=args.max_delay_ms),
+        ));
         for w in writers.iter_mut() {
             w.drain(&mut ledger)?;
         }
@@ -539,13 +585,15 @@ fn torture(
                 summary.outages_error_reported += u64::from(ledger.error_reports > o.errors_before);
                 outage = None;
                 let server = replica.server.as_mut().ok_or_else(|| anyhow!("no server"))?;
-                server.start_again().map_err(|e| anyhow!("starting the S3 server again: {e}"))?;
+                server
+                    .start_again()
+                    .map_err(|e| anyhow!("starting the S3 server again: {e}"))?;
                 let waited = catch_up(&mut writers, &mut ledger)
                     .with_context(|| format!("after the outage ending at kill {kill}"))?;
                 summary.max_catch_up_ms = summary.max_catch_up_ms.max(waited.as_millis() as u64);
             }
         }
-        if outage.is_none() && kill % args.check_every.max(1) == 0 {
+        if outage.is_none() && kill.is_multiple_of(args.check_every.max(1)) {
             for w in writers.iter_mut() {
                 w.drain(&mut ledger)?;
             }
@@ -574,7 +622,9 @@ fn torture(
     }
     bar.finish_and_clear();
     if let Some(server) = replica.server.as_mut() {
-        server.start_again().map_err(|e| anyhow!("starting the S3 server again: {e}"))?;
+        server
+            .start_again()
+            .map_err(|e| anyhow!("starting the S3 server again: {e}"))?;
     }
     for w in writers {
         w.close(&mut ledger)?;
@@ -632,10 +682,16 @@ fn finish(
     let (store_t, store_log) = read_tables(&conn).context("the store at the end")?;
     drop(conn);
     let in_store: std::collections::HashSet<(u64, u64)> = store_log.iter().map(|&(_, w, n)| (w, n)).collect();
-    if let Some((seq, w, n)) = ledger.commits.iter().find(|&&(_, w, n)| !in_store.contains(&(w, n))) {
+    if let Some((seq, w, n)) = ledger
+        .commits
+        .iter()
+        .find(|&&(_, w, n)| !in_store.contains(&(w, n)))
+    {
         bail!("commit {w}.{n} (seq {seq}) was reported committed but the store lacks it");
     }
-    summary.files = checker.check_files(replica.client.as_ref()).context("the replica at the end")? as u64;
+    summary.files = checker
+        .check_files(replica.client.as_ref())
+        .context("the replica at the end")? as u64;
     let all: Vec<(u64, u64)> = ledger.commits.iter().map(|&(_, w, n)| (w, n)).collect();
     let last = checker
         .check_restore(replica.client.as_ref(), scratch, &all)

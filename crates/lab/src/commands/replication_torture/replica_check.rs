@@ -75,7 +75,9 @@ impl ReplicaChecker {
         let mut count = 0;
         for level in 0..=9u32 {
             let files = self.again_on_failure(|| {
-                let files = client.list(level).with_context(|| format!("listing level {level}"))?;
+                let files = client
+                    .list(level)
+                    .with_context(|| format!("listing level {level}"))?;
                 check_level(level, &files)?;
                 Ok(files)
             })?;
@@ -109,14 +111,18 @@ impl ReplicaChecker {
         let key = (f.level, f.min_txid, f.max_txid);
         match self.seen.get(&key) {
             Some(&(size, _)) if size != f.size => {
-                bail!("{f} was written twice: {size} bytes when first seen, {} now", f.size)
+                bail!(
+                    "{f} was written twice: {size} bytes when first seen, {} now",
+                    f.size
+                )
             }
             Some(_) => Ok(()),
             None => {
                 // Deleted (compaction's retention) between the listing and the read: fine.
                 let Ok(bytes) = client.read(f) else { return Ok(()) };
                 self.files_hashed += 1;
-                self.seen.insert(key, (bytes.len() as u64, fnv(&bytes, FNV_START)));
+                self.seen
+                    .insert(key, (bytes.len() as u64, fnv(&bytes, FNV_START)));
                 Ok(())
             }
         }
@@ -179,7 +185,10 @@ impl ReplicaChecker {
         let mut at: BTreeMap<usize, u64> = BTreeMap::new();
         for &(len, _) in &self.prefixes {
             if len > final_log.len() {
-                bail!("a restore held {len} log rows, more than the store's {}", final_log.len());
+                bail!(
+                    "a restore held {len} log rows, more than the store's {}",
+                    final_log.len()
+                );
             }
             at.insert(len, 0);
         }
@@ -195,7 +204,10 @@ impl ReplicaChecker {
         }
         for (k, &(len, print)) in self.prefixes.iter().enumerate() {
             if at[&len] != print {
-                bail!("restore {} ({len} log rows) is not a prefix of the store's log", k + 1);
+                bail!(
+                    "restore {} ({len} log rows) is not a prefix of the store's log",
+                    k + 1
+                );
             }
         }
         Ok(())
@@ -214,7 +226,11 @@ fn check_level(level: u32, files: &[FileInfo]) -> Result<()> {
     for pair in files.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
         if b.min_txid <= a.max_txid {
-            bail!("duplicate TXIDs at level {level}: {} overlaps {}", b.name(), a.name());
+            bail!(
+                "duplicate TXIDs at level {level}: {} overlaps {}",
+                b.name(),
+                a.name()
+            );
         }
         if b.min_txid != a.max_txid + 1 {
             bail!("a gap at level {level}: {} then {}", a.name(), b.name());
@@ -238,13 +254,20 @@ pub fn read_tables(conn: &Connection) -> Result<(BTreeMap<u64, String>, Vec<LogR
         .prepare("SELECT k, v FROM t ORDER BY k")?
         .query_map([], |r| {
             let v: String = r.get(1)?;
-            Ok((r.get::<_, i64>(0)? as u64, v.split(':').next().unwrap_or_default().to_owned()))
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                v.split(':').next().unwrap_or_default().to_owned(),
+            ))
         })?
         .collect::<rusqlite::Result<_>>()?;
     let log = conn
         .prepare("SELECT id, w, n FROM log ORDER BY id")?
         .query_map([], |r| {
-            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64))
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get::<_, i64>(1)? as u64,
+                r.get::<_, i64>(2)? as u64,
+            ))
         })?
         .collect::<rusqlite::Result<_>>()?;
     Ok((t, log))
@@ -272,9 +295,16 @@ pub fn check_consistent(t: &BTreeMap<u64, String>, log: &[LogRow]) -> Result<()>
             .iter()
             .find(|(k, v)| t.get(k) != Some(v))
             .map(|(k, v)| format!("key {k}: the log gives {v:?}, t holds {:?}", t.get(k)))
-            .or_else(|| t.keys().find(|k| !expect.contains_key(k)).map(|k| format!("key {k} should be gone")))
+            .or_else(|| {
+                t.keys()
+                    .find(|k| !expect.contains_key(k))
+                    .map(|k| format!("key {k} should be gone"))
+            })
             .unwrap_or_default();
-        bail!("not a consistent prefix: t is not what its {} log rows give ({differ})", log.len());
+        bail!(
+            "not a consistent prefix: t is not what its {} log rows give ({differ})",
+            log.len()
+        );
     }
     Ok(())
 }

@@ -100,7 +100,11 @@ pub fn open_replicated(db: &Path, url: &str, interval_ms: u64, kind: WriterKind)
         parameters.push_str("&concurrent=1");
     }
     let conn = open_onesync_with(db, false, &parameters)?;
-    let level = if kind == WriterKind::Normal { "NORMAL" } else { "FULL" };
+    let level = if kind == WriterKind::Normal {
+        "NORMAL"
+    } else {
+        "FULL"
+    };
     conn.execute_batch(&format!("PRAGMA synchronous={level}"))?;
     Ok(conn)
 }
@@ -186,7 +190,7 @@ pub fn run(args: &WriterArgs) -> Result<()> {
             .seq
             .ok_or_else(|| anyhow!("PRAGMA onesync_commit names no commit after {}.{n}", args.writer))?;
         print_line(&format!("committed {} {n} {seq}", args.writer))?;
-        if n % STATUS_EVERY == 0 {
+        if n.is_multiple_of(STATUS_EVERY) {
             let s = replicate_status(&conn)?;
             print_line(&format!(
                 "status {} {} {} {} {}",
