@@ -136,7 +136,7 @@ fn an_s3_outage_lets_commits_go_on_reports_the_lag_and_catches_up() {
     // The replica as the outage left it (read from the server's files, as a restore after
     // a lost server would): none of the outage's commits.
     let outage_copy = dir.path().join("outage-copy");
-    copy_dir(&server.bucket_dir("bkt"), &outage_copy);
+    copy_as_directory_replica(&server.bucket_dir("bkt").join("app"), &outage_copy);
 
     server.start_again().unwrap();
     commit_rows(&conn, 2000, 10);
@@ -157,7 +157,7 @@ fn an_s3_outage_lets_commits_go_on_reports_the_lag_and_catches_up() {
     assert_eq!(rows(&plain).len(), 130);
 
     // The control: the copy taken during the outage restores without the outage's commits.
-    let copy = onesync_ltx::client::file::FileClient::new(outage_copy.join("app"));
+    let copy = onesync_ltx::client::file::FileClient::new(&outage_copy);
     let old = dir.path().join("old.db");
     restore_to_file(&copy, Target::Latest, &old).unwrap();
     let old = Connection::open_with_flags(&old, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
@@ -166,15 +166,20 @@ fn an_s3_outage_lets_commits_go_on_reports_the_lag_and_catches_up() {
     server.stop();
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
+/// The S3 replica's objects (`<prefix>/<level %04x>/NAME`, files of the server's POSIX
+/// backend) copied into a directory replica's layout (`ltx/<level>/NAME`).
+fn copy_as_directory_replica(prefix: &Path, to: &Path) {
+    for level in 0..=9u32 {
+        let Ok(entries) = std::fs::read_dir(prefix.join(format!("{level:04x}"))) else {
+            continue;
+        };
+        let dir = to.join("ltx").join(level.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        for entry in entries {
+            let entry = entry.unwrap();
+            if entry.file_name().to_string_lossy().ends_with(".ltx") {
+                std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+            }
         }
     }
 }
