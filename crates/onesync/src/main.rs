@@ -61,7 +61,7 @@ enum Command {
         /// The state after this TXID (hexadecimal, as in the replica's file names)
         #[arg(long)]
         txid: Option<String>,
-        /// The state as of this time (RFC 3339: 2026-12-07T10:00:00Z)
+        /// The state as of this time (RFC 3339: YYYY-MM-DDTHH:MM:SSZ)
         #[arg(long)]
         timestamp: Option<String>,
         /// Write a onesync store rather than a plain SQLite file

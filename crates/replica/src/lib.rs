@@ -7,38 +7,21 @@
 //! - `position`: where shipping stands, saved beside the store, and why a lower bound of
 //!   it is enough.
 //! - `pages`: SQLite's pages out of a store snapshot, and LTX files of them.
+//! - `error`: what goes wrong while replicating.
 //! - `sabotage`: defects put back for negative controls (feature `test-hooks` only).
 //!
 //! The store's commit chain is not kept for the shipper: each batch ships the newest
 //! content of every page changed since the last one (`Snapshot::changed_since`), as one
 //! TXID, so a replica lagging through an outage costs no space in the store.
 
+mod error;
 mod pages;
 pub mod position;
 #[cfg(feature = "test-hooks")]
 pub mod sabotage;
 pub mod shipper;
 
+pub use error::Error;
 #[cfg(feature = "test-hooks")]
 pub use sabotage::Sabotage;
 pub use shipper::{Config, Logger, Shipper, Status};
-
-/// What goes wrong while replicating.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The replica (its URL, the object store, a file of it).
-    #[error(transparent)]
-    Replica(#[from] onesync_ltx::Error),
-    /// The store.
-    #[error(transparent)]
-    Store(#[from] onesync_store::Error),
-    /// The logical file does not hold a database SQLite could have written.
-    #[error("not a SQLite database: {0}")]
-    NotADatabase(String),
-    /// Merging files into higher levels, or retention.
-    #[error("compaction: {0}")]
-    Compaction(String),
-    /// This machine's files beside the store.
-    #[error("{0}")]
-    Local(String),
-}

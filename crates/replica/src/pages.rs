@@ -7,7 +7,7 @@ use onesync_ltx::format::HEADER_FLAG_NO_CHECKSUM;
 use onesync_ltx::{lock_pgno, Header, LtxFile, Page};
 use onesync_store::{FileId, Snapshot};
 
-use crate::Error;
+use crate::error::Error;
 
 /// One logical file of a snapshot seen as a SQLite database.
 pub(crate) struct Database<'a> {

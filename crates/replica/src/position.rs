@@ -15,7 +15,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::Error;
+use crate::error::Error;
 
 /// The store file, as the position knows it: a restored or replaced file at the same path
 /// is another file, whose history the replica does not hold.

@@ -29,9 +29,9 @@ use onesync_ltx::client::ReplicaClient;
 use onesync_ltx::compact::{compact, CompactionPolicy};
 use onesync_store::Store;
 
+use crate::error::Error;
 use crate::pages::Database;
 use crate::position::{self, Position, StoreIdentity};
-use crate::Error;
 
 /// Level of the files each shipped batch goes to, and of snapshots (Litestream's).
 const LEVEL_BATCH: u32 = 0;
@@ -128,7 +128,7 @@ struct Inner {
     wake: Condvar,
     /// A defect put back for a negative control (feature `test-hooks` only).
     #[cfg(feature = "test-hooks")]
-    sabotage: Option<crate::Sabotage>,
+    sabotage: Option<crate::sabotage::Sabotage>,
 }
 
 /// Ships one logical file of a store while it lives.
@@ -184,7 +184,7 @@ impl Shipper {
             stopping: Mutex::new(false),
             wake: Condvar::new(),
             #[cfg(feature = "test-hooks")]
-            sabotage: crate::Sabotage::from_env(),
+            sabotage: crate::sabotage::Sabotage::from_env(),
         });
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
@@ -436,7 +436,7 @@ impl Inner {
     /// Negative controls (`crate::sabotage`): never, without the feature `test-hooks`.
     #[cfg(feature = "test-hooks")]
     fn lease_ignored(&self) -> bool {
-        self.sabotage == Some(crate::Sabotage::ReplicationLeaseIgnored)
+        self.sabotage == Some(crate::sabotage::Sabotage::ReplicationLeaseIgnored)
     }
     #[cfg(not(feature = "test-hooks"))]
     fn lease_ignored(&self) -> bool {
@@ -444,7 +444,7 @@ impl Inner {
     }
     #[cfg(feature = "test-hooks")]
     fn position_saved_ahead(&self) -> bool {
-        self.sabotage == Some(crate::Sabotage::PositionSavedAhead)
+        self.sabotage == Some(crate::sabotage::Sabotage::PositionSavedAhead)
     }
     #[cfg(not(feature = "test-hooks"))]
     fn position_saved_ahead(&self) -> bool {

@@ -21,7 +21,7 @@ pub fn target(txid: Option<&str>, timestamp: Option<&str>) -> Result<Target> {
             .map_err(|_| anyhow!("--txid {t:?} is not a TXID (hexadecimal, as Litestream names files)")),
         (None, Some(ts)) => onesync_ltx::client::s3::parse_rfc3339_ms(ts)
             .map(Target::Timestamp)
-            .ok_or_else(|| anyhow!("--timestamp {ts:?} is not an RFC 3339 time (2026-12-07T10:00:00Z)")),
+            .ok_or_else(|| anyhow!("--timestamp {ts:?} is not an RFC 3339 time (YYYY-MM-DDTHH:MM:SSZ)")),
         (None, None) => Ok(Target::Latest),
     }
 }
