@@ -18,7 +18,8 @@ mod vm;
 mod workloads;
 
 use commands::{
-    bench, explore, flash, mvbt, report, store_bench, torture, vfs_concurrency, vfs_kill_torture,
+    bench, explore, flash, mvbt, replication_torture, report, store_bench, torture, vfs_concurrency,
+    vfs_kill_torture,
 };
 
 use std::process::ExitCode;
@@ -84,6 +85,11 @@ enum Command {
     /// Kill a child running bank transfers through SQLite with SIGKILL at random moments;
     /// after each kill check integrity, conservation of money and every reported commit
     VfsKillTorture(vfs_kill_torture::KillTortureArgs),
+    /// Writer processes (FULL, NORMAL, concurrent=1) replicating one database; SIGKILL of a
+    /// random one (often the shipping one) at random moments, with --s3 outages of the S3
+    /// server; after each kill: no gap or duplicate TXID, restore succeeds, is a consistent
+    /// prefix and holds every commit reported shipped; at the end stock Litestream agrees
+    ReplicationTorture(replication_torture::ReplicationTortureArgs),
     /// Transactions per second of one-row inserts through the onesync VFS from 1 thread and
     /// from N threads, checking each COMMIT is durable when it returns
     VfsConcurrency(vfs_concurrency::ConcurrencyArgs),
@@ -125,6 +131,9 @@ enum Command {
     /// The child process of vfs-kill-torture (not for direct use)
     #[command(name = "__transfer-child", hide = true)]
     TransferChild(vfs_kill_torture::TransferChildArgs),
+    /// A writer process of replication-torture (not for direct use)
+    #[command(name = "__replica-writer", hide = true)]
+    ReplicaWriter(replication_torture::WriterArgs),
 }
 
 /// The command line of `onesync-lab` (and of `onesync-lab-hooked`): parse, dispatch, report.
@@ -136,6 +145,7 @@ pub fn main_entry() -> ExitCode {
         Command::Torture(args) => torture::run(args),
         Command::StoreBench(args) => store_bench::run(args).map(|()| ExitCode::SUCCESS),
         Command::VfsKillTorture(args) => vfs_kill_torture::run(args),
+        Command::ReplicationTorture(args) => replication_torture::run(args),
         Command::VfsConcurrency(args) => vfs_concurrency::run(args),
         Command::Flash(args) => flash::run(args),
         Command::Mvbt(args) => mvbt::run(args),
@@ -149,6 +159,7 @@ pub fn main_entry() -> ExitCode {
         Command::BenchWritersChild(args) => bench::run_writers_child(args).map(|()| ExitCode::SUCCESS),
         Command::BenchScaleChild(args) => bench::run_scale_child(args).map(|()| ExitCode::SUCCESS),
         Command::TransferChild(args) => vfs_kill_torture::run_child(args).map(|()| ExitCode::SUCCESS),
+        Command::ReplicaWriter(args) => replication_torture::run_writer(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {
         Ok(code) => code,

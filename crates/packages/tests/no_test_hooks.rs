@@ -42,15 +42,24 @@ const SABOTAGES: &[&str] = &[
     "moved-pages-unflushed",
     "store-journal-in-memory",
     "multi-file-commit-deferred",
+    // onesync-replica's (`ONESYNC_REPLICA_SABOTAGE`).
+    "replication-lease-ignored",
+    "position-saved-ahead",
 ];
 
 /// Every name a test hook would leave in a build: the variables, each sabotage's name as
 /// the variable spells it and as the type does (`SkippedFlush`: its `Debug`), the type's own
 /// name (generic code over it names it in the debug information) and the write log's.
 fn hook_names() -> Vec<String> {
-    let mut names: Vec<String> = ["ONESYNC_SABOTAGE", "ONESYNC_IO_LOG", "Sabotage", "IoLog"]
-        .map(String::from)
-        .to_vec();
+    let mut names: Vec<String> = [
+        "ONESYNC_SABOTAGE",
+        "ONESYNC_REPLICA_SABOTAGE",
+        "ONESYNC_IO_LOG",
+        "Sabotage",
+        "IoLog",
+    ]
+    .map(String::from)
+    .to_vec();
     for kebab in SABOTAGES {
         names.push(kebab.to_string());
         let camel: String = kebab
@@ -144,6 +153,7 @@ fn no_shipped_artifact_holds_a_test_hook() {
             let found = hooks_in(&bytes, &names);
             for name in [
                 "ONESYNC_SABOTAGE",
+                "ONESYNC_REPLICA_SABOTAGE",
                 "ONESYNC_IO_LOG",
                 "skipped-flush",
                 "SkippedFlush",

@@ -7,6 +7,8 @@
 //! - `position`: where shipping stands, saved beside the store, and why a lower bound of
 //!   it is enough.
 //! - `pages`: SQLite's pages out of a store snapshot, and LTX files of them.
+//! - `error`: what goes wrong while replicating.
+//! - `sabotage`: defects put back for negative controls (feature `test-hooks` only).
 //!
 //! The store's commit chain is not kept for the shipper: each batch ships the newest
 //! content of every page changed since the last one (`Snapshot::changed_since`), as one
@@ -15,7 +17,11 @@
 mod error;
 mod pages;
 pub mod position;
+#[cfg(feature = "test-hooks")]
+pub mod sabotage;
 pub mod shipper;
 
 pub use error::Error;
+#[cfg(feature = "test-hooks")]
+pub use sabotage::Sabotage;
 pub use shipper::{Config, Logger, Shipper, Status};

@@ -127,6 +127,9 @@ struct Inner {
     shipped_at: Mutex<Option<Instant>>,
     stopping: Mutex<bool>,
     wake: Condvar,
+    /// A defect put back for a negative control (feature `test-hooks` only).
+    #[cfg(feature = "test-hooks")]
+    sabotage: Option<crate::sabotage::Sabotage>,
 }
 
 /// Ships one logical file of a store while it lives.
@@ -182,6 +185,8 @@ impl Shipper {
             shipped_at: Mutex::new(None),
             stopping: Mutex::new(false),
             wake: Condvar::new(),
+            #[cfg(feature = "test-hooks")]
+            sabotage: crate::sabotage::Sabotage::from_env(),
         });
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
@@ -286,8 +291,9 @@ impl Inner {
     fn status(&self) -> Status {
         let mut status = lock(&self.status).clone();
         let durable = self.store.durable_seq();
-        if !status.shipping {
-            // Another process ships: its saved position says how far.
+        if !status.shipping || status.shipped_seq == 0 {
+            // Another process ships, or this one has not listed the replica yet (it may be
+            // unreachable): the saved position says how far shipping got.
             if let Some(saved) = Position::load(&self.position_path) {
                 status.txid = saved.txid;
                 status.shipped_seq = saved.seq;
@@ -350,7 +356,7 @@ impl Inner {
     /// One tick (the module's steps). Returns whether this process ships.
     fn tick(&self, sh: &mut Shipping) -> Result<bool, Error> {
         if !sh.leased {
-            if !self.store.try_lock_replication(self.lease_key)? {
+            if !self.store.try_lock_replication(self.lease_key)? && !self.lease_ignored() {
                 return Ok(false);
             }
             sh.leased = true;
@@ -465,6 +471,24 @@ impl Inner {
         Ok(position)
     }
 
+    /// Negative controls (`crate::sabotage`): never, without the feature `test-hooks`.
+    #[cfg(feature = "test-hooks")]
+    fn lease_ignored(&self) -> bool {
+        self.sabotage == Some(crate::sabotage::Sabotage::ReplicationLeaseIgnored)
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    fn lease_ignored(&self) -> bool {
+        false
+    }
+    #[cfg(feature = "test-hooks")]
+    fn position_saved_ahead(&self) -> bool {
+        self.sabotage == Some(crate::sabotage::Sabotage::PositionSavedAhead)
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    fn position_saved_ahead(&self) -> bool {
+        false
+    }
+
     fn upload(&self, level: u32, file: &onesync_ltx::LtxFile, snapshot: bool) -> Result<(), Error> {
         let info = self.client.write(level, file)?;
         let mut status = lock(&self.status);
@@ -476,6 +500,16 @@ impl Inner {
 
     /// Saves the position; a failure only costs pages shipped again later (`position.rs`).
     fn save(&self, position: &Position) {
+        let ahead;
+        let position = if self.position_saved_ahead() {
+            ahead = Position {
+                seq: self.store.durable_seq(),
+                ..position.clone()
+            };
+            &ahead
+        } else {
+            position
+        };
         if let Err(e) = position.save(&self.position_path) {
             (self.log)(&format!("onesync: {e}"));
         }

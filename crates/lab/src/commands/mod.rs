@@ -5,6 +5,7 @@ pub mod explore;
 pub mod flash;
 pub mod kernel_torture;
 pub mod mvbt;
+pub mod replication_torture;
 pub mod report;
 pub mod store_bench;
 pub mod torture;
