@@ -15,6 +15,7 @@ pub const CRATES: &[&str] = &[
     "onesync-store",
     "onesync-ltx",
     "onesync-replica",
+    "onesync-follow",
     "onesync-vfs",
     "onesync",
 ];
@@ -39,7 +40,7 @@ pub fn cargo(ws: &Workspace) -> Command {
 /// temporary local registry. The working tree is packaged as it is (`--allow-dirty`).
 ///
 /// `--no-verify`: cargo's verification builds each `.crate` alone in a debug build (the
-/// seven crates and all their dependencies, minutes on two cores, most of what building the
+/// eight crates and all their dependencies, minutes on two cores, most of what building the
 /// packages took). crates/packages/tests/rust.rs builds the packaged crates in a fresh
 /// project outside the workspace instead (and installs the `onesync` command from its
 /// `.crate`), which is the same check made the way a user gets them.

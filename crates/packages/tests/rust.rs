@@ -132,8 +132,8 @@ fn rust_crates_from_their_packages() {
             install_patches.push(format!("patch.crates-io.{name}.path={unpacked:?}"));
         }
     }
-    // src/rust.rs CRATES: codec, mapping, store, ltx, replica, vfs, onesync.
-    assert_eq!(crates.len(), 7, "{crates:?}");
+    // src/rust.rs CRATES: codec, mapping, store, ltx, replica, follow, vfs, onesync.
+    assert_eq!(crates.len(), 8, "{crates:?}");
 
     let dir = std::env::temp_dir().join(format!("onesync-rust-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
