@@ -56,6 +56,11 @@ pub fn path_for(store_path: &Path, logical: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// How long ago the position at `path` was last saved.
+pub fn saved_age(path: &Path) -> Option<std::time::Duration> {
+    fs::metadata(path).ok()?.modified().ok()?.elapsed().ok()
+}
+
 impl Position {
     fn encode(&self) -> String {
         format!(

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use onesync_ltx::client::ReplicaClient;
 use onesync_ltx::compact::{compact, CompactionPolicy};
+use onesync_ltx::replica::now_ms;
 use onesync_store::Store;
 
 use crate::error::Error;
@@ -36,6 +37,8 @@ use crate::position::{self, Position, StoreIdentity};
 /// Level of the files each shipped batch goes to, and of snapshots (Litestream's).
 const LEVEL_BATCH: u32 = 0;
 const LEVEL_SNAPSHOT: u32 = 9;
+/// How long a close waits for the replica to hold this process's commits.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// While uploads fail, how often the failure is logged again.
 const LOG_REPEAT: Duration = Duration::from_secs(60);
 
@@ -83,8 +86,8 @@ pub struct Status {
     pub shipped_seq: u64,
     /// Commits of the store durable here and not yet known shipped.
     pub lag_commits: u64,
-    /// How long the oldest of them may have waited: since the state last shipped was
-    /// taken (0 when nothing waits).
+    /// How long the oldest of them may have waited: since the state last shipped was taken
+    /// (in another process: since it last saved its position; 0 when nothing waits).
     pub lag_ms: u64,
     /// The last tick's error, until a tick succeeds.
     pub last_error: Option<String>,
@@ -148,12 +151,6 @@ fn lease_key(logical: &str) -> u64 {
     logical.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl Shipper {
@@ -251,8 +248,11 @@ impl Shipper {
 }
 
 impl Drop for Shipper {
-    /// Stops the thread; a shipper whose last tick succeeded ships what is durable once
-    /// more first (so a clean close leaves the replica current), then lets the lease go.
+    /// Stops the thread. While the replica is up, first waits (at most `CLOSE_WAIT`) until
+    /// it holds every commit durable here: shipped by this process, or by the one holding
+    /// the lease (which may be closing too, its last batch taken before these commits: then
+    /// the lease comes free and this process ships them). So a clean close leaves the
+    /// replica current. Then lets the lease go.
     fn drop(&mut self) {
         *lock(&self.inner.stopping) = true;
         self.inner.wake.notify_all();
@@ -261,7 +261,8 @@ impl Drop for Shipper {
         }
         let healthy = lock(&self.inner.status).last_error.is_none();
         if healthy {
-            let _ = self.inner.tick_and_report();
+            let durable = self.inner.store.durable_seq();
+            let _ = self.wait_shipped(durable, Some(Instant::now() + CLOSE_WAIT));
         }
         let mut shipping = lock(&self.inner.shipping);
         if shipping.leased {
@@ -300,12 +301,14 @@ impl Inner {
             }
         }
         status.lag_commits = durable.saturating_sub(status.shipped_seq);
-        if status.lag_commits == 0 {
-            status.lag_ms = 0;
+        status.lag_ms = if status.lag_commits == 0 {
+            0
         } else if status.shipping {
-            let since = *lock(&self.shipped_at);
-            status.lag_ms = since.map_or(0, |t| t.elapsed().as_millis() as u64);
-        }
+            lock(&self.shipped_at).map_or(0, |t| t.elapsed().as_millis() as u64)
+        } else {
+            // The shipping process saves its position after each upload.
+            position::saved_age(&self.position_path).map_or(0, |age| age.as_millis() as u64)
+        };
         status
     }
 

@@ -26,39 +26,9 @@ fn open_replicated(db: &Path, replica: &Path) -> String {
     )
 }
 
-fn run_script(script: &str) -> String {
-    let mut child = common::spawn_sqlite3_cli(true);
-    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stderr.is_empty(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    stdout
-}
-
-/// The rows of `t` in a plain SQLite file, and its integrity check.
-fn plain_rows(path: &Path) -> (Vec<(i64, String)>, String) {
-    let conn =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let rows = conn
-        .prepare("SELECT k, v FROM t ORDER BY k")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let check: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    (rows, check)
-}
-
 /// The rows of `t` in the store, read through the VFS.
 fn store_rows(db: &Path) -> Vec<(i64, String)> {
-    let out = run_script(&format!(
+    let out = common::sqlite3_script(&format!(
         ".load {}\n.open 'file:{}?vfs=onesync'\n.mode list\n.separator |\nSELECT k, v FROM t ORDER BY k;\n",
         common::cdylib().with_extension("").display(),
         db.display()
@@ -107,7 +77,7 @@ fn a_replicated_database_restores_to_what_the_store_holds() {
         }
     }
     script.push_str("PRAGMA onesync_replicate;\n");
-    let out = run_script(&script);
+    let out = common::sqlite3_script(&script);
     let status: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     assert_eq!(status["shipping"], true, "{status}");
     assert_eq!(status["last_error"], serde_json::Value::Null, "{status}");
@@ -117,7 +87,7 @@ fn a_replicated_database_restores_to_what_the_store_holds() {
     let restored = dir.path().join("restored.db");
     let r = restore_to_file(&FileClient::new(&replica), Target::Latest, &restored).unwrap();
     assert_eq!(r.txid, last);
-    let (rows, check) = plain_rows(&restored);
+    let (rows, check) = common::plain_table_t(&restored);
     assert_eq!(check, "ok");
     assert_eq!(rows.len(), 40);
     assert_eq!(rows, store_rows(&db));
@@ -130,7 +100,7 @@ fn another_process_takes_over_when_the_shipper_is_killed() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (db, replica) = (dir.path().join("app.onesync"), dir.path().join("replica"));
-    run_script(&format!(
+    common::sqlite3_script(&format!(
         "{}CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT);\n",
         open_replicated(&db, &replica)
     ));
@@ -199,7 +169,7 @@ fn another_process_takes_over_when_the_shipper_is_killed() {
     }
     let restored = dir.path().join("restored.db");
     restore_to_file(&FileClient::new(&replica), Target::Latest, &restored).unwrap();
-    let (rows, check) = plain_rows(&restored);
+    let (rows, check) = common::plain_table_t(&restored);
     assert_eq!(check, "ok");
     assert_eq!(rows.len(), 80, "every commit of both processes");
     assert_contiguous(&replica);
@@ -273,7 +243,7 @@ fn open_with(db: &Path, replica: &Path, extra: &str) -> String {
 fn rows_in_copy(dir: &Path, copy: &Path) -> usize {
     let out = dir.join(format!("{}.db", copy.file_name().unwrap().to_string_lossy()));
     match restore_to_file(&FileClient::new(copy), Target::Latest, &out) {
-        Ok(_) => plain_rows(&out).0.len(),
+        Ok(_) => common::plain_table_t(&out).0.len(),
         Err(_) => 0,
     }
 }
@@ -300,7 +270,7 @@ fn synchronous_replication_returns_from_commit_once_the_replica_holds_it() {
             r = replica.display(),
             c = copy.display()
         ));
-        run_script(&script);
+        common::sqlite3_script(&script);
         let rows = rows_in_copy(dir.path(), &copy);
         if sync {
             assert_eq!(rows, 10, "every COMMIT that returned is in the replica");
@@ -353,5 +323,5 @@ fn synchronous_replication_past_its_timeout_keeps_the_commit_and_refuses_the_nex
     );
     let restored = dir.path().join("restored.db");
     restore_to_file(&FileClient::new(&replica), Target::Latest, &restored).unwrap();
-    assert_eq!(plain_rows(&restored).0.len(), 3);
+    assert_eq!(common::plain_table_t(&restored).0.len(), 3);
 }

@@ -250,10 +250,8 @@ impl StoreDb {
         };
         let members: Vec<u64> = ct.members.keys().copied().collect();
         let helps = others || self.store.waiting_writers.load(Relaxed) > 0 || self.store.contended_recently();
-        // Synchronous replication waits here, before COMMIT returns, never after the unlock.
-        if !self.replicate_sync
-            && wait_at(self.connection.unlocks_after_commit(&members), helps) == WaitAt::Unlock
-        {
+        let unlocks = self.connection.unlocks_after_commit(&members);
+        if wait_at(unlocks, helps, self.replicate_sync) == WaitAt::Unlock {
             // Waited for by the last member's xUnlock, after the lock is released.
             ct.pending = Some(pending);
             return Ok(());

@@ -9,6 +9,7 @@
 //! | NORMAL | in memory | shown at once | at once; durable within the store's interval (its background flush) |
 //! | OFF | in memory | shown at once | at once; durable at the next flush of any kind or `PRAGMA onesync_flush` |
 //! | any | on disk (a transaction over several databases, `store_journal.rs`) | kept | after the flush, at xSync: before SQLite deletes the super-journal |
+//! | FULL, EXTRA, with `onesync_replicate_sync=1` | in memory | kept | after the flush and the replica's acknowledgement, at PHASETWO (`replication.rs`), never after the unlock |
 //!
 //! A serial commit is sequenced at xSync (one database), COMMIT_ATOMIC_WRITE, or PHASETWO
 //! (several databases of the store, `synchronous=OFF`); a concurrent one at its COMMIT
@@ -47,9 +48,15 @@ pub(super) enum WaitAt {
 
 /// Waiting after the unlock helps only when SQLite surely unlocks right after PHASETWO
 /// (`unlocks_after_commit`: locking_mode NORMAL, an unlock seen) and someone may want the
-/// lock (another connection, a waiting writer, another process lately).
-pub(super) fn wait_at(unlocks_after_commit: bool, someone_may_want_the_lock: bool) -> WaitAt {
-    if unlocks_after_commit && someone_may_want_the_lock {
+/// lock (another connection, a waiting writer, another process lately). A commit that must
+/// reach the replica before COMMIT returns (`replicate_sync`) is waited for at PHASETWO,
+/// where the replica's acknowledgement is waited for too.
+pub(super) fn wait_at(
+    unlocks_after_commit: bool,
+    someone_may_want_the_lock: bool,
+    replicate_sync: bool,
+) -> WaitAt {
+    if unlocks_after_commit && someone_may_want_the_lock && !replicate_sync {
         WaitAt::Unlock
     } else {
         WaitAt::PhaseTwo

@@ -55,6 +55,24 @@ pub fn sqlite3_script(script: &str) -> String {
     stdout
 }
 
+/// `t(k, v)` of a plain SQLite file, by key, and its `PRAGMA integrity_check` (the
+/// replication tests' table, read from a restored replica).
+pub fn plain_table_t(path: &Path) -> (Vec<(i64, String)>, String) {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let rows = conn
+        .prepare("SELECT k, v FROM t ORDER BY k")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    (rows, check)
+}
+
 /// The growth steps of a new store during a measured run of single-insert transactions
 /// (`growths` flushes, `zeros` bytes) stay logarithmic and bounded: a store grows by a
 /// quarter of itself at a time, to about what the commits between two checkpoints (1,000)
