@@ -19,6 +19,10 @@ mod common;
 
 use common::{assert_store_refused_without_vfs, consumer_lines, find_program, readme_block, show, workspace};
 
+/// The nested builds' debug info: none (the consumer compiles every dependency from scratch,
+/// and debug info adds to its compile and link time; the code is the same).
+const NESTED_DEBUG: &str = "0";
+
 /// Whether a failed cargo command could not reach crates.io.
 fn unreachable(out: &Output) -> bool {
     let err = String::from_utf8_lossy(&out.stderr);
@@ -159,6 +163,7 @@ fn rust_crates_from_their_packages() {
         .args(["run", "--quiet"])
         .current_dir(&dir)
         .env("CARGO_TARGET_DIR", work.join("target"))
+        .env("CARGO_PROFILE_DEV_DEBUG", NESTED_DEBUG)
         .output()
         .unwrap();
     show("cargo run (the consumer)", &ran);
@@ -200,7 +205,8 @@ fn rust_crates_from_their_packages() {
         .arg("--path")
         .arg(unpacked.join(command_crate.file_stem().unwrap()))
         .current_dir(&dir)
-        .env("CARGO_TARGET_DIR", work.join("target"));
+        .env("CARGO_TARGET_DIR", work.join("target"))
+        .env("CARGO_PROFILE_DEV_DEBUG", NESTED_DEBUG);
     for patch in &install_patches {
         install.args(["--config", patch]);
     }
