@@ -166,11 +166,14 @@ pub fn retry_while_busy<T>(
     }
 }
 
-/// `PRAGMA onesync_commit`: this connection's last commit and how far the store is durable.
+/// `PRAGMA onesync_commit`: this connection's last commit, how far the store is durable,
+/// and (replicated) how far the replica holds it.
 #[derive(Deserialize, Debug, Clone, Copy)]
 pub struct CommitPoint {
     pub seq: Option<u64>,
     pub durable_seq: u64,
+    #[serde(default)]
+    pub replicated_seq: Option<u64>,
 }
 
 pub fn commit_point(conn: &Connection) -> Result<CommitPoint> {

@@ -1,7 +1,8 @@
 //! `onesync-lab bench replication` run as a user would, tiny (one round of a second per
 //! mode, onesync shipping every 100 ms): every mode answers or is skipped saying why (the
 //! Litestream modes without Go), in the JSON shape the lab promises, with the table on
-//! stdout and the stamped results files written. Shapes, not figures: the figures are for a
+//! stdout and the stamped results files written; the synchronous modes' commits are all in
+//! the replica when COMMIT returns, their lag printed as `-` and footnoted. Shapes, not figures: the figures are for a
 //! quiet machine. The S3 modes run too where the local S3 server is built already (the
 //! replication tests build it into the same go-bin).
 
@@ -52,9 +53,14 @@ fn every_mode_answers_or_is_skipped_and_the_results_are_written() {
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     let results = doc["results"].as_array().unwrap();
     let skipped = doc["skipped"].as_array().unwrap();
-    let mut expected = vec!["onesync", "onesync+dir"];
+    let mut expected = vec![
+        "onesync",
+        "onesync+dir",
+        "onesync+dir-sync",
+        "onesync+dir-sync-4t",
+    ];
     if s3 {
-        expected.push("onesync+s3");
+        expected.extend(["onesync+s3", "onesync+s3-sync", "onesync+s3-sync-4t"]);
     }
     expected.extend(["wal", "wal+litestream-1s", "wal+litestream-min"]);
     if s3 {
@@ -86,13 +92,20 @@ fn every_mode_answers_or_is_skipped_and_the_results_are_written() {
         }
         assert!(f(&r["latency_us"], "p50") > 0.0, "{r}");
         assert!(f(&r["latency_us"], "p99") >= f(&r["latency_us"], "p50"), "{r}");
+        assert!(f(r, "p50_ratio") > 0.0, "{r}");
         assert_eq!(r["rounds"].as_array().unwrap().len(), 1, "{r}");
-        assert!(
-            stdout.lines().any(|l| l.starts_with(&format!("{mode} "))),
-            "{mode} row:\n{stdout}"
-        );
+        assert!(f(&r["rounds"][0], "p50_us") > 0.0, "{r}");
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{mode} ")))
+            .unwrap_or_else(|| panic!("{mode} row:\n{stdout}"));
+        let sync = mode.contains("-sync");
+        let group = mode.ends_with("-4t");
+        assert_eq!(r["threads"], if group { 4 } else { 1 }, "{r}");
+        assert_eq!(r["replicate_sync"], sync, "{r}");
         if mode == base {
             assert_eq!(f(r, "ratio"), 1.0, "{r}");
+            assert_eq!(f(r, "p50_ratio"), 1.0, "{r}");
             assert!(r["lag_ms"].is_null() && r["bytes_per_txn"].is_null(), "{r}");
             continue;
         }
@@ -105,8 +118,29 @@ fn every_mode_answers_or_is_skipped_and_the_results_are_written() {
         assert!(f(r, "bytes_per_txn") > 0.0, "{r}");
         assert!(f(r, "files_per_1000_txns") > 0.0, "{r}");
         if mode.starts_with("onesync") {
+            // Every sampled commit (one in 8, and the last) read its seq and replicated_seq
+            // right after COMMIT returned: in the synchronous modes the replica held each.
+            let acked = &r["acked_at_return"];
+            let sampled = acked["sampled"].as_u64().unwrap();
+            assert!(sampled >= 1, "{r}");
+            if sync {
+                assert_eq!(acked["acked"].as_u64(), Some(sampled), "{r}");
+                // The lag columns: "-", and the footnote saying why.
+                let cells: Vec<&str> = row.split_whitespace().collect();
+                assert_eq!(cells[cells.len() - 4..cells.len() - 2], ["-", "-"], "{row}");
+                let note = format!("{mode}: lag - above: 0 by construction");
+                assert!(stdout.contains(&note), "{note}:\n{stdout}");
+            }
             assert_eq!(r["lag_method"], "shipped_seq", "{r}");
-            assert!(r["lag_by_files_ms"]["n"].as_u64().unwrap() >= 1, "{r}");
+            // Several tables' rowids: the group's replica files are not read for its lag.
+            if group {
+                assert!(r["lag_by_files_ms"].is_null(), "{r}");
+                // Commits waiting together share an upload.
+                assert!(f(r, "uploads_per_commit") < 1.0, "{r}");
+            } else {
+                assert!(r["lag_by_files_ms"]["n"].as_u64().unwrap() >= 1, "{r}");
+            }
+            assert!(f(r, "uploads_per_commit") > 0.0, "{r}");
             assert!(f(r, "pragma_bytes_per_txn") > 0.0, "{r}");
             assert!(r["last_error"].is_null(), "{r}");
         } else {

@@ -1,12 +1,14 @@
 //! `onesync-lab bench replication [--rounds N] [--seconds S] [--s3] [--dir D | --fs FS
 //! [--emulate PRESET]] [--json FILE|-] [--results DIR]`: what replicating every commit costs
 //! (issue 43). One-row INSERT transactions from one connection on onesync at FULL, alone
-//! and replicating asynchronously (`onesync_replicate`) to a directory and (with `--s3`) to
-//! a local S3 server, beside stock SQLite's WAL at FULL, alone and with a stock Litestream
-//! process replicating it (`sync-interval` 1 s and its minimum; directory, and S3 with
-//! `--s3`). The modes take turns in each round (`replication_run` runs one). Per mode: txn/s
-//! and its ratio to the baseline (onesync's or WAL's) paired within each round, commit
-//! latency, the replication lag, and bytes uploaded per transaction.
+//! and replicating (`onesync_replicate`) asynchronously and synchronously
+//! (`onesync_replicate_sync=1`: COMMIT returns once the replica holds it) to a directory
+//! and (with `--s3`) to a local S3 server, beside stock SQLite's WAL at FULL, alone and with
+//! a stock Litestream process replicating it (`sync-interval` 1 s and its minimum;
+//! directory, and S3 with `--s3`). The modes take turns in each round (`replication_run`
+//! runs one). Per mode: txn/s and its ratio to the baseline (onesync's or WAL's) paired
+//! within each round, commit latency and its p50 over the baseline's in the same round, the
+//! replication lag, and bytes uploaded per transaction.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -17,7 +19,7 @@ use serde::Serialize;
 
 use super::headline::{interval_text, median};
 use super::litestream::{go_bin_dir, litestream, s3_server};
-use super::replication_run::{self, ReplMode, RunOutcome, RunSetup, Target, POLL, SAMPLE_EVERY};
+use super::replication_run::{self, Acked, ReplMode, RunOutcome, RunSetup, Target, POLL, SAMPLE_EVERY};
 use super::writers::round_order;
 use super::Place;
 use crate::commands::report::results::{stamp_lines, write_files};
@@ -92,6 +94,8 @@ pub struct ModeSummary {
     pub sync_interval: Option<&'static str>,
     /// onesync's `onesync_replicate_interval_ms`.
     pub interval_ms: Option<u64>,
+    /// `onesync_replicate_sync=1`: COMMIT returns once the replica holds the commit.
+    pub replicate_sync: bool,
     /// Median txn/s, its 95% interval, and the median of the rounds' paired ratios to the
     /// baseline with theirs.
     pub tps: f64,
@@ -100,6 +104,10 @@ pub struct ModeSummary {
     pub ratio_interval: Option<RatioInterval>,
     /// Commit latency over every commit of every round, microseconds.
     pub latency_us: Spread,
+    /// The p50 commit latency over the baseline's in the same round: the median of the
+    /// rounds, and its 95% interval.
+    pub p50_ratio: f64,
+    pub p50_ratio_interval: Option<RatioInterval>,
     /// The lag of the sampled commits of every round, milliseconds (`lag_method`).
     pub lag_ms: Option<Spread>,
     pub lag_method: Option<&'static str>,
@@ -107,6 +115,9 @@ pub struct ModeSummary {
     pub lag_by_files_ms: Option<Spread>,
     /// Sampled commits not in the replica within the wait after the run.
     pub unshipped: u64,
+    /// onesync: the sampled commits the replica held when COMMIT returned (all of them in
+    /// the synchronous modes), every round.
+    pub acked_at_return: Option<Acked>,
     /// Bytes and files of every LTX file that appeared in the replica, every level, per
     /// transaction (the median of the rounds).
     pub bytes_per_txn: Option<f64>,
@@ -114,6 +125,11 @@ pub struct ModeSummary {
     /// onesync: `PRAGMA onesync_replicate`'s bytes (uploads without compactions) per
     /// transaction.
     pub pragma_bytes_per_txn: Option<f64>,
+    /// onesync: its files uploaded during the timed run (one per upload) per commit, the
+    /// median of the rounds: below one where commits share an upload.
+    pub uploads_per_commit: Option<f64>,
+    /// The writing connections (several, `concurrent=1`, in the `-sync-4t` modes).
+    pub threads: usize,
     /// The shipper's last error, if a round ended with one.
     pub last_error: Option<String>,
     pub fs: Option<&'static str>,
@@ -127,6 +143,9 @@ pub struct RoundFigures {
     pub seconds: f64,
     pub tps: f64,
     pub ratio: f64,
+    /// The p50 commit latency, microseconds, and over the baseline's.
+    pub p50_us: f64,
+    pub p50_ratio: f64,
     pub bytes: Option<u64>,
     pub files: Option<u64>,
     /// (level, files, bytes) in the replica.
@@ -308,6 +327,7 @@ fn spread_of(values: &mut [Duration], scale: f64) -> Spread {
 /// round.
 fn summarize(args: &ReplicationArgs, modes: &[ReplMode], all: &[Vec<RunOutcome>]) -> Vec<ModeSummary> {
     let tps = |r: &RunOutcome| per(r.commits as f64, r.seconds);
+    let p50_us = |r: &RunOutcome| percentiles(&mut r.latencies.clone()).p50;
     modes
         .iter()
         .zip(all)
@@ -315,6 +335,14 @@ fn summarize(args: &ReplicationArgs, modes: &[ReplMode], all: &[Vec<RunOutcome>]
             let base = modes.iter().position(|&m| m == mode.baseline()).map(|b| &all[b]);
             let rounds_ratio: Vec<f64> = match base {
                 Some(base) => runs.iter().zip(base).map(|(r, b)| per(tps(r), tps(b))).collect(),
+                None => Vec::new(),
+            };
+            let rounds_p50_ratio: Vec<f64> = match base {
+                Some(base) => runs
+                    .iter()
+                    .zip(base)
+                    .map(|(r, b)| per(p50_us(r), p50_us(b)))
+                    .collect(),
                 None => Vec::new(),
             };
             let rounds_tps: Vec<f64> = runs.iter().map(tps).collect();
@@ -351,15 +379,18 @@ fn summarize(args: &ReplicationArgs, modes: &[ReplMode], all: &[Vec<RunOutcome>]
                     ReplMode::WalLitestream(pace, _) => Some(pace.sync_interval()),
                     _ => None,
                 },
-                interval_ms: matches!(mode, ReplMode::OnesyncReplicated(_)).then_some(args.interval_ms),
+                interval_ms: matches!(mode, ReplMode::OnesyncReplicated(..)).then_some(args.interval_ms),
+                replicate_sync: mode.is_sync(),
                 tps: median(&rounds_tps),
                 tps_interval: ratio_interval(&rounds_tps),
                 ratio: median(&rounds_ratio),
                 ratio_interval: ratio_interval(&rounds_ratio),
                 latency_us: spread_of(&mut latencies, 1.0),
+                p50_ratio: median(&rounds_p50_ratio),
+                p50_ratio_interval: ratio_interval(&rounds_p50_ratio),
                 lag_ms: pooled(&|r| r.lags.as_ref()),
                 lag_method: mode.target().map(|_| match mode {
-                    ReplMode::OnesyncReplicated(_) => "shipped_seq",
+                    ReplMode::OnesyncReplicated(..) => "shipped_seq",
                     _ => "replica files",
                 }),
                 lag_by_files_ms: pooled(&|r| r.file_lags.as_ref()),
@@ -368,19 +399,33 @@ fn summarize(args: &ReplicationArgs, modes: &[ReplMode], all: &[Vec<RunOutcome>]
                     .filter_map(|r| r.lags.as_ref())
                     .map(|l| l.unshipped)
                     .sum(),
+                acked_at_return: runs.iter().filter_map(|r| r.acked).reduce(|a, b| Acked {
+                    sampled: a.sampled + b.sampled,
+                    acked: a.acked + b.acked,
+                }),
                 bytes_per_txn: per_txn(&|u| Some(u.bytes), 1.0),
                 files_per_1000_txns: per_txn(&|u| Some(u.files), 1000.0),
                 pragma_bytes_per_txn: per_txn(&|u| u.pragma_bytes, 1.0),
+                uploads_per_commit: per_txn(&|u| u.pragma_files, 1.0),
+                threads: mode.threads(),
                 last_error: uploaded.iter().find_map(|(_, u)| u.last_error.clone()),
                 fs: runs.first().and_then(|r| r.fs),
                 rounds: runs
                     .iter()
                     .zip(rounds_ratio.iter().copied().chain(std::iter::repeat(f64::NAN)))
-                    .map(|(r, ratio)| RoundFigures {
+                    .zip(
+                        rounds_p50_ratio
+                            .iter()
+                            .copied()
+                            .chain(std::iter::repeat(f64::NAN)),
+                    )
+                    .map(|((r, ratio), p50_ratio)| RoundFigures {
                         commits: r.commits,
                         seconds: r.seconds,
                         tps: tps(r),
                         ratio,
+                        p50_us: p50_us(r),
+                        p50_ratio,
                         bytes: r.uploaded.as_ref().map(|u| u.bytes),
                         files: r.uploaded.as_ref().map(|u| u.files),
                         by_level: r.uploaded.as_ref().map(|u| u.by_level.clone()),
@@ -407,7 +452,7 @@ pub fn table(args: &ReplicationArgs, place: &str, results: &[ModeSummary], skipp
     );
     let width = results.iter().map(|r| r.mode.len()).max().unwrap_or(4).max(4);
     out.push_str(&format!(
-        "{:<width$} {:>8} {:>13} {:>8} {:>11} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}\n",
+        "{:<width$} {:>8} {:>13} {:>8} {:>11} {:>8} {:>8} {:>6} {:>8} {:>8} {:>9} {:>9}\n",
         "mode",
         "txn/s",
         "95% interval",
@@ -415,6 +460,7 @@ pub fn table(args: &ReplicationArgs, place: &str, results: &[ModeSummary], skipp
         "95% inter.",
         "p50 us",
         "p99 us",
+        "p50 x",
         "lag p50",
         "lag p99",
         "up B/txn",
@@ -435,8 +481,10 @@ pub fn table(args: &ReplicationArgs, place: &str, results: &[ModeSummary], skipp
             group = r.baseline.clone();
         }
         let base = r.mode == r.baseline;
+        // Zero by construction in the synchronous modes (footnoted below).
+        let lag = if r.replicate_sync { None } else { r.lag_ms };
         out.push_str(&format!(
-            "{:<width$} {:>8.0} {:>13} {:>8} {:>11} {:>8.0} {:>8.0} {:>8} {:>8} {:>9} {:>9}\n",
+            "{:<width$} {:>8.0} {:>13} {:>8} {:>11} {:>8.0} {:>8.0} {:>6} {:>8} {:>8} {:>9} {:>9}\n",
             r.mode,
             r.tps,
             interval_text(r.tps_interval, 0),
@@ -452,15 +500,22 @@ pub fn table(args: &ReplicationArgs, place: &str, results: &[ModeSummary], skipp
             },
             r.latency_us.p50,
             r.latency_us.p99,
-            or_dash(r.lag_ms.map(|l| l.p50), 0),
-            or_dash(r.lag_ms.map(|l| l.p99), 0),
+            if base {
+                "1".to_owned()
+            } else {
+                format!("{:.2}", r.p50_ratio)
+            },
+            or_dash(lag.map(|l| l.p50), 0),
+            or_dash(lag.map(|l| l.p99), 0),
             or_dash(r.bytes_per_txn, 0),
             or_dash(r.files_per_1000_txns, 1),
         ));
     }
     out.push_str(&format!(
         "(ratio: txn/s over the baseline's in the same round, the median of the rounds, 95% \
-         interval by Student's t on the logarithms; p50/p99 us: commit latency over every commit)\n\
+         interval by Student's t on the logarithms; p50/p99 us: commit latency over every commit; \
+         p50 x: the p50 commit latency over the baseline's in the same round, the median of the \
+         rounds: the onesync modes' against local onesync at FULL)\n\
          (lag p50/p99 in ms, over one commit in {SAMPLE_EVERY} of every round, from its COMMIT \
          returning until it is in the replica, read every {} ms: onesync by PRAGMA \
          onesync_replicate's shipped_seq reaching the commit's seq (PRAGMA onesync_commit), \
@@ -468,19 +523,48 @@ pub fn table(args: &ReplicationArgs, place: &str, results: &[ModeSummary], skipp
          (up B/txn, files/1k: bytes and files of every LTX file that appeared in the replica, \
          every level (transactions, snapshots, compactions), over the run's commits, the \
          median of the rounds)\n\
-         (onesync replicates every {} ms; Litestream's sync-interval 1s, and min = {}, the \
+         (onesync replicates every {} ms; its -sync modes (onesync_replicate_sync=1) ship at \
+         each COMMIT, which returns once the replica holds it, the commits waiting together \
+         sharing an upload; Litestream's sync-interval 1s, and min = {}, the \
          smallest its configuration accepts (above zero); Litestream reads the WAL every \
          monitor-interval, left at its default of 1 s)\n",
         POLL.as_millis(),
         args.interval_ms,
         replication_run::LITESTREAM_MIN_SYNC_INTERVAL
     ));
+    for r in results.iter().filter(|r| r.threads > 1) {
+        out.push_str(&format!(
+            "{}: {} connections (concurrent=1), one thread each, each inserting into its own \
+             table; its ratios against onesync's one connection\n",
+            r.mode, r.threads
+        ));
+    }
     for r in results {
-        if let (Some(files), Some(pragma)) = (r.lag_by_files_ms, r.pragma_bytes_per_txn) {
+        if let (true, Some(acked), Some(lag)) = (r.replicate_sync, r.acked_at_return, r.lag_ms) {
             out.push_str(&format!(
-                "{}: lag by the replica's files (Litestream's method) p50 {:.0} ms, p99 {:.0} ms; \
-                 PRAGMA onesync_replicate's bytes (without compactions) {pragma:.0} B/txn\n",
-                r.mode, files.p50, files.p99
+                "{}: lag - above: 0 by construction (COMMIT returns once the replica holds the \
+                 commit); {} of {} sampled commits were in the replica at COMMIT's return \
+                 (PRAGMA onesync_commit's replicated_seq at or past their seq); the lag method \
+                 reads p50 {:.0} ms, p99 {:.0} ms: its {} ms poll's delay\n",
+                r.mode,
+                acked.acked,
+                acked.sampled,
+                lag.p50,
+                lag.p99,
+                POLL.as_millis()
+            ));
+        }
+        if let (Some(pragma), Some(uploads)) = (r.pragma_bytes_per_txn, r.uploads_per_commit) {
+            let by_files = r.lag_by_files_ms.map_or(String::new(), |files| {
+                format!(
+                    "lag by the replica's files (Litestream's method) p50 {:.0} ms, p99 {:.0} ms; ",
+                    files.p50, files.p99
+                )
+            });
+            out.push_str(&format!(
+                "{}: {by_files}PRAGMA onesync_replicate's bytes (without compactions) {pragma:.0} \
+                 B/txn, its uploads per commit {uploads:.3}\n",
+                r.mode
             ));
         }
         if r.unshipped > 0 {

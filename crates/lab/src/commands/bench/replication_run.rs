@@ -14,10 +14,22 @@
 //!   (`replica_watch`, read every [`POLL`]), which is when its upload has landed.
 //!
 //! The second method also runs on onesync's replicas, as a check of the first.
+//!
+//! In the synchronous modes (`onesync_replicate_sync=1`) COMMIT returns only once the
+//! replica holds the commit, so their lag is zero by construction; what the methods above
+//! read there is the polls' delay. What is checked instead: for every sampled commit,
+//! `PRAGMA onesync_commit`'s `replicated_seq` read right after COMMIT returned is at or past
+//! the commit's seq ([`Acked`]; read in every onesync replicated mode alike).
+//!
+//! The `-sync-4t` modes run [`GROUP_THREADS`] connections at once (`concurrent=1`, so a
+//! commit waiting for the replica holds no lock), one thread each, each inserting into its
+//! own table: the commits waiting together share an upload, which `PRAGMA
+//! onesync_replicate`'s `files` over the commits shows. Their rows are in several tables,
+//! so the replica's files are not read for their lag.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -30,8 +42,10 @@ use super::litestream::{Litestream, Replica};
 use super::replica_watch::Watcher;
 use super::Place;
 use crate::schemes::{apply_pragmas, Mode};
-use crate::sqlite::{check_integrity, commit_point, in_transaction, open_onesync_with};
-use crate::workloads::{Params, Transactions, Workload};
+use crate::sqlite::{
+    check_integrity, commit_point, in_transaction, is_busy, open_onesync_with, set_concurrent,
+};
+use crate::workloads::{payload, Params, Workload};
 
 /// How often the replica and the shipper's status are read: the lag's resolution.
 pub const POLL: Duration = Duration::from_millis(5);
@@ -69,13 +83,27 @@ impl Pace {
     }
 }
 
+/// When a replicated onesync COMMIT returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ship {
+    /// Once durable here; the shipper uploads it within its interval.
+    Async,
+    /// Once the replica holds it too (`onesync_replicate_sync=1`).
+    Sync,
+    /// As `Sync`, from [`GROUP_THREADS`] connections at once.
+    SyncGroup,
+}
+
+/// The connections of the `-sync-4t` modes.
+pub const GROUP_THREADS: usize = 4;
+
 /// A mode of `bench replication`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplMode {
     /// onesync at synchronous=FULL, not replicated: the onesync modes' baseline.
     Onesync,
-    /// onesync at FULL, replicated asynchronously (`onesync_replicate`).
-    OnesyncReplicated(Target),
+    /// onesync at FULL, replicated (`onesync_replicate`), asynchronously or synchronously.
+    OnesyncReplicated(Target, Ship),
     /// Stock SQLite's WAL at FULL: the Litestream modes' baseline.
     Wal,
     /// WAL at FULL with a `litestream replicate` process.
@@ -85,9 +113,13 @@ pub enum ReplMode {
 impl ReplMode {
     /// Every mode, in the table's order: each baseline before the modes compared with it.
     pub fn all(s3: bool) -> Vec<ReplMode> {
-        let mut modes = vec![ReplMode::Onesync, ReplMode::OnesyncReplicated(Target::Dir)];
-        if s3 {
-            modes.push(ReplMode::OnesyncReplicated(Target::S3));
+        let mut modes = vec![ReplMode::Onesync];
+        for target in [Target::Dir, Target::S3] {
+            if target == Target::Dir || s3 {
+                for ship in [Ship::Async, Ship::Sync, Ship::SyncGroup] {
+                    modes.push(ReplMode::OnesyncReplicated(target, ship));
+                }
+            }
         }
         modes.push(ReplMode::Wal);
         for target in [Target::Dir, Target::S3] {
@@ -107,8 +139,18 @@ impl ReplMode {
         };
         match self {
             ReplMode::Onesync => "onesync".to_owned(),
-            ReplMode::OnesyncReplicated(Target::Dir) => "onesync+dir".to_owned(),
-            ReplMode::OnesyncReplicated(Target::S3) => "onesync+s3".to_owned(),
+            ReplMode::OnesyncReplicated(t, ship) => format!(
+                "onesync+{}{}",
+                match t {
+                    Target::Dir => "dir",
+                    Target::S3 => "s3",
+                },
+                match ship {
+                    Ship::Async => "",
+                    Ship::Sync => "-sync",
+                    Ship::SyncGroup => "-sync-4t",
+                }
+            ),
             ReplMode::Wal => "wal".to_owned(),
             ReplMode::WalLitestream(Pace::OneSecond, t) => format!("wal+litestream-1s{}", target(t)),
             ReplMode::WalLitestream(Pace::Minimum, t) => format!("wal+litestream-min{}", target(t)),
@@ -118,14 +160,27 @@ impl ReplMode {
     /// The mode its ratios are taken against.
     pub fn baseline(self) -> ReplMode {
         match self {
-            ReplMode::Onesync | ReplMode::OnesyncReplicated(_) => ReplMode::Onesync,
+            ReplMode::Onesync | ReplMode::OnesyncReplicated(..) => ReplMode::Onesync,
             ReplMode::Wal | ReplMode::WalLitestream(..) => ReplMode::Wal,
+        }
+    }
+
+    /// Whether COMMIT waits for the replica (`onesync_replicate_sync=1`).
+    pub fn is_sync(self) -> bool {
+        matches!(self, ReplMode::OnesyncReplicated(_, Ship::Sync | Ship::SyncGroup))
+    }
+
+    /// The writing connections: [`GROUP_THREADS`] in the `-sync-4t` modes, else one.
+    pub fn threads(self) -> usize {
+        match self {
+            ReplMode::OnesyncReplicated(_, Ship::SyncGroup) => GROUP_THREADS,
+            _ => 1,
         }
     }
 
     pub fn target(self) -> Option<Target> {
         match self {
-            ReplMode::OnesyncReplicated(t) | ReplMode::WalLitestream(_, t) => Some(t),
+            ReplMode::OnesyncReplicated(t, _) | ReplMode::WalLitestream(_, t) => Some(t),
             ReplMode::Onesync | ReplMode::Wal => None,
         }
     }
@@ -133,7 +188,7 @@ impl ReplMode {
     /// The lab's scheme the database is opened with (its pragmas: synchronous=FULL, WAL).
     fn scheme_mode(self) -> Mode {
         match self {
-            ReplMode::Onesync | ReplMode::OnesyncReplicated(_) => Mode::Onesync,
+            ReplMode::Onesync | ReplMode::OnesyncReplicated(..) => Mode::Onesync,
             ReplMode::Wal | ReplMode::WalLitestream(..) => Mode::Wal,
         }
     }
@@ -158,6 +213,14 @@ pub struct Lags {
     pub unshipped: u64,
 }
 
+/// Of the sampled commits with a sequence number, how many the replica held when COMMIT
+/// returned (`replicated_seq` read right after it at or past the commit's seq).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Acked {
+    pub sampled: u64,
+    pub acked: u64,
+}
+
 /// What reached the replica.
 #[derive(Debug, Clone, Default)]
 pub struct Uploaded {
@@ -170,6 +233,8 @@ pub struct Uploaded {
     /// onesync: `PRAGMA onesync_replicate`'s own count of the bytes this process uploaded
     /// (snapshots included, compactions not).
     pub pragma_bytes: Option<u64>,
+    /// onesync: its count of the files uploaded during the timed run (one per upload).
+    pub pragma_files: Option<u64>,
     pub last_error: Option<String>,
 }
 
@@ -184,14 +249,18 @@ pub struct RunOutcome {
     /// The lag by the replica's files, for onesync's replicated modes (a check of `lags`).
     pub file_lags: Option<Lags>,
     pub uploaded: Option<Uploaded>,
+    /// onesync's replicated modes: the sampled commits in the replica at COMMIT's return.
+    pub acked: Option<Acked>,
     /// The filesystem the database was on, when the lab knows it by name.
     pub fs: Option<&'static str>,
 }
 
-/// A sampled commit: its row, its store sequence number (onesync), when COMMIT returned.
+/// A sampled commit: its row, its store sequence number and how far the replica held the
+/// database right after COMMIT returned (onesync), when COMMIT returned.
 struct Sample {
     rowid: i64,
     seq: Option<u64>,
+    replicated: Option<u64>,
     at: Instant,
 }
 
@@ -251,12 +320,17 @@ pub fn run(mode: ReplMode, setup: &RunSetup, progress: &dyn Fn(String)) -> Resul
     };
     let scheme = mode.scheme_mode().scheme();
     let db = work.path().join(scheme.database_file("bench"));
-    let onesync_replicated = matches!(mode, ReplMode::OnesyncReplicated(_));
+    let onesync_replicated = matches!(mode, ReplMode::OnesyncReplicated(..));
     let parameters = match (&replica, onesync_replicated) {
         (Some(r), true) => format!(
-            "onesync_replicate={}&onesync_replicate_interval_ms={}",
+            "onesync_replicate={}&onesync_replicate_interval_ms={}{}",
             uri_escape(&r.url()),
-            setup.interval_ms
+            setup.interval_ms,
+            if mode.is_sync() {
+                "&onesync_replicate_sync=1"
+            } else {
+                ""
+            }
         ),
         _ => String::new(),
     };
@@ -276,7 +350,27 @@ pub fn run(mode: ReplMode, setup: &RunSetup, progress: &dyn Fn(String)) -> Resul
         table: 0,
     });
     let mut rng = SmallRng::seed_from_u64(1);
-    in_transaction(&conn, || workload.set_up(&conn, 0, &mut rng))?;
+    in_transaction(&conn, || -> Result<()> {
+        workload.set_up(&conn, 0, &mut rng)?;
+        for i in 1..mode.threads() {
+            conn.execute_batch(&format!(
+                "CREATE TABLE {}(id INTEGER PRIMARY KEY, v TEXT NOT NULL)",
+                group_table(i)
+            ))?;
+        }
+        Ok(())
+    })?;
+    let mut group = (1..mode.threads())
+        .map(|_| {
+            let conn = open()?;
+            set_concurrent(&conn)?;
+            Ok(conn)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let single = group.is_empty();
+    if !single {
+        set_concurrent(&conn)?;
+    }
     let mut litestream = match (mode, &replica) {
         (ReplMode::WalLitestream(pace, _), Some(r)) => {
             let bin = setup
@@ -296,6 +390,7 @@ pub fn run(mode: ReplMode, setup: &RunSetup, progress: &dyn Fn(String)) -> Resul
     let replicated = replica.is_some();
     let lock = || observed.lock().unwrap_or_else(|e| e.into_inner());
 
+    let mut files_before = None;
     let (samples, latencies, seconds) = std::thread::scope(|scope| -> Result<_> {
         // The sampler connection moves into the thread (a connection is not shared between
         // threads) and closes there, before the writer's.
@@ -328,17 +423,26 @@ pub fn run(mode: ReplMode, setup: &RunSetup, progress: &dyn Fn(String)) -> Resul
             }
             // What setup and earlier modes left dirty is written back now, not during the run.
             nix::unistd::sync();
+            files_before = lock().status.as_ref().and_then(|s| s["files"].as_u64());
             progress(format!("{}: {} s of one-row inserts", mode.name(), setup.seconds));
-            let timed = measure(&conn, &*workload, &mut rng, setup.seconds, onesync_replicated)?;
+            let timed = if single {
+                measure(&conn, setup.seconds, onesync_replicated, |n| {
+                    workload.run(&conn, n, &mut rng)
+                })?
+            } else {
+                measure_group(&conn, std::mem::take(&mut group), setup.seconds)?
+            };
             if replicated {
                 let last = timed.0.last().ok_or_else(|| anyhow!("no commit in the run"))?;
-                let (rowid, seq) = (last.rowid, last.seq);
+                // Several tables' rowids say nothing of each other: the group's by seq only.
+                let rowid = single.then_some(last.rowid);
+                let seq = timed.0.iter().filter_map(|s| s.seq).max();
                 progress(format!("{}: waiting for the last commit to ship", mode.name()));
                 // Late shipping shows as lag; a timeout leaves the rest unshipped.
                 let _ = wait_until(CATCH_UP_TIMEOUT, &mut litestream, || {
                     let seen = lock();
                     let by_seq = seq.is_none_or(|s| seen.shipped.last().is_some_and(|&(_, x)| x >= s));
-                    by_seq && seen.watcher.max_rowid().is_some_and(|r| r >= rowid)
+                    by_seq && rowid.is_none_or(|rowid| seen.watcher.max_rowid().is_some_and(|r| r >= rowid))
                 });
             }
             Ok(timed)
@@ -362,6 +466,16 @@ pub fn run(mode: ReplMode, setup: &RunSetup, progress: &dyn Fn(String)) -> Resul
     if let Some(litestream) = litestream.take() {
         litestream.stop()?;
     }
+    let acked = onesync_replicated.then(|| {
+        let mut acked = Acked::default();
+        for s in &samples {
+            if let Some(seq) = s.seq {
+                acked.sampled += 1;
+                acked.acked += u64::from(s.replicated.is_some_and(|r| r >= seq));
+            }
+        }
+        acked
+    });
     let (lags, file_lags, uploaded) = if replicated {
         watcher.poll();
         let by_rowid = lags_by(samples.iter().map(|s| (s.rowid, s.at)), watcher.rowid_times());
@@ -375,13 +489,18 @@ pub fn run(mode: ReplMode, setup: &RunSetup, progress: &dyn Fn(String)) -> Resul
                 .map(|(level, (f, b))| (level, f, b))
                 .collect(),
             pragma_bytes: status.as_ref().and_then(|s| s["bytes"].as_u64()),
+            pragma_files: status
+                .as_ref()
+                .and_then(|s| s["files"].as_u64())
+                .map(|after| after.saturating_sub(files_before.unwrap_or(0))),
             last_error: status
                 .as_ref()
                 .and_then(|s| s["last_error"].as_str().map(str::to_owned)),
         };
         if onesync_replicated {
             let by_seq = lags_by(samples.iter().filter_map(|s| Some((s.seq?, s.at))), &shipped);
-            (Some(by_seq), Some(by_rowid), Some(uploaded))
+            let by_rowid = single.then_some(by_rowid);
+            (Some(by_seq), by_rowid, Some(uploaded))
         } else {
             (Some(by_rowid), None, Some(uploaded))
         }
@@ -395,6 +514,7 @@ pub fn run(mode: ReplMode, setup: &RunSetup, progress: &dyn Fn(String)) -> Resul
         lags,
         file_lags,
         uploaded,
+        acked,
         fs: match &loop_fs {
             Some(l) => Some(l.kind().name()),
             None => crate::loopfs::fs_name_of(work.path()),
@@ -419,15 +539,17 @@ fn wait_until(timeout: Duration, litestream: &mut Option<Litestream>, done: impl
     }
 }
 
-/// The timed run: one-row inserts for `seconds`; every commit's latency, a sample of them
-/// (with their sequence numbers when `seqs`) and the run's length.
+/// What a timed run gives: its samples, every commit's latency, its length in seconds.
+type Timed = (Vec<Sample>, Vec<Duration>, f64);
+
+/// The timed run on one connection: `transaction(n)` for `seconds`; every commit's latency,
+/// a sample of them (with their sequence numbers when `seqs`) and the run's length.
 fn measure(
     conn: &Connection,
-    workload: &dyn Transactions,
-    rng: &mut SmallRng,
     seconds: f64,
     seqs: bool,
-) -> Result<(Vec<Sample>, Vec<Duration>, f64)> {
+    mut transaction: impl FnMut(u64) -> Result<()>,
+) -> Result<Timed> {
     let length = Duration::from_secs_f64(seconds);
     let mut samples = Vec::new();
     let mut latencies = Vec::new();
@@ -435,17 +557,16 @@ fn measure(
     let mut n = 0u64;
     loop {
         let begun = Instant::now();
-        workload
-            .run(conn, n, rng)
-            .with_context(|| format!("transaction {n}"))?;
+        transaction(n).with_context(|| format!("transaction {n}"))?;
         let at = Instant::now();
         latencies.push(at - begun);
         let last = at - started >= length;
         if n.is_multiple_of(SAMPLE_EVERY) || last {
-            let seq = if seqs { commit_point(conn)?.seq } else { None };
+            let point = if seqs { Some(commit_point(conn)?) } else { None };
             samples.push(Sample {
                 rowid: conn.last_insert_rowid(),
-                seq,
+                seq: point.and_then(|p| p.seq),
+                replicated: point.and_then(|p| p.replicated_seq),
                 at,
             });
         }
@@ -454,6 +575,70 @@ fn measure(
             return Ok((samples, latencies, (at - started).as_secs_f64()));
         }
     }
+}
+
+/// The table the `i`th connection of a group inserts into: the first the workload's own.
+fn group_table(i: usize) -> String {
+    if i == 0 {
+        "item".to_owned()
+    } else {
+        format!("item_{i}")
+    }
+}
+
+/// The timed run of a group: `conn` on this thread and each of `others` on its own (all
+/// `concurrent=1`), from one moment, each inserting one row per transaction into its own
+/// table, and running again a transaction refused as busy (a concurrent commit's conflict;
+/// its latency runs from the first try). The connections' samples and latencies together;
+/// the length the longest's.
+fn measure_group(conn: &Connection, others: Vec<Connection>, seconds: f64) -> Result<Timed> {
+    let start = Barrier::new(others.len() + 1);
+    let start = &start;
+    let one = move |i: usize, conn: &Connection| -> Result<Timed> {
+        let mut rng = SmallRng::seed_from_u64(1 + i as u64);
+        let insert = format!("INSERT INTO {}(v) VALUES (?1)", group_table(i));
+        start.wait();
+        measure(conn, seconds, true, |_| {
+            let row = payload(&mut rng);
+            let first = Instant::now();
+            loop {
+                let tried = (|| {
+                    conn.prepare_cached("BEGIN")?.execute([])?;
+                    conn.prepare_cached(&insert)?.execute([&row])?;
+                    conn.prepare_cached("COMMIT")?.execute([])
+                })();
+                match tried {
+                    Ok(_) => return Ok(()),
+                    Err(e) if is_busy(&e) && first.elapsed() < CATCH_UP_TIMEOUT => {
+                        if !conn.is_autocommit() {
+                            conn.execute_batch("ROLLBACK")?;
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        })
+        .with_context(|| format!("connection {i} of the group"))
+    };
+    let runs = std::thread::scope(|scope| {
+        let threads: Vec<_> = others
+            .into_iter()
+            .enumerate()
+            .map(|(i, other)| scope.spawn(move || one(i + 1, &other)))
+            .collect();
+        let mut runs = vec![one(0, conn)];
+        for t in threads {
+            runs.push(t.join().map_err(|_| anyhow!("a writer thread panicked"))?);
+        }
+        runs.into_iter().collect::<Result<Vec<Timed>>>()
+    })?;
+    let mut all: Timed = (Vec::new(), Vec::new(), 0.0);
+    for (samples, latencies, seconds) in runs {
+        all.0.extend(samples);
+        all.1.extend(latencies);
+        all.2 = all.2.max(seconds);
+    }
+    Ok(all)
 }
 
 #[cfg(test)]
@@ -483,7 +668,7 @@ mod tests {
     #[test]
     fn every_baseline_comes_before_the_modes_compared_with_it() {
         let modes = ReplMode::all(true);
-        assert_eq!(modes.len(), 8);
+        assert_eq!(modes.len(), 12);
         for (i, m) in modes.iter().enumerate() {
             let base = modes.iter().position(|b| *b == m.baseline()).unwrap();
             assert!(base <= i, "{}", m.name());
@@ -494,6 +679,8 @@ mod tests {
             [
                 "onesync",
                 "onesync+dir",
+                "onesync+dir-sync",
+                "onesync+dir-sync-4t",
                 "wal",
                 "wal+litestream-1s",
                 "wal+litestream-min"
