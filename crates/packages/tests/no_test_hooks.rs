@@ -45,6 +45,8 @@ const SABOTAGES: &[&str] = &[
     // onesync-replica's (`ONESYNC_REPLICA_SABOTAGE`).
     "replication-lease-ignored",
     "position-saved-ahead",
+    "sync-ack-before-upload",
+    "txid-from-position",
 ];
 
 /// Every name a test hook would leave in a build: the variables, each sabotage's name as
