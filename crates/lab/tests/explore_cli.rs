@@ -1,5 +1,5 @@
 //! `onesync-lab explore`, the crash-point explorer, at CI size: every database call of every
-//! stopped process in every scenario, in two rounds of other transfers and other power-cut
+//! stopped process in every scenario (the replicating ones: a few), in two rounds of other transfers and other power-cut
 //! draws (about 3,000 crash points, each with power cuts; 612 of them in the two
 //! concurrent-writer scenarios; every call of the group commit shared between processes,
 //! its `FLUSH` lock included, is one; about a minute on two cores),
@@ -48,13 +48,31 @@ fn failures(summary: &Value) -> String {
         .unwrap_or_default()
 }
 
+/// Every scenario `explore --list` names but the replicating ones (`replica-*`), which
+/// `replication_scenarios_keep_the_contract` runs with a budget (their checks restore and ship
+/// the replica at each crash point: several times the cost of a store's).
+fn store_scenarios() -> String {
+    let out = hooked(&["explore", "--list"]);
+    assert!(out.status.success(), "{}", said(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .take_while(|l| !l.starts_with("negative controls"))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| !name.starts_with("replica-"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[test]
 fn every_crash_point_of_the_scenario_matrix_keeps_the_contract() {
     if strace_missing() {
         return;
     }
+    let scenarios = store_scenarios();
     let out = hooked(&[
         "explore",
+        "--scenario",
+        &scenarios,
         "--budget",
         "0",
         "--power-cuts",
@@ -296,6 +314,91 @@ fn strict_sync_fails_where_normal_and_off_defer_their_flush() {
     }
 }
 
+/// The replicating scenarios (`replica-sync`: one process in synchronous replication;
+/// `replica-handover`: the lease passing between three processes, one at NORMAL), a few crash
+/// points each: the shipper's calls are crash points (the lease, the replica's files, the
+/// position), and the replica's checks pass after each (restore, a prefix of the store, every
+/// synchronous COMMIT in it, shipping resumed to equal the store). Their negative controls
+/// fail: `sync-ack-before-upload` (a COMMIT acknowledged before the replica holds it) on an
+/// acknowledged transfer missing from the replica; `txid-from-position` (a process taking the
+/// lease writes again a TXID that landed after the position was saved) where B is stopped
+/// between an upload and the save, the TXID's file changed.
+#[test]
+fn replication_scenarios_keep_the_contract_and_their_controls_fail() {
+    if strace_missing() {
+        return;
+    }
+    let out = hooked(&[
+        "explore",
+        "--scenario",
+        "replica-sync,replica-handover",
+        "--budget",
+        "6",
+        "--seed",
+        "14",
+        "--json",
+        "-",
+    ]);
+    let summary = json(&out);
+    assert_eq!(summary["failure_count"], 0, "{}", failures(&summary));
+    assert!(out.status.success(), "{}", said(&out));
+    // 6 points for replica-sync's A, 6 for each of replica-handover's A, B and C.
+    assert_eq!(summary["crash_points"], 24, "{}", said(&out));
+    assert!(
+        summary["power_cut_images"].as_u64().unwrap_or(0) >= 24,
+        "{}",
+        said(&out)
+    );
+    for s in summary["scenarios"].as_array().expect("scenarios") {
+        assert_eq!(
+            s["not_reached"], 0,
+            "a crash point was not reached in {}",
+            s["name"]
+        );
+    }
+
+    let summary = control_with_budget("sync-ack-before-upload", 3);
+    assert!(
+        clauses(&summary).iter().all(|c| *c == "replica-acknowledged"),
+        "{}",
+        failures(&summary)
+    );
+    // 20 of B's ~60 calls, evenly spread, fall between an upload and the position's save;
+    // what B wrote there is written again by C, after B's kill (no power cut needed).
+    let out = hooked(&[
+        "explore",
+        "--negative-control",
+        "txid-from-position",
+        "--budget",
+        "20",
+        "--power-cuts",
+        "none",
+        "--seed",
+        "14",
+        "--json",
+        "-",
+    ]);
+    let summary = json(&out);
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(
+        clauses(&summary).iter().all(|c| *c == "replica-restore"),
+        "{}",
+        failures(&summary)
+    );
+    let calls: Vec<&str> = summary["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .filter_map(|f| f["call"].as_str())
+        .collect();
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.contains("replica/ltx/") || c.contains("bank.onesync-replica-main")),
+        "stopped outside the shipper's calls: {calls:?}"
+    );
+}
+
 #[test]
 fn list_a_short_run_and_an_unknown_scenario() {
     if strace_missing() {
@@ -315,6 +418,8 @@ fn list_a_short_run_and_an_unknown_scenario() {
         "growth-large",
         "concurrent-writers",
         "concurrent-normal",
+        "replica-sync",
+        "replica-handover",
     ] {
         assert!(text.contains(name), "{name} missing from --list: {text}");
     }

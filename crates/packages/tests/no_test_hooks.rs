@@ -46,7 +46,8 @@ const SABOTAGES: &[&str] = &[
     "replication-lease-ignored",
     "position-saved-ahead",
     "ships-undurable",
-    "sync-acks-early",
+    "sync-ack-before-upload",
+    "txid-from-position",
 ];
 
 /// Every name a test hook would leave in a build: the variables, each sabotage's name as

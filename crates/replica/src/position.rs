@@ -111,7 +111,11 @@ impl Position {
 
     /// Saves it: a new file renamed over the old, so a reader sees one or the other whole.
     pub fn save(&self, path: &Path) -> Result<(), Error> {
-        let tmp = path.with_extension("tmp");
+        // `<store>-replica-<logical>.tmp`: each logical file's own (`with_extension` would
+        // replace `.onesync-replica-<logical>`, one name for every logical file's).
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
         fs::write(&tmp, self.encode())
             .and_then(|()| fs::rename(&tmp, path))
             .map_err(|e| Error::Local(format!("saving the replication position {}: {e}", path.display())))

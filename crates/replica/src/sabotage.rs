@@ -1,5 +1,5 @@
 //! Defects put back on purpose, for the negative controls of the replication tortures
-//! (`onesync-lab replication-torture`). The module exists only with the feature
+//! (`onesync-lab replication-torture`, `onesync-lab explore`). The module exists only with the feature
 //! `test-hooks`: without it no environment variable changes what the shipper does, and no
 //! name of it is in the build (`crates/packages/tests/no_test_hooks.rs`).
 
@@ -16,9 +16,14 @@ pub enum Sabotage {
     /// `ships-undurable`: a tick ships the latest *written* state of the store, commits a
     /// power cut can still take back among it: the replica runs ahead of what survives.
     ShipsUndurable,
-    /// `sync-acks-early`: `Shipper::wait_shipped` returns at once, before the upload: a
-    /// synchronous COMMIT returns with its commit not in the replica.
-    SyncAcksEarly,
+    /// `sync-ack-before-upload`: a synchronous wait (`Shipper::wait_shipped`) returns at
+    /// once: COMMIT returns before the replica holds its commit, which ships with a later
+    /// tick (the thread's, or a close's).
+    SyncAckBeforeUpload,
+    /// `txid-from-position`: a shipper taking the lease continues from the TXID its saved
+    /// position names, not from the replica's newest: after a crash between an upload and
+    /// the save, it writes that TXID again, with other contents.
+    TxidFromPosition,
 }
 
 impl Sabotage {
@@ -27,11 +32,17 @@ impl Sabotage {
 
     /// The sabotage `ONESYNC_REPLICA_SABOTAGE` names, if any.
     pub fn from_env() -> Option<Sabotage> {
-        match std::env::var(Self::ENV).as_deref() {
-            Ok("replication-lease-ignored") => Some(Sabotage::ReplicationLeaseIgnored),
-            Ok("position-saved-ahead") => Some(Sabotage::PositionSavedAhead),
-            Ok("ships-undurable") => Some(Sabotage::ShipsUndurable),
-            Ok("sync-acks-early") => Some(Sabotage::SyncAcksEarly),
+        Self::from_name(&std::env::var(Self::ENV).ok()?)
+    }
+
+    /// The sabotage of this name, if it is one of the shipper's.
+    pub fn from_name(name: &str) -> Option<Sabotage> {
+        match name {
+            "replication-lease-ignored" => Some(Sabotage::ReplicationLeaseIgnored),
+            "position-saved-ahead" => Some(Sabotage::PositionSavedAhead),
+            "ships-undurable" => Some(Sabotage::ShipsUndurable),
+            "sync-ack-before-upload" => Some(Sabotage::SyncAckBeforeUpload),
+            "txid-from-position" => Some(Sabotage::TxidFromPosition),
             _ => None,
         }
     }

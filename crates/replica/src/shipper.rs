@@ -1,6 +1,7 @@
 //! The shipper: a thread per replicated database per process. Every `interval` it tries to
 //! take the database's replication lease; the process holding it ships, the others wait
-//! (and take over when it exits or dies: the lease is a lock the kernel lets go).
+//! (and take over when it exits or dies: the lease is a lock the kernel lets go). With the
+//! test hooks, `Config::deterministic` runs no thread: ticks only where a caller asks.
 //!
 //! A tick, in order (each step's crash analysis beside it):
 //! 1. Take the latest snapshot readers are shown, and make it **durable** if it is not
@@ -43,6 +44,10 @@ const LEVEL_SNAPSHOT: u32 = 9;
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// While uploads fail, how often the failure is logged again.
 const LOG_REPEAT: Duration = Duration::from_secs(60);
+/// How far ahead of the clock a deterministic shipper's compaction judges the files
+/// (`Config::deterministic`): past every interval and retention Litestream has.
+#[cfg(feature = "test-hooks")]
+const DETERMINISTIC_CLOCK_AHEAD_MS: i64 = 365 * 24 * 3600 * 1000;
 
 /// How a database is replicated.
 #[derive(Debug, Clone)]
@@ -57,6 +62,14 @@ pub struct Config {
     /// shipping process after a tick once `compaction_check` has passed.
     pub compaction: CompactionPolicy,
     pub compaction_check: Duration,
+    /// Test hooks only (`onesync-lab explore`): no thread. A tick runs only where a caller
+    /// asks for one (`wait_shipped`, `ship_now`, the close), a wait that this process
+    /// cannot end itself (another holds the lease) fails at once instead of looking again,
+    /// and compaction judges every file as if a year had passed since it was written (each
+    /// tick merges what level 0 has new, retention deletes all it may). So a process makes
+    /// the same calls in every run of the same steps, whatever the clock says.
+    #[cfg(feature = "test-hooks")]
+    pub deterministic: bool,
 }
 
 impl Config {
@@ -72,6 +85,8 @@ impl Config {
             snapshot_interval: Config::DEFAULT_SNAPSHOT_INTERVAL,
             compaction: CompactionPolicy::default(),
             compaction_check: Config::DEFAULT_COMPACTION_CHECK,
+            #[cfg(feature = "test-hooks")]
+            deterministic: false,
         }
     }
 }
@@ -187,6 +202,9 @@ impl Shipper {
             #[cfg(feature = "test-hooks")]
             sabotage: crate::sabotage::Sabotage::from_env(),
         });
+        if inner.deterministic() {
+            return Ok(Shipper { inner, thread: None });
+        }
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
             .name("onesync-replica".into())
@@ -220,10 +238,15 @@ impl Shipper {
     /// shipper's saved position, which moves at that process's interval. An upload that
     /// fails is tried again every `interval` until `deadline` (none: until it succeeds).
     pub fn wait_shipped(&self, seq: u64, deadline: Option<Instant>) -> Result<(), Error> {
-        let retry = self.inner.config.interval.min(Duration::from_millis(100));
-        if self.inner.acks_early() {
+        if self.inner.sync_ack_before_upload() {
             return Ok(());
         }
+        self.wait(seq, deadline)
+    }
+
+    /// [`Shipper::wait_shipped`] itself (the close's wait too).
+    fn wait(&self, seq: u64, deadline: Option<Instant>) -> Result<(), Error> {
+        let retry = self.inner.config.interval.min(Duration::from_millis(100));
         loop {
             if self.inner.status().shipped_seq >= seq {
                 return Ok(());
@@ -232,7 +255,8 @@ impl Shipper {
             if self.inner.status().shipped_seq >= seq {
                 return Ok(());
             }
-            let expired = deadline.is_some_and(|d| Instant::now() >= d);
+            // Deterministic (test hooks): nothing ships meanwhile but this process's ticks.
+            let expired = deadline.is_some_and(|d| Instant::now() >= d) || self.inner.deterministic();
             match outcome {
                 Err(e) if expired => return Err(e),
                 _ if expired => {
@@ -267,7 +291,7 @@ impl Drop for Shipper {
         let healthy = lock(&self.inner.status).last_error.is_none();
         if healthy {
             let durable = self.inner.store.durable_seq();
-            let _ = self.wait_shipped(durable, Some(Instant::now() + CLOSE_WAIT));
+            let _ = self.wait(durable, Some(Instant::now() + CLOSE_WAIT));
         }
         let mut shipping = lock(&self.inner.shipping);
         if shipping.leased {
@@ -428,8 +452,12 @@ impl Inner {
             // After the batch, so a slow compaction never delays one; a failure leaves the
             // replica restorable (a merged file is written before what it covers goes).
             sh.last_compaction = Some(Instant::now());
-            let report = compact(self.client.as_ref(), &self.config.compaction, now_ms())
-                .map_err(|e| Error::Compaction(e.to_string()))?;
+            let report = compact(
+                self.client.as_ref(),
+                &self.config.compaction,
+                self.compaction_now(),
+            )
+            .map_err(|e| Error::Compaction(e.to_string()))?;
             let mut status = lock(&self.status);
             status.compacted += report.written.len() as u64;
             status.deleted += report.deleted.len() as u64;
@@ -460,10 +488,11 @@ impl Inner {
                     .list(LEVEL_SNAPSHOT)?
                     .last()
                     .map_or(0, |f| f.timestamp_ms);
-                Ok(Position {
-                    txid: newest.max_txid,
-                    ..saved
-                })
+                let txid = match self.txid_from_position() {
+                    true => saved.txid,
+                    false => newest.max_txid,
+                };
+                Ok(Position { txid, ..saved })
             }
             _ => self.new_generation(sh, db, newest.max_txid + 1, timestamp),
         }
@@ -513,6 +542,41 @@ impl Inner {
     fn position_saved_ahead(&self) -> bool {
         false
     }
+    #[cfg(feature = "test-hooks")]
+    fn sync_ack_before_upload(&self) -> bool {
+        self.sabotage == Some(crate::sabotage::Sabotage::SyncAckBeforeUpload)
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    fn sync_ack_before_upload(&self) -> bool {
+        false
+    }
+    #[cfg(feature = "test-hooks")]
+    fn txid_from_position(&self) -> bool {
+        self.sabotage == Some(crate::sabotage::Sabotage::TxidFromPosition)
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    fn txid_from_position(&self) -> bool {
+        false
+    }
+
+    /// `Config::deterministic` (test hooks only).
+    #[cfg(feature = "test-hooks")]
+    fn deterministic(&self) -> bool {
+        self.config.deterministic
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    fn deterministic(&self) -> bool {
+        false
+    }
+
+    /// The time compaction judges the replica's files by.
+    fn compaction_now(&self) -> i64 {
+        #[cfg(feature = "test-hooks")]
+        if self.deterministic() {
+            return now_ms() + DETERMINISTIC_CLOCK_AHEAD_MS;
+        }
+        now_ms()
+    }
 
     #[cfg(feature = "test-hooks")]
     fn ships_undurable(&self) -> bool {
@@ -520,14 +584,6 @@ impl Inner {
     }
     #[cfg(not(feature = "test-hooks"))]
     fn ships_undurable(&self) -> bool {
-        false
-    }
-    #[cfg(feature = "test-hooks")]
-    fn acks_early(&self) -> bool {
-        self.sabotage == Some(crate::sabotage::Sabotage::SyncAcksEarly)
-    }
-    #[cfg(not(feature = "test-hooks"))]
-    fn acks_early(&self) -> bool {
         false
     }
 

@@ -25,6 +25,8 @@ pub use backend::{
     MaskedPassThroughFactory, OpenRequest, Opened, PassThrough, PassThroughFactory, PassThroughIo,
 };
 pub use f2fs::{f2fs_atomic_write_support, f2fs_stats, F2fsFactory, F2fsStats, F2FS_VFS_NAME};
+#[cfg(feature = "test-hooks")]
+pub use store_db::ReplicaConfigHook;
 pub use store_db::{store_stats_json, StoreFactory, StoreOpener, DEFAULT_LOGICAL_DB, STORE_PAGE_SIZE};
 pub use super_journal::SuperJournalNames;
 pub use sys::api::{ApiTable, VtabConfigRoutine, VtabRoutines};

@@ -383,8 +383,14 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
                 r.path.display()
             ));
         }
-        db.store
-            .replicate(r.api, &db.store.path, &r.logical, url.trim(), replicate_interval)
+        db.store.replicate(
+            r.api,
+            &db.store.path,
+            &r.logical,
+            url.trim(),
+            replicate_interval,
+            &|config| factory.configure_replica(config),
+        )
     };
     let opened = |backend: MainFile, out_flags: c_int| {
         if let (MainFile::Store(db), Some(interval)) = (&backend, sync_interval) {
@@ -430,7 +436,8 @@ pub(crate) fn open(factory: &StoreFactory, req: &OpenRequest) -> IoResult<Opened
         } else {
             r.flags
         };
-        return Ok(opened(MainFile::Store(Box::new(db)), flags));
+        // Replicated as any store (`onesync_replicate`).
+        return store(Ok((db, flags)));
     }
     if !explicit && looks_like_an_unparsed_uri(&r.path) && probe(&r.path) == Probe::Missing {
         return refused(r.refuse((

@@ -56,5 +56,7 @@ mod stats;
 pub(crate) use locking::sleep_until_lock_released;
 pub(crate) use main_file::refuse_main_db;
 pub(crate) use refusals::{note_hook_registered, open_refusal};
+#[cfg(feature = "test-hooks")]
+pub use registry::ReplicaConfigHook;
 pub use registry::{StoreFactory, StoreOpener, DEFAULT_LOGICAL_DB, STORE_PAGE_SIZE};
 pub use stats::store_stats_json;

@@ -71,10 +71,14 @@ impl StoreDb {
                     } else if self.read_only {
                         reply("onesync: PRAGMA onesync_replicate needs a read-write connection".to_string());
                         return SQLITE_READONLY;
-                    } else if let Err(msg) =
-                        self.store
-                            .replicate(self.api, &self.store.path, &self.logical, value.trim(), None)
-                    {
+                    } else if let Err(msg) = self.store.replicate(
+                        self.api,
+                        &self.store.path,
+                        &self.logical,
+                        value.trim(),
+                        None,
+                        &|_| {},
+                    ) {
                         reply(msg);
                         return SQLITE_ERROR;
                     }

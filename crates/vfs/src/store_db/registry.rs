@@ -44,11 +44,23 @@ pub type StoreOpener = Arc<dyn Fn(&Path, &Options, bool) -> Result<Store, StoreE
 pub struct StoreFactory {
     pub(crate) api: ApiTable,
     pub(crate) opener: Option<StoreOpener>,
+    #[cfg(feature = "test-hooks")]
+    replica_config: Option<ReplicaConfigHook>,
 }
+
+/// Test hooks only: changes the configuration of each shipper that `onesync_replicate=URL`
+/// starts through a VFS (the crash-point explorer's deterministic shipping).
+#[cfg(feature = "test-hooks")]
+pub type ReplicaConfigHook = Arc<dyn Fn(&mut onesync_replica::Config) + Send + Sync>;
 
 impl StoreFactory {
     pub fn new(api: ApiTable) -> Self {
-        Self { api, opener: None }
+        Self {
+            api,
+            opener: None,
+            #[cfg(feature = "test-hooks")]
+            replica_config: None,
+        }
     }
 
     /// Stores opened by `opener` instead of from files (the path is still the registry key,
@@ -56,9 +68,29 @@ impl StoreFactory {
     /// VFS is a store: the medium is the host's, so there is no plain file to fall back to.
     pub fn with_opener(api: ApiTable, opener: StoreOpener) -> Self {
         Self {
-            api,
             opener: Some(opener),
+            ..Self::new(api)
         }
+    }
+
+    /// Test hooks only: `hook` changes the configuration of every shipper the URI parameter
+    /// `onesync_replicate` starts through this VFS (not `PRAGMA onesync_replicate`'s).
+    #[cfg(feature = "test-hooks")]
+    pub fn with_replica_config(self, hook: ReplicaConfigHook) -> Self {
+        Self {
+            replica_config: Some(hook),
+            ..self
+        }
+    }
+
+    /// A shipper's configuration as this VFS wants it (`with_replica_config`).
+    pub(super) fn configure_replica(&self, config: &mut onesync_replica::Config) {
+        #[cfg(feature = "test-hooks")]
+        if let Some(hook) = &self.replica_config {
+            hook(config);
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        let _ = config;
     }
 }
 

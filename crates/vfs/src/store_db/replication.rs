@@ -51,6 +51,7 @@ impl OpenStore {
         logical: &str,
         url: &str,
         interval: Option<Duration>,
+        configure: &dyn Fn(&mut Config),
     ) -> Result<(), String> {
         let mut replicas = lock(&self.replicas);
         if let Some(running) = replicas.get(logical) {
@@ -67,6 +68,7 @@ impl OpenStore {
         if let Some(interval) = interval {
             config.interval = interval;
         }
+        configure(&mut config);
         let log = std::sync::Arc::new(move |msg: &str| api.log(SQLITE_WARNING, msg));
         let shipper = Shipper::start(self.store.clone(), path, logical, config, log)
             .map_err(|e| format!("onesync: cannot replicate {logical} to {url}: {e}"))?;

@@ -36,6 +36,16 @@ pub enum Clause {
     /// Concurrent writers' overlapping transactions never conflicted in a run without a
     /// stop (each scenario's pairs always do: the scenario would test nothing).
     NoConflict,
+    /// The replica does not restore: a gap or an overlap of TXIDs, a snapshot not from TXID
+    /// 1, a file whose bytes changed (a TXID written twice), a file that does not read
+    /// (`replica.rs`).
+    ReplicaRestore,
+    /// The replica's database fails the bank's checks or is not a prefix of the store's.
+    ReplicaState,
+    /// A transfer acknowledged in synchronous replication is not in the replica.
+    ReplicaAcknowledged,
+    /// Shipping resumed by a fresh connection does not leave the replica equal to the store.
+    ReplicaResume,
 }
 
 impl Clause {
@@ -52,6 +62,10 @@ impl Clause {
             Clause::ProcessError => "process-error",
             Clause::Hang => "hang",
             Clause::NoConflict => "no-conflict",
+            Clause::ReplicaRestore => "replica-restore",
+            Clause::ReplicaState => "replica-state",
+            Clause::ReplicaAcknowledged => "replica-acknowledged",
+            Clause::ReplicaResume => "replica-resume",
         }
     }
 }
@@ -62,7 +76,7 @@ pub struct Violation {
     pub detail: String,
 }
 
-fn violation(clause: Clause, detail: impl std::fmt::Display) -> Violation {
+pub fn violation(clause: Clause, detail: impl std::fmt::Display) -> Violation {
     Violation {
         clause,
         detail: detail.to_string(),

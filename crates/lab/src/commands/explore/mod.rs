@@ -20,6 +20,7 @@
 pub mod check;
 mod crash_files;
 pub mod iolog;
+pub mod replica;
 pub mod run;
 pub mod scenario;
 pub mod store;
@@ -36,14 +37,16 @@ use anyhow::{anyhow, bail, Context, Result};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
-use self::check::{Clause, Expect, Violation};
+use self::check::{violation, Clause, Expect, Violation};
 use self::crash_files::CrashFiles;
 use self::iolog::{Fate, Log};
+use self::replica::Replicated;
 use self::run::{Outcome, Setup};
 use self::scenario::{Backend, NegativeControl, Scenario, Sync};
 pub use self::store::{
-    aux_uri, explore_options, open_store, plain_aux_path, register_explore_vfs, CHECKPOINT_INTERVAL,
-    INTERVAL_ENV, MAX_GROWTH_STEP_ENV, ROLLED_BACK_MARK, SPILL_MARK, SPILL_ROWS, WORKER_BUSY_TIMEOUT,
+    aux_uri, explore_options, open_replicated, open_store, plain_aux_path, register_explore_vfs,
+    remove_side_files, replica_url, CHECKPOINT_INTERVAL, INTERVAL_ENV, MAX_GROWTH_STEP_ENV, REPLICA_DIR,
+    ROLLED_BACK_MARK, SPILL_MARK, SPILL_ROWS, WORKER_BUSY_TIMEOUT,
 };
 use crate::output::{self, Human};
 use crate::progress::{phase_bar, phase_spinner};
@@ -225,7 +228,7 @@ pub fn run(args: &ExploreArgs) -> Result<ExitCode> {
         println!(
             "negative controls (--negative-control): journal-off, checkpoint-publication, \
              unvalidated-snapshot, lazy-growth, lazy-growth-large, relocated-pointer-missed, \
-             stalled-retry-unflushed"
+             stalled-retry-unflushed, sync-ack-before-upload, txid-from-position"
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -628,31 +631,6 @@ fn finish_dir(shared: &Shared<'_>, dir: &Path, failed: bool) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The side files (in /dev/shm or /tmp, named after device and inode) of the stores in
-/// `dir`: processes killed while sharing a store leave them behind.
-fn remove_side_files(dir: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Ok(meta) = entry.metadata() else { continue };
-        let prefix = format!("onesync-{:x}-{:x}-", meta.dev(), meta.ino());
-        for side_dir in ["/dev/shm", "/tmp"] {
-            let Ok(sides) = std::fs::read_dir(side_dir) else {
-                continue;
-            };
-            for side in sides.flatten() {
-                let name = side.file_name();
-                let name = name.to_string_lossy();
-                if name.starts_with(&prefix) && name.ends_with(".shm") {
-                    let _ = std::fs::remove_file(side.path());
-                }
-            }
-        }
-    }
-}
-
 /// Checks a run: what its processes reported, then power cuts at the crash point's
 /// instant (the store rebuilt from the write log), then the files as the process crash
 /// left them. Returns what broke (with the crash's kind) and the power-cut images checked.
@@ -698,9 +676,31 @@ fn check_run(
         }
         None => None,
     };
+    // The replica and the store as the run left them, for the replica's checks.
+    let replicated = match scenario
+        .replicated()
+        .then(|| Replicated::take(dir, &store, scenario))
+    {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) => {
+            found.push((
+                process.clone(),
+                violation(Clause::Open, format!("keeping the replica: {e:#}")),
+            ));
+            return (found, 0);
+        }
+        None => None,
+    };
     let mut images = 0;
     if shared.power != PowerCuts::None && scenario.backend() == Backend::Onesync {
-        match power_cuts(shared, prepared, outcome, dir, &store, salt, crash_files.as_ref()) {
+        let kept = Kept {
+            store: &store,
+            crash_files: crash_files.as_ref(),
+            replicated: replicated.as_ref(),
+        };
+        let cuts = power_cuts(shared, prepared, outcome, dir, salt, &kept);
+        let restored = replicated.as_ref().map_or(Ok(()), Replicated::restore_store);
+        match cuts.and_then(|cuts| restored.map(|()| cuts)) {
             Ok((f, n)) => {
                 found.extend(f);
                 images = n;
@@ -733,8 +733,17 @@ fn check_run(
     }
     if let Some(v) = check::check(&store, scenario.backend(), &expect) {
         found.push((process, v));
+    } else if let Some(v) = replicated.and_then(|r| r.check_process_crash(&outcome.acks)) {
+        found.push((process, v));
     }
     (found, images)
+}
+
+/// A crash point's files, as `check_run` keeps them for the power cuts' checks.
+struct Kept<'a> {
+    store: &'a Path,
+    crash_files: Option<&'a CrashFiles>,
+    replicated: Option<&'a Replicated>,
 }
 
 fn power_cuts(
@@ -742,11 +751,15 @@ fn power_cuts(
     prepared: &Prepared,
     outcome: &Outcome,
     dir: &Path,
-    store: &Path,
     salt: u64,
-    crash_files: Option<&CrashFiles>,
+    kept: &Kept<'_>,
 ) -> Result<(Vec<(String, Violation)>, usize)> {
     use std::os::unix::fs::MetadataExt;
+    let Kept {
+        store,
+        crash_files,
+        replicated,
+    } = *kept;
     let scenario = &prepared.scenario;
     let meta = std::fs::metadata(store)?;
     let file = (meta.dev(), meta.ino());
@@ -755,8 +768,11 @@ fn power_cuts(
     let durable = log.durable_before(file, cut);
     let mut acks = Vec::new();
     let mut saws = Vec::new();
+    // Every acknowledged transfer, for the replica (remote: a power cut takes nothing back).
+    let mut all_acks = Vec::new();
     for (pos, note) in log.notes_before(cut) {
         if let Some(id) = note.strip_prefix("ack ") {
+            all_acks.push(id.to_owned());
             let relaxed = !shared.args.strict_sync
                 && id
                     .chars()
@@ -810,12 +826,13 @@ fn power_cuts(
             files.restore(dir)?;
         }
         let bytes = log.rebuild(&prepared.image, file, cut, *fate);
-        std::fs::write(&image_path, bytes)?;
+        std::fs::write(&image_path, &bytes)?;
         let v = check::check(&image_path, scenario.backend(), &expect);
         remove_side_files(dir);
         if crash_files.is_none() {
             std::fs::remove_file(&image_path)?;
         }
+        let v = v.or_else(|| replicated.and_then(|r| r.check_power_cut(&bytes, &all_acks)));
         if let Some(v) = v {
             found.push((format!("power cut ({fate}; {unflushed} unflushed)"), v));
             // One broken image of a crash point says it; the rest would repeat it.

@@ -19,7 +19,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::scenario::{Backend, Cmd, End, Name, Role, Scenario};
+use super::scenario::{Backend, Cmd, End, Name, Replica, Role, Scenario};
 use super::trace;
 
 /// A step of a process that is not stopped takes longer than this only if it hangs.
@@ -209,6 +209,12 @@ fn spawn(
     if p.concurrent {
         command.arg("--concurrent");
     }
+    if p.replica != Replica::Off {
+        command.args(["--replicate", &super::replica_url(dir)]);
+    }
+    if p.replica == Replica::Sync {
+        command.arg("--replicate-sync");
+    }
     // The explorer runs only with the test hooks (`explore::run` refuses otherwise).
     #[cfg(feature = "test-hooks")]
     match p.backend {
@@ -221,10 +227,18 @@ fn spawn(
         None => command.env_remove(super::MAX_GROWTH_STEP_ENV),
     };
     #[cfg(feature = "test-hooks")]
-    match scenario.sabotage {
-        Some(s) => command.env(onesync_store::Sabotage::ENV, s),
-        None => command.env_remove(onesync_store::Sabotage::ENV),
-    };
+    {
+        command
+            .env_remove(onesync_store::Sabotage::ENV)
+            .env_remove(onesync_replica::Sabotage::ENV);
+        match scenario.sabotage {
+            Some(s) if onesync_replica::Sabotage::from_name(s).is_some() => {
+                command.env(onesync_replica::Sabotage::ENV, s)
+            }
+            Some(s) => command.env(onesync_store::Sabotage::ENV, s),
+            None => &mut command,
+        };
+    }
     #[cfg(not(feature = "test-hooks"))]
     let _ = scenario.sabotage;
     let stderr = File::create(dir.join(format!("{}.stderr", p.name)))?;
@@ -352,6 +366,14 @@ impl Run<'_> {
             }
         }
         self.out.cut = self.log_len();
+        if self.setup.scenario.replicated() {
+            // The replica and the position as a power cut now would leave them.
+            if let Err(e) = super::replica::keep_at_cut(self.dir) {
+                self.out
+                    .errors
+                    .push(format!("keeping the replica at the crash point: {e:#}"));
+            }
+        }
         self.kill(self.victim);
         if let Some(i) = waiting {
             if let Step::TimedOut = self.wait_reply(i, STEP_TIMEOUT, false) {

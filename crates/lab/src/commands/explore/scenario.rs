@@ -52,6 +52,16 @@ impl Sync {
     }
 }
 
+/// Whether a process replicates the database to the run's `replica/` (`store.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replica {
+    Off,
+    /// Its commits ship when a process holding the lease ticks (a synchronous COMMIT, a close).
+    Async,
+    /// `onesync_replicate_sync=1`: each COMMIT returns once the replica holds it.
+    Sync,
+}
+
 /// Which name of the store a process opens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Name {
@@ -84,6 +94,7 @@ pub struct Proc {
     /// onesync_concurrent = 1` after each open; the onesync backend only): a conflict fails
     /// COMMIT with SQLITE_BUSY_SNAPSHOT and the worker reruns the transfer.
     pub concurrent: bool,
+    pub replica: Replica,
 }
 
 /// One step of a script, as sent to the worker (one line).
@@ -175,7 +186,8 @@ pub struct Scenario {
     /// The processes stopped in turn (indexes into `procs`).
     pub victims: Vec<usize>,
     pub end: End,
-    /// `ONESYNC_SABOTAGE` for every worker.
+    /// `ONESYNC_SABOTAGE` for every worker (`ONESYNC_REPLICA_SABOTAGE` for a name of
+    /// onesync-replica's).
     pub sabotage: Option<&'static str>,
     /// Commits between the store's own checkpoints.
     pub checkpoint_interval: u64,
@@ -212,6 +224,11 @@ impl Scenario {
             && self.procs.iter().filter(|p| p.concurrent).count() > 1
     }
 
+    /// Whether its processes replicate (the replica's checks run: `replica.rs`).
+    pub fn replicated(&self) -> bool {
+        self.procs.iter().any(|p| p.replica != Replica::Off)
+    }
+
     pub fn proc_named(&self, name: char) -> Option<&Proc> {
         self.procs.iter().find(|p| p.name == name)
     }
@@ -228,6 +245,7 @@ fn writer(name: char) -> Proc {
         sync: Sync::Full,
         role: Role::Writer,
         concurrent: false,
+        replica: Replica::Off,
     }
 }
 
@@ -704,7 +722,67 @@ pub fn all() -> Vec<Scenario> {
             "two concurrent writers growing the file at once (synchronous=FULL): the later COMMIT \
              of each pair moves its new pages past the other's",
         ),
+        replica_sync(None),
+        replica_three(None),
     ]
+}
+
+/// One process in synchronous replication (FULL), crossing checkpoints; a compaction at each
+/// ship (`sabotage`: the negative control's).
+fn replica_sync(sabotage: Option<&'static str>) -> Scenario {
+    Scenario {
+        sabotage,
+        ..single(
+            named(sabotage, "replica-sync", "sync-ack-before-upload"),
+            "one process, synchronous=FULL, each COMMIT returning once the replica holds it",
+            Proc {
+                replica: Replica::Sync,
+                ..writer('A')
+            },
+        )
+    }
+}
+
+/// A and B in synchronous replication, C at NORMAL, each stopped in turn. C flushes after each
+/// second transfer: A's close ships C3 and C4, not C5 (`sabotage`: the negative control's).
+fn replica_three(sabotage: Option<&'static str>) -> Scenario {
+    let (a, b, c) = (0, 1, 2);
+    let sync = |name| Proc {
+        replica: Replica::Sync,
+        ..writer(name)
+    };
+    Scenario {
+        name: named(sabotage, "replica-handover", "txid-from-position"),
+        about: "A and B in synchronous replication, C at NORMAL: A ships (C's flushed commits \
+                too) and closes, B takes the lease at a COMMIT and closes, C at its close",
+        procs: vec![
+            sync('A'),
+            sync('B'),
+            Proc {
+                sync: Sync::Normal,
+                replica: Replica::Async,
+                ..writer('C')
+            },
+        ],
+        script: vec![
+            (a, Cmd::Open),
+            (b, Cmd::Open),
+            (c, Cmd::Open),
+            (a, Cmd::Xfer(1)),
+            (c, Cmd::Xfer(2)),
+            (a, Cmd::Xfer(1)),
+            (c, Cmd::Xfer(3)),
+            (a, Cmd::Close),
+            (b, Cmd::Xfer(2)),
+            (b, Cmd::Close),
+            (c, Cmd::Xfer(1)),
+        ],
+        victims: vec![a, b, c],
+        end: End::Close,
+        sabotage,
+        checkpoint_interval: super::CHECKPOINT_INTERVAL,
+        max_growth_step: None,
+    }
 }
 
 /// Defect 1 of issue 14: A checkpoints right after B's commit (B, fully caught up, has
@@ -863,6 +941,12 @@ pub enum NegativeControl {
     /// part left to the deferred flush at NORMAL: a power cut after the super-journal is
     /// deleted takes it back)
     MultiFileCommitDeferred,
+    /// replica-sync with ONESYNC_REPLICA_SABOTAGE=sync-ack-before-upload (a synchronous
+    /// COMMIT returns before the replica holds it)
+    SyncAckBeforeUpload,
+    /// replica-handover with ONESYNC_REPLICA_SABOTAGE=txid-from-position (a process taking
+    /// the lease writes again a TXID that landed after the position was saved)
+    TxidFromPosition,
 }
 
 pub fn negative_control(control: NegativeControl) -> Scenario {
@@ -885,6 +969,8 @@ pub fn negative_control(control: NegativeControl) -> Scenario {
             attach_plain(Some("multi-file-commit-deferred"), Sync::Normal)
         }
         NegativeControl::LazyGrowthLarge => growth_large(Some("lazy-growth")),
+        NegativeControl::SyncAckBeforeUpload => replica_sync(Some("sync-ack-before-upload")),
+        NegativeControl::TxidFromPosition => replica_three(Some("txid-from-position")),
         NegativeControl::StalledRetryUnflushed => Scenario {
             sabotage: Some("stalled-retry-unflushed"),
             ..concurrent_growth(

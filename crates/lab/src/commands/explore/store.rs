@@ -64,18 +64,85 @@ pub fn register_explore_vfs() -> Result<()> {
             other => other,
         }
     });
+    let factory = onesync_vfs::StoreFactory::with_opener(api, opener);
+    // Shipping on the committing thread only, compaction every tick (see
+    // `deterministic_shipping`): the same calls in every run.
+    #[cfg(feature = "test-hooks")]
+    let factory = factory.with_replica_config(Arc::new(deterministic_shipping));
     onesync_vfs::register_with(
         &api,
         onesync_vfs::RegisterOptions {
             name: EXPLORE_VFS.to_owned(),
             make_default: false,
-            main_db: Box::new(onesync_vfs::StoreFactory::with_opener(api, opener)),
+            main_db: Box::new(factory),
             memory_journals: true,
             files: None,
         },
     )
     .map_err(|e| anyhow!("registering the {EXPLORE_VFS} VFS: {e}"))?;
     Ok(())
+}
+
+/// The shippers the explorer's VFS starts (`onesync_replicate=URL`): no thread, so that a
+/// process ships only where its script makes it (a COMMIT's synchronous wait, a close); a
+/// compaction each tick, with one level judged by a clock far ahead (onesync-replica's
+/// `Config::deterministic`): each tick merges what level 0 has new into level 1, and
+/// retention deletes the level-0 files level 1 covers (the newest kept) and every snapshot
+/// but the newest.
+#[cfg(feature = "test-hooks")]
+fn deterministic_shipping(config: &mut onesync_replica::Config) {
+    config.deterministic = true;
+    config.compaction_check = Duration::ZERO;
+    config.compaction = onesync_ltx::compact::CompactionPolicy {
+        level_intervals_ms: vec![30_000],
+        ..Default::default()
+    };
+}
+
+/// The replica directory in a run's directory (`file:///RUN/replica`), and its URL.
+pub const REPLICA_DIR: &str = "replica";
+pub fn replica_url(run_dir: &Path) -> String {
+    format!("file://{}", run_dir.join(REPLICA_DIR).display())
+}
+
+/// Opens the store at `path` through the explorer's VFS, replicating to `url`
+/// (synchronously: each COMMIT returns once the replica holds it, if `sync`).
+pub fn open_replicated(path: &Path, url: &str, sync: bool) -> Result<Connection> {
+    register_explore_vfs()?;
+    let uri = format!(
+        "file:{}?vfs={EXPLORE_VFS}&onesync_replicate={url}&onesync_replicate_sync={}",
+        path.display(),
+        u8::from(sync)
+    );
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(&uri, flags).with_context(|| format!("opening {uri}"))?;
+    conn.busy_timeout(WORKER_BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+/// Removes the side files (in /dev/shm or /tmp, named after device and inode) of the stores
+/// in `dir`: processes killed while sharing a store leave them behind.
+pub fn remove_side_files(dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        let prefix = format!("onesync-{:x}-{:x}-", meta.dev(), meta.ino());
+        for side_dir in ["/dev/shm", "/tmp"] {
+            let Ok(sides) = std::fs::read_dir(side_dir) else {
+                continue;
+            };
+            for side in sides.flatten() {
+                let name = side.file_name();
+                let name = name.to_string_lossy();
+                if name.starts_with(&prefix) && name.ends_with(".shm") {
+                    let _ = std::fs::remove_file(side.path());
+                }
+            }
+        }
+    }
 }
 
 /// Opens the store at `path` (creating it if `create`) through the explorer's VFS.

@@ -5,7 +5,8 @@
 //! other syscalls do not count), and a fault it injects at entry means the call never runs.
 //! So a recording run traces the chosen (single-threaded) worker with every call of
 //! interest and numbers each call per syscall; the crash points are the calls that act on
-//! the database (its store file under any name, the side file, SQLite's files): writes,
+//! the database (its store file under any name, the side file, SQLite's files, its
+//! replication position and its replica's directory `replica/`): writes,
 //! flushes, lock calls (`fcntl` F_SETLK/F_SETLKW/F_OFD_SETLK/F_OFD_SETLKW, `flock`),
 //! truncation, rename, link and unlink. Crash point k is the k-th of these; it is
 //! reached in a crash run as call N of its syscall, with
@@ -150,7 +151,12 @@ fn ours(path: &str, dir: &Path) -> Option<String> {
         return Some("side-file".to_owned());
     }
     let within = path.strip_prefix(dir.to_str()?)?.trim_start_matches('/');
-    if !within.starts_with("bank") {
+    // The store's files (its replication position `bank.onesync-replica-main` among them)
+    // and its replica's.
+    let replica = within
+        .strip_prefix(super::REPLICA_DIR)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+    if !within.starts_with("bank") && !replica {
         return None;
     }
     // SQLite names super-journals `DB-mjXXXXXXXXX` at random: the same call in every run.
@@ -171,13 +177,15 @@ fn describe(syscall: &str, args: &[&str], dir: &Path) -> Option<String> {
             let unit = if syscall == "pwrite64" { " B" } else { " iov" };
             Some(format!("{syscall} {file} {len}{unit} at {at}"))
         }
-        "write" | "writev" => {
-            let file = ours(fd_path(first)?, dir)?;
-            Some(format!(
+        // A replication position's text names the run's directory and the store's inode:
+        // its length differs from run to run, so it is left out.
+        "write" | "writev" => match ours(fd_path(first)?, dir)? {
+            file if file.contains("-replica-") => Some(format!("{syscall} {file}")),
+            file => Some(format!(
                 "{syscall} {file} {}",
                 args.get(2).copied().unwrap_or("?")
-            ))
-        }
+            )),
+        },
         "fdatasync" | "fsync" => Some(format!("{syscall} {}", ours(fd_path(first)?, dir)?)),
         "ftruncate" | "flock" => Some(format!(
             "{syscall} {} {}",
@@ -245,6 +253,10 @@ mod tests {
 12 fdatasync(5</w/run/bank.onesync>) = 0
 12 unlink(\"/dev/shm/onesync-fd01-1a-00ff.shm\") = 0
 12 unlinkat(AT_FDCWD, \"/w/run/bank.onesync-mj01AB23CD4\", 0) = 0
+12 write(8</w/run/replica/ltx/0/0000000000000002-0000000000000002.ltx.tmp>, \"\"..., 4242) = 4242
+12 rename(\"/w/run/bank.onesync-replica-main.tmp\", \"/w/run/bank.onesync-replica-main\") = 0
+12 write(9</w/run/bank.onesync-replica-main.tmp>, \"\"..., 120) = 120
+12 unlink(\"/w/run/replicas/x\") = 0
 ";
         let calls = recorded_calls(text, dir);
         let got: Vec<(String, u32, String)> = calls.into_iter().map(|c| (c.syscall, c.nth, c.what)).collect();
@@ -255,6 +267,17 @@ mod tests {
             ("fdatasync", 1, "fdatasync bank.onesync"),
             ("unlink", 1, "unlink side-file"),
             ("unlinkat", 1, "unlinkat bank.onesync-mj*"),
+            (
+                "write",
+                3,
+                "write replica/ltx/0/0000000000000002-0000000000000002.ltx.tmp 4242",
+            ),
+            (
+                "rename",
+                1,
+                "rename bank.onesync-replica-main.tmp bank.onesync-replica-main",
+            ),
+            ("write", 4, "write bank.onesync-replica-main.tmp"),
         ];
         let want: Vec<(String, u32, String)> = want
             .iter()

@@ -58,6 +58,12 @@ pub struct WorkerArgs {
     /// = 1` after each open; onesync only)
     #[arg(long)]
     pub concurrent: bool,
+    /// Replicate the store to this URL (`onesync_replicate`; onesync only) ...
+    #[arg(long, value_name = "URL")]
+    pub replicate: Option<String>,
+    /// ... synchronously: each COMMIT returns once the replica holds it
+    #[arg(long, requires = "replicate")]
+    pub replicate_sync: bool,
     #[arg(long)]
     pub seed: u64,
 }
@@ -202,9 +208,10 @@ impl Worker<'_> {
 
     fn open(&mut self) -> Result<()> {
         let args = self.args;
-        let conn = match args.backend {
-            Backend::Onesync => super::open_store(&args.db, false)?,
-            Backend::StockJournalOff => {
+        let conn = match (args.backend, &args.replicate) {
+            (Backend::Onesync, Some(url)) => super::open_replicated(&args.db, url, args.replicate_sync)?,
+            (Backend::Onesync, None) => super::open_store(&args.db, false)?,
+            (Backend::StockJournalOff, _) => {
                 let conn = crate::sqlite::open_plain(&args.db, OpenFlags::default())?;
                 conn.execute_batch("PRAGMA journal_mode = OFF")?;
                 conn

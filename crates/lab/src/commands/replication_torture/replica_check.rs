@@ -25,7 +25,7 @@ use super::writer::effect;
 pub type LogRow = (u64, u64, u64);
 
 /// What the checks remember between kills.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct ReplicaChecker {
     /// Each file seen: its size and the hash of its bytes when first read.
     seen: HashMap<(u32, u64, u64), (u64, u64)>,
