@@ -45,6 +45,8 @@ const SABOTAGES: &[&str] = &[
     // onesync-replica's (`ONESYNC_REPLICA_SABOTAGE`).
     "replication-lease-ignored",
     "position-saved-ahead",
+    "ships-undurable",
+    "sync-acks-early",
 ];
 
 /// Every name a test hook would leave in a build: the variables, each sabotage's name as

@@ -13,6 +13,12 @@ pub enum Sabotage {
     /// time of the save, not the one the upload shipped: a process taking over after a kill
     /// skips the changes between the two.
     PositionSavedAhead,
+    /// `ships-undurable`: a tick ships the latest *written* state of the store, commits a
+    /// power cut can still take back among it: the replica runs ahead of what survives.
+    ShipsUndurable,
+    /// `sync-acks-early`: `Shipper::wait_shipped` returns at once, before the upload: a
+    /// synchronous COMMIT returns with its commit not in the replica.
+    SyncAcksEarly,
 }
 
 impl Sabotage {
@@ -24,6 +30,8 @@ impl Sabotage {
         match std::env::var(Self::ENV).as_deref() {
             Ok("replication-lease-ignored") => Some(Sabotage::ReplicationLeaseIgnored),
             Ok("position-saved-ahead") => Some(Sabotage::PositionSavedAhead),
+            Ok("ships-undurable") => Some(Sabotage::ShipsUndurable),
+            Ok("sync-acks-early") => Some(Sabotage::SyncAcksEarly),
             _ => None,
         }
     }

@@ -3,8 +3,10 @@
 //! (and take over when it exits or dies: the lease is a lock the kernel lets go).
 //!
 //! A tick, in order (each step's crash analysis beside it):
-//! 1. Take the latest **durable** snapshot of the store (a commit a power cut could still
-//!    take back is never shipped: the replica never runs ahead of the store).
+//! 1. Take the latest snapshot readers are shown, and make it **durable** if it is not
+//!    (commits made at synchronous=NORMAL or OFF are shown before their flush): a commit a
+//!    power cut could still take back is never shipped, the replica never runs ahead of
+//!    the store.
 //! 2. Without a position in memory (first tick, after a takeover or an error): list the
 //!    replica for its newest TXID and read the saved position (`position.rs`). If the save
 //!    continues this store's history on this replica, ship from its commit under the next
@@ -219,6 +221,9 @@ impl Shipper {
     /// fails is tried again every `interval` until `deadline` (none: until it succeeds).
     pub fn wait_shipped(&self, seq: u64, deadline: Option<Instant>) -> Result<(), Error> {
         let retry = self.inner.config.interval.min(Duration::from_millis(100));
+        if self.inner.acks_early() {
+            return Ok(());
+        }
         loop {
             if self.inner.status().shipped_seq >= seq {
                 return Ok(());
@@ -365,7 +370,24 @@ impl Inner {
             sh.leased = true;
             sh.position = None;
         }
-        let snap = self.store.try_snapshot()?;
+        let snap = if self.ships_undurable() {
+            self.store.try_latest_snapshot()?
+        } else {
+            self.store.try_snapshot()?
+        };
+        if snap.seq() > self.store.durable_seq() && !self.ships_undurable() {
+            // Readers are shown commits made at synchronous=NORMAL or OFF before they are
+            // durable: flushed now, before they ship, so the replica never holds a commit
+            // a power cut takes back.
+            self.store.flush()?;
+            if snap.seq() > self.store.durable_seq() {
+                return Err(Error::Local(format!(
+                    "commit {} is not durable after a flush (durable up to {})",
+                    snap.seq(),
+                    self.store.durable_seq()
+                )));
+            }
+        }
         let taken_at = Instant::now();
         let timestamp = now_ms();
         let Some(file) = snap.file(&self.logical) else {
@@ -489,6 +511,23 @@ impl Inner {
     }
     #[cfg(not(feature = "test-hooks"))]
     fn position_saved_ahead(&self) -> bool {
+        false
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn ships_undurable(&self) -> bool {
+        self.sabotage == Some(crate::sabotage::Sabotage::ShipsUndurable)
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    fn ships_undurable(&self) -> bool {
+        false
+    }
+    #[cfg(feature = "test-hooks")]
+    fn acks_early(&self) -> bool {
+        self.sabotage == Some(crate::sabotage::Sabotage::SyncAcksEarly)
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    fn acks_early(&self) -> bool {
         false
     }
 

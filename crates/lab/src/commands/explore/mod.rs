@@ -630,7 +630,7 @@ fn finish_dir(shared: &Shared<'_>, dir: &Path, failed: bool) {
 
 /// The side files (in /dev/shm or /tmp, named after device and inode) of the stores in
 /// `dir`: processes killed while sharing a store leave them behind.
-fn remove_side_files(dir: &Path) {
+pub fn remove_side_files(dir: &Path) {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
