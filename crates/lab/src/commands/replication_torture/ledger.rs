@@ -3,7 +3,7 @@
 //! acknowledged it), each refused COMMIT, the largest `shipped_seq`, lag and errors; and
 //! from it what a restore must hold and must not hold ([`Expect`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -58,6 +58,8 @@ pub struct Ledger {
     /// A power cut was made and its writers are not all collected yet: refusals reported
     /// from now on are not settled.
     pub cut: bool,
+    /// Each sync writer's last commit: whether the replica acknowledged it.
+    last_acked: HashMap<u64, bool>,
 }
 
 /// What a restore must hold, and must not.
@@ -188,6 +190,9 @@ impl Ledger {
                     kind,
                     acked: word == "acked",
                 });
+                if kind == WriterKind::Sync {
+                    self.last_acked.insert(w, word == "acked");
+                }
                 self.max_seq = self.max_seq.max(seq);
             }
             "refused" => {
@@ -195,9 +200,18 @@ impl Ledger {
                     .get(3)
                     .and_then(|c| c.parse().ok())
                     .ok_or_else(|| anyhow!("a writer printed {line:?}"))?;
+                let (w, n) = (num(1)?, num(2)?);
+                // The contract refuses a COMMIT only while an earlier one that returned past
+                // its timeout is still not in the replica.
+                if !self.cut && self.last_acked.get(&w) != Some(&false) {
+                    bail!(
+                        "a sync writer's COMMIT of {w}.{n} was refused, but its last COMMIT had not \
+                         returned unacknowledged past the timeout"
+                    );
+                }
                 self.refusals.push(Refusal {
-                    w: num(1)?,
-                    n: num(2)?,
+                    w,
+                    n,
                     code,
                     settled: !self.cut,
                 });

@@ -58,7 +58,10 @@ const UPLOAD_WAIT: Duration = Duration::from_secs(2);
 
 /// Where the store lives and how its power is cut.
 enum Medium {
-    Kernel { loop_fs: LoopFs, model: DeviceModel },
+    Kernel {
+        loop_fs: Box<LoopFs>,
+        model: DeviceModel,
+    },
     WriteLog(WriteLog),
 }
 
@@ -98,6 +101,8 @@ pub fn torture(
         crate::hooks::needs_test_hooks("replication-torture --simulated")?;
         run.db = work.join("app.onesync");
         let log = work.join("io.log");
+        // Only with the test hooks (refused above without them).
+        #[cfg(feature = "test-hooks")]
         run.env
             .push((onesync_store::io::IO_LOG_ENV, log.display().to_string()));
         let medium = Medium::WriteLog(WriteLog {
@@ -121,7 +126,7 @@ pub fn torture(
         let name = loop_fs.describe();
         (
             Medium::Kernel {
-                loop_fs,
+                loop_fs: Box::new(loop_fs),
                 model: emulation.model,
             },
             name,
