@@ -85,10 +85,12 @@ enum Command {
     /// Kill a child running bank transfers through SQLite with SIGKILL at random moments;
     /// after each kill check integrity, conservation of money and every reported commit
     VfsKillTorture(vfs_kill_torture::KillTortureArgs),
-    /// Writer processes (FULL, NORMAL, concurrent=1) replicating one database; SIGKILL of a
-    /// random one (often the shipping one) at random moments, with --s3 outages of the S3
-    /// server; after each kill: no gap or duplicate TXID, restore succeeds, is a consistent
-    /// prefix and holds every commit reported shipped; at the end stock Litestream agrees
+    /// Writer processes (FULL, NORMAL, concurrent=1, sync replication) replicating one
+    /// database; SIGKILL of a random one (often the shipping one) at random moments, with
+    /// --s3 outages of the S3 server, or --power-cuts of the store's device; after each: no
+    /// gap or duplicate TXID, restore succeeds, is a consistent prefix (of the store, after a
+    /// cut) and holds every commit reported shipped or acknowledged; at the end stock
+    /// Litestream agrees
     ReplicationTorture(replication_torture::ReplicationTortureArgs),
     /// Transactions per second of one-row inserts through the onesync VFS from 1 thread and
     /// from N threads, checking each COMMIT is durable when it returns

@@ -245,6 +245,21 @@ impl EmulateArgs {
     }
 }
 
+/// What [`LoopFs::recover_after_cut`] found wrong with the filesystem (the message says it).
+#[derive(Debug)]
+pub enum CutDamage {
+    DidNotMount(String),
+    CheckerComplained(String),
+}
+
+impl fmt::Display for CutDamage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CutDamage::DidNotMount(what) | CutDamage::CheckerComplained(what) => f.write_str(what),
+        }
+    }
+}
+
 /// A fresh filesystem on a sparse image file attached to a loop device, mounted in a
 /// temporary directory. Dropping it unmounts, detaches and deletes everything (best effort:
 /// failures are reported on stderr, and a still-mounted directory is left in place).
@@ -400,6 +415,47 @@ impl LoopFs {
         // Whatever the kernel still caches of the device goes now, while writes still fail.
         run(Command::new("blockdev").arg("--flushbufs").arg(&device_path))?;
         Ok(lazy)
+    }
+
+    /// After a power cut, once the processes using the filesystem are gone: unmounts it with
+    /// the power still off ([`LoopFs::unmount_after_cut`]), then brings the power back, on a
+    /// device that costs nothing from then on (the recovery is not what is measured).
+    /// Whether it took a lazy unmount.
+    pub fn power_back_after_cut(&mut self) -> Result<bool> {
+        let lazy = self.unmount_after_cut()?;
+        let device = self
+            .device()
+            .ok_or_else(|| anyhow!("the filesystem is not on an emulated device"))?;
+        device.set_model(DeviceModel::FREE);
+        device.power_on();
+        Ok(lazy)
+    }
+
+    /// After [`LoopFs::power_back_after_cut`]: a mount replays the filesystem's log and an
+    /// unmount leaves it clean (the checker, run before the replay, would report a committed
+    /// but unreplayed log as damage); the checker runs read-only; the filesystem is mounted
+    /// again. `Ok(Err(damage))`: it did not mount, or the checker complained.
+    pub fn recover_after_cut(&mut self) -> Result<std::result::Result<(), CutDamage>> {
+        if let Err(error) = self.mount() {
+            return Ok(Err(CutDamage::DidNotMount(format!(
+                "{} did not mount after the cut: {error:#}",
+                self.kind
+            ))));
+        }
+        self.unmount_now()?;
+        if let Some(complaint) = self.check_read_only()? {
+            return Ok(Err(CutDamage::CheckerComplained(format!(
+                "the {} checker complained: {complaint}",
+                self.kind
+            ))));
+        }
+        if let Err(error) = self.mount() {
+            return Ok(Err(CutDamage::DidNotMount(format!(
+                "{} did not mount after the check: {error:#}",
+                self.kind
+            ))));
+        }
+        Ok(Ok(()))
     }
 
     /// Runs the filesystem's own checker without letting it change anything (`e2fsck -n -f`,

@@ -172,6 +172,7 @@ pub fn retry_while_busy<T>(
 pub struct CommitPoint {
     pub seq: Option<u64>,
     pub durable_seq: u64,
+    /// With `onesync_replicate`: the replica holds every commit up to it.
     #[serde(default)]
     pub replicated_seq: Option<u64>,
 }

@@ -10,37 +10,15 @@ mod common;
 
 use common::n;
 
-use std::path::Path;
 use std::time::Instant;
 
 use serde_json::Value;
 
 const CUTS: &str = "30";
 
-/// Why this machine cannot run the kernel torture, if it cannot.
-fn unavailable() -> Option<String> {
-    if let Some(reason) = onesync_device::unavailable_reason() {
-        return Some(reason);
-    }
-    let sbin = |program: &str| {
-        ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
-            .iter()
-            .any(|dir| Path::new(dir).join(program).exists())
-    };
-    for program in ["losetup", "mkfs.ext4", "e2fsck", "blockdev"] {
-        if !sbin(program) {
-            return Some(format!("{program} is not installed"));
-        }
-    }
-    if !Path::new("/dev/loop-control").exists() {
-        return Some("no loop devices (/dev/loop-control is missing)".to_owned());
-    }
-    None
-}
-
 /// Whether the kernel torture can run here; if not, says so (the test then passes, skipped).
 fn runs_here(what: &str) -> bool {
-    match unavailable() {
+    match common::kernel_path_unavailable() {
         Some(reason) => {
             println!("note: skipping {what}: {reason}");
             false

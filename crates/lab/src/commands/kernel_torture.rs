@@ -42,7 +42,7 @@ use serde::Serialize;
 use crate::commands::torture::args::TortureArgs;
 use crate::commands::torture::deferred::{self, Ack, LossWindowSummary, LossWindows};
 use crate::commands::vfs_kill_torture::{ChildKind, RunningChild};
-use crate::loopfs::{self, free_bytes, Emulation, FsKind, LoopFs};
+use crate::loopfs::{self, free_bytes, CutDamage, Emulation, FsKind, LoopFs};
 use crate::output::{self, Human};
 use crate::progress::phase_bar;
 use crate::schemes::Mode;
@@ -149,15 +149,15 @@ impl Summary {
 
 /// What the cuts did to the device's cached writes, summed.
 #[derive(Serialize, Debug, Default, Clone, Copy)]
-struct CutTotals {
-    cached: u64,
-    lost: u64,
-    kept: u64,
-    torn: u64,
+pub struct CutTotals {
+    pub cached: u64,
+    pub lost: u64,
+    pub kept: u64,
+    pub torn: u64,
 }
 
 impl CutTotals {
-    fn add(&mut self, cut: CutOutcome) {
+    pub fn add(&mut self, cut: CutOutcome) {
         self.cached += cut.cached;
         self.lost += cut.lost;
         self.kept += cut.kept;
@@ -525,11 +525,7 @@ impl Torture<'_> {
                 }
             }
         }
-        let lazy_unmount = self.loop_fs.unmount_after_cut()?;
-        let device = self.device()?;
-        // The checks are not what is measured: they run on a device that costs nothing.
-        device.set_model(DeviceModel::FREE);
-        device.power_on();
+        let lazy_unmount = self.loop_fs.power_back_after_cut()?;
         let timed_out = match waited {
             Ok(timed_out) => timed_out,
             Err(mut failure) => {
@@ -581,29 +577,10 @@ impl Torture<'_> {
     /// deferred contract on the round's acknowledged transfers).
     fn recover_and_check(&mut self, cut: u64, plan: CutPlan, round: Option<RoundAcks>) -> Result<(), Stop> {
         let at = describe_cut(cut, plan);
-        let kind = self.loop_fs.kind();
-        // The checker reads the device as it is; a log the kernel has not replayed would
-        // show as damage that is not there, so a mount replays it first.
-        self.loop_fs.mount().map_err(|error| {
-            Stop::Failed(broken(
-                false,
-                format!("{at}: {kind} did not mount after the cut: {error:#}"),
-            ))
-        })?;
-        self.loop_fs.unmount_now()?;
-        if let Some(complaint) = self.loop_fs.check_read_only()? {
-            self.summary.fsck_complaints += 1;
-            return Err(Stop::Failed(broken(
-                false,
-                format!("{at}: the {kind} checker complained: {complaint}"),
-            )));
+        if let Err(damage) = self.loop_fs.recover_after_cut()? {
+            self.summary.fsck_complaints += u64::from(matches!(damage, CutDamage::CheckerComplained(_)));
+            return Err(Stop::Failed(broken(false, format!("{at}: {damage}"))));
         }
-        self.loop_fs.mount().map_err(|error| {
-            Stop::Failed(broken(
-                false,
-                format!("{at}: {kind} did not mount after the check: {error:#}"),
-            ))
-        })?;
         let audit = self.open().and_then(|conn| {
             let audit = bank::audit(&conn, true, &self.acknowledged)?;
             let loss = round

@@ -96,3 +96,25 @@ pub fn results(output: &Output) -> Vec<Value> {
     assert!(output.status.success(), "failed: {}", said(output));
     json(output)["results"].as_array().expect("results").clone()
 }
+
+/// Why this machine cannot cut an emulated device's power under a loop filesystem (the
+/// kernel-path tortures), if it cannot: FUSE, root, the programs, loop devices.
+pub fn kernel_path_unavailable() -> Option<String> {
+    if let Some(reason) = onesync_device::unavailable_reason() {
+        return Some(reason);
+    }
+    let sbin = |program: &str| {
+        ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+            .iter()
+            .any(|dir| Path::new(dir).join(program).exists())
+    };
+    for program in ["losetup", "mkfs.ext4", "e2fsck", "blockdev"] {
+        if !sbin(program) {
+            return Some(format!("{program} is not installed"));
+        }
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Some("no loop devices (/dev/loop-control is missing)".to_owned());
+    }
+    None
+}

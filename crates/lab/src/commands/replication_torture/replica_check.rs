@@ -8,8 +8,11 @@
 //! - **a consistent prefix**: the restored `log`, replayed in commit order, gives the
 //!   restored `t`; its rows are in the order each writer made them; and it is a prefix of
 //!   the store's final `log` (checked at the end, from a fingerprint of each restore);
-//! - **every commit reported shipped is there**: each `committed W N SEQ` a writer printed
-//!   with SEQ at or below a `shipped_seq` read before the restore began.
+//! - **every commit reported shipped is there**: each commit a writer printed with its seq
+//!   at or below a `shipped_seq` read before the restore began;
+//! - **every commit a sync writer acknowledged is there**: each `acked W N SEQ` printed
+//!   before the restore began, whatever its seq (its COMMIT returned once the replica held
+//!   it), and no COMMIT a sync writer reported refused (nothing of it was written).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -19,6 +22,7 @@ use onesync_ltx::client::{FileInfo, ReplicaClient};
 use onesync_ltx::restore::{restore, Target};
 use rusqlite::{Connection, OpenFlags};
 
+use super::ledger::Expect;
 use super::writer::effect;
 
 /// A `log` row: (id, w, n).
@@ -146,13 +150,13 @@ impl ReplicaChecker {
         Ok(checked)
     }
 
-    /// Restores the latest state and checks it: a consistent prefix holding every commit in
-    /// `shipped` (the commits reported at or below a shipped_seq read before this call).
+    /// Restores the latest state and checks it: a consistent prefix holding what `expect`
+    /// (made before this call) says it must, and no refused COMMIT.
     pub fn check_restore(
         &mut self,
         client: &dyn ReplicaClient,
         scratch: &Path,
-        shipped: &[(u64, u64)],
+        expect: &Expect,
     ) -> Result<Restored> {
         let restored = self.again_on_failure(|| {
             restore(client, Target::Latest).map_err(|e| anyhow!("restore failed ({ATTEMPTS} times): {e}"))
@@ -161,12 +165,18 @@ impl ReplicaChecker {
         let (t, log) = read_plain(scratch)?;
         check_consistent(&t, &log).with_context(|| format!("the restore at TXID {}", restored.txid))?;
         let have: HashSet<(u64, u64)> = log.iter().map(|&(_, w, n)| (w, n)).collect();
-        if let Some((w, n)) = shipped.iter().find(|c| !have.contains(c)) {
+        if let Some(what) = expect.broken_by(&have) {
             bail!(
-                "commit {w}.{n} was reported shipped but the restore at TXID {} lacks it \
-                 ({} log rows)",
+                "{what} the restore at TXID {} lacks it ({} log rows)",
                 restored.txid,
                 log.len()
+            );
+        }
+        if let Some((w, n)) = expect.refused_in(&have) {
+            bail!(
+                "a sync writer's COMMIT of {w}.{n} was refused (nothing written) but the restore \
+                 at TXID {} holds it",
+                restored.txid
             );
         }
         self.restores += 1;
@@ -212,6 +222,27 @@ impl ReplicaChecker {
         }
         Ok(())
     }
+}
+
+/// A restore's `log` (at TXID `txid`) is a prefix of `store`'s: the replica holds nothing
+/// the store lacks, in the store's order.
+pub fn check_is_prefix(restored: &[LogRow], txid: u64, store: &[LogRow]) -> Result<()> {
+    let at = restored.iter().zip(store).position(|(r, s)| r != s);
+    let row = match at {
+        Some(i) => i,
+        None if restored.len() <= store.len() => return Ok(()),
+        None => store.len(),
+    };
+    let (id, w, n) = restored[row];
+    bail!(
+        "the replica runs ahead of the store: the restore at TXID {txid} ({} log rows) holds \
+         {w}.{n} as log row {id}, where the store ({} log rows) has {}",
+        restored.len(),
+        store.len(),
+        store
+            .get(row)
+            .map_or("nothing".to_owned(), |&(_, w, n)| format!("{w}.{n}"))
+    )
 }
 
 /// One level's files (sorted by TXIDs) continue each other: no overlap (a TXID twice), no
