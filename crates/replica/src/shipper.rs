@@ -4,10 +4,10 @@
 //! test hooks, `Config::deterministic` runs no thread: ticks only where a caller asks.
 //!
 //! A tick, in order (each step's crash analysis beside it):
-//! 1. Take the latest snapshot readers are shown, and make it **durable** if it is not
-//!    (commits made at synchronous=NORMAL or OFF are shown before their flush): a commit a
-//!    power cut could still take back is never shipped, the replica never runs ahead of
-//!    the store.
+//! 1. Take the latest snapshot readers are shown, made **durable** first if it is not
+//!    (`Store::try_durable_snapshot`: commits made at synchronous=NORMAL or OFF are shown
+//!    before their flush): a commit a power cut could still take back is never shipped,
+//!    the replica never runs ahead of the store.
 //! 2. Without a position in memory (first tick, after a takeover or an error): list the
 //!    replica for its newest TXID and read the saved position (`position.rs`). If the save
 //!    continues this store's history on this replica, ship from its commit under the next
@@ -36,6 +36,18 @@ use onesync_store::Store;
 use crate::error::Error;
 use crate::pages::Database;
 use crate::position::{self, Position, StoreIdentity};
+
+/// Whether the defect `which` of `crate::sabotage` is put back in `inner` (negative controls):
+/// never without the feature `test-hooks`, where neither the field nor the type exists.
+macro_rules! sabotaged {
+    ($inner:expr, $which:ident) => {{
+        #[cfg(feature = "test-hooks")]
+        let on = $inner.sabotage == Some(crate::sabotage::Sabotage::$which);
+        #[cfg(not(feature = "test-hooks"))]
+        let on = false;
+        on
+    }};
+}
 
 /// Level of the files each shipped batch goes to, and of snapshots (Litestream's).
 const LEVEL_BATCH: u32 = 0;
@@ -238,7 +250,7 @@ impl Shipper {
     /// shipper's saved position, which moves at that process's interval. An upload that
     /// fails is tried again every `interval` until `deadline` (none: until it succeeds).
     pub fn wait_shipped(&self, seq: u64, deadline: Option<Instant>) -> Result<(), Error> {
-        if self.inner.sync_ack_before_upload() {
+        if sabotaged!(self.inner, SyncAckBeforeUpload) {
             return Ok(());
         }
         self.wait(seq, deadline)
@@ -388,30 +400,19 @@ impl Inner {
     /// One tick (the module's steps). Returns whether this process ships.
     fn tick(&self, sh: &mut Shipping) -> Result<bool, Error> {
         if !sh.leased {
-            if !self.store.try_lock_replication(self.lease_key)? && !self.lease_ignored() {
+            if !self.store.try_lock_replication(self.lease_key)? && !sabotaged!(self, ReplicationLeaseIgnored)
+            {
                 return Ok(false);
             }
             sh.leased = true;
             sh.position = None;
         }
-        let snap = if self.ships_undurable() {
+        // A commit a power cut could still take back never ships (step 1).
+        let snap = if sabotaged!(self, ShipsUndurable) {
             self.store.try_latest_snapshot()?
         } else {
-            self.store.try_snapshot()?
+            self.store.try_durable_snapshot()?
         };
-        if snap.seq() > self.store.durable_seq() && !self.ships_undurable() {
-            // Readers are shown commits made at synchronous=NORMAL or OFF before they are
-            // durable: flushed now, before they ship, so the replica never holds a commit
-            // a power cut takes back.
-            self.store.flush()?;
-            if snap.seq() > self.store.durable_seq() {
-                return Err(Error::Local(format!(
-                    "commit {} is not durable after a flush (durable up to {})",
-                    snap.seq(),
-                    self.store.durable_seq()
-                )));
-            }
-        }
         let taken_at = Instant::now();
         let timestamp = now_ms();
         let Some(file) = snap.file(&self.logical) else {
@@ -488,9 +489,10 @@ impl Inner {
                     .list(LEVEL_SNAPSHOT)?
                     .last()
                     .map_or(0, |f| f.timestamp_ms);
-                let txid = match self.txid_from_position() {
-                    true => saved.txid,
-                    false => newest.max_txid,
+                let txid = if sabotaged!(self, TxidFromPosition) {
+                    saved.txid
+                } else {
+                    newest.max_txid
                 };
                 Ok(Position { txid, ..saved })
             }
@@ -525,40 +527,6 @@ impl Inner {
         Ok(position)
     }
 
-    /// Negative controls (`crate::sabotage`): never, without the feature `test-hooks`.
-    #[cfg(feature = "test-hooks")]
-    fn lease_ignored(&self) -> bool {
-        self.sabotage == Some(crate::sabotage::Sabotage::ReplicationLeaseIgnored)
-    }
-    #[cfg(not(feature = "test-hooks"))]
-    fn lease_ignored(&self) -> bool {
-        false
-    }
-    #[cfg(feature = "test-hooks")]
-    fn position_saved_ahead(&self) -> bool {
-        self.sabotage == Some(crate::sabotage::Sabotage::PositionSavedAhead)
-    }
-    #[cfg(not(feature = "test-hooks"))]
-    fn position_saved_ahead(&self) -> bool {
-        false
-    }
-    #[cfg(feature = "test-hooks")]
-    fn sync_ack_before_upload(&self) -> bool {
-        self.sabotage == Some(crate::sabotage::Sabotage::SyncAckBeforeUpload)
-    }
-    #[cfg(not(feature = "test-hooks"))]
-    fn sync_ack_before_upload(&self) -> bool {
-        false
-    }
-    #[cfg(feature = "test-hooks")]
-    fn txid_from_position(&self) -> bool {
-        self.sabotage == Some(crate::sabotage::Sabotage::TxidFromPosition)
-    }
-    #[cfg(not(feature = "test-hooks"))]
-    fn txid_from_position(&self) -> bool {
-        false
-    }
-
     /// `Config::deterministic` (test hooks only).
     #[cfg(feature = "test-hooks")]
     fn deterministic(&self) -> bool {
@@ -578,15 +546,6 @@ impl Inner {
         now_ms()
     }
 
-    #[cfg(feature = "test-hooks")]
-    fn ships_undurable(&self) -> bool {
-        self.sabotage == Some(crate::sabotage::Sabotage::ShipsUndurable)
-    }
-    #[cfg(not(feature = "test-hooks"))]
-    fn ships_undurable(&self) -> bool {
-        false
-    }
-
     fn upload(&self, level: u32, file: &onesync_ltx::LtxFile, snapshot: bool) -> Result<(), Error> {
         let info = self.client.write(level, file)?;
         let mut status = lock(&self.status);
@@ -599,7 +558,7 @@ impl Inner {
     /// Saves the position; a failure only costs pages shipped again later (`position.rs`).
     fn save(&self, position: &Position) {
         let ahead;
-        let position = if self.position_saved_ahead() {
+        let position = if sabotaged!(self, PositionSavedAhead) {
             ahead = Position {
                 seq: self.store.durable_seq(),
                 ..position.clone()

@@ -294,9 +294,31 @@ impl Store {
         Snapshot::new(self.shared.clone(), View::Durable)
     }
 
-    /// A view of the latest durable state, of this process or any other.
+    /// A view of the latest state readers are shown, of this process or any other: durable,
+    /// but for commits shown before their flush (`PendingCommit::show`: synchronous=NORMAL
+    /// and OFF), which a power cut can still take back.
     pub fn try_snapshot(&self) -> Result<Snapshot> {
         Snapshot::latest(self.shared.clone(), View::Durable)
+    }
+
+    /// [`Store::try_snapshot`], every commit of it durable: commits shown before their flush
+    /// are flushed first. For what leaves this machine (replication), which must never hold
+    /// a commit a power cut takes back.
+    pub fn try_durable_snapshot(&self) -> Result<Snapshot> {
+        let snap = self.try_snapshot()?;
+        if snap.seq() > self.durable_seq() {
+            let durable = self.flush()?;
+            if durable < snap.seq() {
+                return Err(Error::Io {
+                    during: "flushing the commits of a snapshot",
+                    source: std::io::Error::other(format!(
+                        "commit {} is not durable after a flush (durable up to {durable})",
+                        snap.seq()
+                    )),
+                });
+            }
+        }
+        Ok(snap)
     }
 
     /// A view of the latest *written* state, which may include commits whose flush is still
