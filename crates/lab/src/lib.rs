@@ -42,13 +42,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     version,
     about = "The onesync lab: benchmarks, meters and crash torture for the onesync page store and its SQLite VFS"
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
-    command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Subcommand, Debug)]
-enum Command {
+pub(crate) enum Command {
     /// Run a workload on several commit schemes (stock journal modes, WAL, onesync) in one
     /// run, each on a fresh database: TPS, latency percentiles, write calls, bytes and
     /// fsyncs per transaction, and with --fs the block device's writes, KiB and flushes

@@ -174,3 +174,56 @@ fn every_mode_answers_or_is_skipped_and_the_results_are_written() {
     assert!(stamped["stamp"]["commit"].is_string(), "{stamped}");
     assert_eq!(stamped["results"].as_array().unwrap().len(), results.len());
 }
+
+#[test]
+fn modes_runs_the_modes_named_with_their_baseline_and_refuses_an_unknown_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let results_dir = dir.path().join("results");
+    let out = onesync(&[
+        "bench",
+        "replication",
+        "--modes",
+        "onesync+dir",
+        "--rounds",
+        "2",
+        "--seconds",
+        "0.5",
+        "--interval-ms",
+        "100",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+        "-",
+        "--results",
+        results_dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", said(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let modes: Vec<&str> = doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["onesync", "onesync+dir"], "{doc}");
+    let names: Vec<String> = std::fs::read_dir(&results_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| n.contains("-onesync-dir.")) && names.len() == 2,
+        "the focused run's files are named after its modes: {names:?}"
+    );
+
+    let out = onesync(&[
+        "bench",
+        "replication",
+        "--modes",
+        "onesync+s3",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let text = said(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("no mode \"onesync+s3\" without --s3"), "{text}");
+}

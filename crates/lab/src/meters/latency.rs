@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-/// Commit latency percentiles, microseconds.
+/// Commit latency percentiles and mean, microseconds.
 #[derive(Serialize, Debug, Clone, Copy)]
 pub struct Latency {
+    pub mean: f64,
     pub p50: f64,
     pub p99: f64,
     pub p999: f64,
@@ -23,7 +24,13 @@ pub fn percentiles(latencies: &mut [Duration]) -> Latency {
         let i = ((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1;
         latencies[i].as_secs_f64() * 1e6
     };
+    let mean = if latencies.is_empty() {
+        0.0
+    } else {
+        latencies.iter().map(Duration::as_secs_f64).sum::<f64>() * 1e6 / latencies.len() as f64
+    };
     Latency {
+        mean,
         p50: at(0.50),
         p99: at(0.99),
         p999: at(0.999),

@@ -24,7 +24,7 @@ use crate::schemes::Mode;
 use crate::workloads::Workload;
 
 /// The paper's Table 3: KB written per 100-byte insert (SQLite files + filesystem).
-const PAPER_TABLE_3: [(&str, &str, f64); 5] = [
+pub(crate) const PAPER_TABLE_3: [(&str, &str, f64); 5] = [
     ("ext4", "persist", 48.0),
     ("ext4", "wal", 36.0),
     ("f2fs", "persist", 52.0),
@@ -127,15 +127,35 @@ struct BenchResults {
 
 pub fn bench(args: &VmBenchArgs) -> Result<ExitCode> {
     output::check_json_path(args.json.as_deref())?;
+    let results = measure(args)?;
+    let workload = workload_name(args)?;
+    let text = bench_table(&results, &workload, args.emulate);
+    output::emit(
+        args.json.as_deref(),
+        &BenchResults { results },
+        &text,
+        Human::Stdout,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The workload's name as the guest's `onesync-lab bench` takes it.
+fn workload_name(args: &VmBenchArgs) -> Result<String> {
+    Ok(serde_json::to_value(args.workload)?
+        .as_str()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// Boots the VM once per filesystem and runs the bench there; the guest's result rows (one
+/// per mode and filesystem, `bench --json`'s objects with "device" added under --emulate).
+pub(crate) fn measure(args: &VmBenchArgs) -> Result<Vec<Value>> {
     if args.mode.is_empty() || args.fs.is_empty() {
         bail!("--mode and --fs must each name at least one");
     }
     let kit = kit::prepare()?;
     let work = tempfile::tempdir().context("making a temporary directory")?;
-    let workload = serde_json::to_value(args.workload)?
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let workload = workload_name(args)?;
     let mut results = Vec::new();
     for &fs in &args.fs {
         let modes: Vec<&str> = args
@@ -221,14 +241,7 @@ pub fn bench(args: &VmBenchArgs) -> Result<ExitCode> {
             row
         }));
     }
-    let text = bench_table(&results, &workload, args.emulate);
-    output::emit(
-        args.json.as_deref(),
-        &BenchResults { results },
-        &text,
-        Human::Stdout,
-    )?;
-    Ok(ExitCode::SUCCESS)
+    Ok(results)
 }
 
 /// An emulated device with `preset`'s timing whose image is formatted with `fs` (mkfs runs on

@@ -10,7 +10,7 @@
 //! here drive them. The guest is slow (TCG): use it for correctness and for counting what
 //! reaches the disk, not for timing.
 
-mod experiments;
+pub(crate) mod experiments;
 pub mod guest;
 mod kit;
 

@@ -175,29 +175,8 @@ struct Results<'a> {
 }
 
 pub fn run(args: &WritersArgs) -> Result<ExitCode> {
-    if args.mode.is_empty() {
-        bail!("--mode lists no modes");
-    }
     output::check_json_path(args.json.as_deref())?;
-    let mut rounds = Vec::new();
-    for round in 1..=args.rounds {
-        let mut ran = Vec::with_capacity(args.mode.len());
-        for i in round_order(args.mode.len(), round) {
-            let mode = args.mode[i];
-            let result =
-                run_mode(args, mode).with_context(|| format!("mode {} (round {round})", mode.name()))?;
-            ran.push((i, result));
-        }
-        // Back in the order listed: the first is the ratios' base.
-        ran.sort_by_key(|(i, _)| *i);
-        let mut results: Vec<WritersResult> = ran.into_iter().map(|(_, r)| r).collect();
-        let first_tps = results.first().map_or(0.0, |r| r.tps);
-        for r in &mut results {
-            r.ratio = per(r.tps, first_tps);
-        }
-        rounds.push(results);
-    }
-    let results = median_rounds(rounds);
+    let results = measure(args)?;
     output::emit(
         args.json.as_deref(),
         &Results { results: &results },
@@ -216,6 +195,33 @@ pub fn run(args: &WritersArgs) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Runs every mode of `args` in its rounds; each mode's median round, in the order listed
+/// (the oracle's verdict is in each result: the caller decides what a failure means).
+pub fn measure(args: &WritersArgs) -> Result<Vec<WritersResult>> {
+    if args.mode.is_empty() {
+        bail!("--mode lists no modes");
+    }
+    let mut rounds = Vec::new();
+    for round in 1..=args.rounds {
+        let mut ran = Vec::with_capacity(args.mode.len());
+        for i in round_order(args.mode.len(), round) {
+            let mode = args.mode[i];
+            let result =
+                run_mode(args, mode).with_context(|| format!("mode {} (round {round})", mode.name()))?;
+            ran.push((i, result));
+        }
+        // Back in the order listed: the first is the ratios' base.
+        ran.sort_by_key(|(i, _)| *i);
+        let mut results: Vec<WritersResult> = ran.into_iter().map(|(_, r)| r).collect();
+        let first_tps = results.first().map_or(0.0, |r| r.tps);
+        for r in &mut results {
+            r.ratio = per(r.tps, first_tps);
+        }
+        rounds.push(results);
+    }
+    Ok(median_rounds(rounds))
 }
 
 /// The order the modes run in round `round` (from 1): as listed in the first, then each

@@ -17,6 +17,7 @@ mod charts;
 mod comparison;
 mod emulated;
 pub(crate) mod results;
+mod seeds;
 pub(crate) mod stamp;
 
 use std::fmt::Write as _;
@@ -41,8 +42,8 @@ use crate::workloads::Workload;
 pub struct ReportArgs {
     /// Directory to write report.html and report.md into (created if missing)
     #[arg(long, value_name = "DIR",
-          required_unless_present_any = ["results", "update_readme", "print_readme_table", "baseline", "write_baseline"],
-          conflicts_with_all = ["results", "update_readme", "print_readme_table", "baseline", "write_baseline"])]
+          required_unless_present_any = ["results", "update_readme", "print_readme_table", "baseline", "write_baseline", "seeds"],
+          conflicts_with_all = ["results", "update_readme", "print_readme_table", "baseline", "write_baseline", "seeds"])]
     pub out: Option<PathBuf>,
 
     /// Check for regressions: run issue 41's headline figures in alternating rounds (insert
@@ -116,6 +117,21 @@ pub struct ReportArgs {
     /// Leave out the simulated-flash (X-FTL) experiments
     #[arg(long)]
     pub no_flash: bool,
+
+    /// Run the five seed papers' headline experiments and write DIR/seeds.md and
+    /// DIR/seeds.json (DIR: --results, default docs/results): each claim's figure in the
+    /// paper beside ours, the bar it must reach, the command that measured it (stamped)
+    #[arg(long, conflicts_with_all = ["update_readme", "print_readme_table", "baseline", "write_baseline", "emulate", "txns"])]
+    pub seeds: bool,
+
+    /// With --seeds: only these papers' experiments
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "PAPER,...", requires = "seeds",
+          default_values_t = seeds::Paper::ALL)]
+    pub papers: Vec<seeds::Paper>,
+
+    /// With --seeds: a tenth of the transactions (noisier figures; for the tests)
+    #[arg(long, requires = "seeds")]
+    pub quick: bool,
 }
 
 /// Where `--update-readme` and `--print-readme-table` read the results without `--results`.
@@ -135,6 +151,13 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode> {
         });
     }
     let results_dir = args.results.as_deref().unwrap_or(Path::new(RESULTS_DIR));
+    if args.seeds {
+        let scale = seeds::Scale { quick: args.quick };
+        for path in seeds::write(results_dir, &args.papers, scale)? {
+            println!("onesync-lab report: wrote {}", path.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(readme) = &args.update_readme {
         results::update_readme(readme, results_dir)?;
         return Ok(ExitCode::SUCCESS);
