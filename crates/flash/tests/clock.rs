@@ -31,8 +31,10 @@ fn write(ssd: &mut Ssd, lpn: u64) {
 
 /// A drive whose first checkpoint is already written, so a flush writes one log page.
 fn warm_drive(timing: Timing) -> Ssd {
-    let mut cfg = SsdConfig::default();
-    cfg.timing = timing;
+    let cfg = SsdConfig {
+        timing,
+        ..SsdConfig::default()
+    };
     let mut ssd = Ssd::new(cfg).unwrap();
     write(&mut ssd, 0);
     ssd.flush().unwrap();
@@ -205,8 +207,10 @@ fn nand_counts_do_not_depend_on_the_clock() {
 
 #[test]
 fn greedy_style_flushes_write_the_whole_mapping() {
-    let mut cfg = SsdConfig::default();
-    cfg.flush_checkpoints = true;
+    let cfg = SsdConfig {
+        flush_checkpoints: true,
+        ..SsdConfig::default()
+    };
     let mut ssd = Ssd::new(cfg).unwrap();
     for lpn in 0..5 {
         write(&mut ssd, lpn);
