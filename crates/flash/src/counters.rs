@@ -42,6 +42,26 @@ pub struct Counters {
     /// Programs and erases a power cut interrupted.
     pub torn_programs: u64,
     pub interrupted_erases: u64,
+    /// Where the host's time went (µs; [`Counters::host_elapsed_us`] is their sum, the
+    /// advance of [`crate::Ssd::now_us`]). Host software: per-command CPU and what the host
+    /// charged with [`crate::Ssd::host_compute`] (system calls, the filesystem).
+    #[serde(default)]
+    pub host_cpu_us: f64,
+    /// Pages crossing the host link.
+    #[serde(default)]
+    pub link_us: f64,
+    /// Waiting in `flush` and `commit` for the write cache to drain and the mapping to be
+    /// persisted.
+    #[serde(default)]
+    pub flush_wait_us: f64,
+    /// Waiting for the drive otherwise: reads, writes with a full cache (or write-through),
+    /// recovery.
+    #[serde(default)]
+    pub io_wait_us: f64,
+    /// Time the NAND array was busy (reads, programs, erases), whether the host waited for it
+    /// or not.
+    #[serde(default)]
+    pub nand_busy_us: f64,
 }
 
 impl Counters {
@@ -53,6 +73,11 @@ impl Counters {
         } else {
             self.nand_programs as f64 / self.host_writes as f64
         }
+    }
+
+    /// The host's elapsed time: software, link transfers and waits for the drive.
+    pub fn host_elapsed_us(&self) -> f64 {
+        self.host_cpu_us + self.link_us + self.flush_wait_us + self.io_wait_us
     }
 
     /// Mean valid-page ratio of GC victims (0 without GC).
@@ -86,6 +111,11 @@ impl Counters {
             gc_valid_ratio_sum: self.gc_valid_ratio_sum - earlier.gc_valid_ratio_sum,
             torn_programs: self.torn_programs.saturating_sub(earlier.torn_programs),
             interrupted_erases: self.interrupted_erases.saturating_sub(earlier.interrupted_erases),
+            host_cpu_us: self.host_cpu_us - earlier.host_cpu_us,
+            link_us: self.link_us - earlier.link_us,
+            flush_wait_us: self.flush_wait_us - earlier.flush_wait_us,
+            io_wait_us: self.io_wait_us - earlier.io_wait_us,
+            nand_busy_us: self.nand_busy_us - earlier.nand_busy_us,
         }
     }
 }

@@ -4,9 +4,10 @@
 //! collection, a persistent mapping (checkpoints plus a mapping log) rebuilt after a power
 //! cut, and X-FTL — the transactional remapping of Kang, Lee, Moon, Oh and Min, "X-FTL:
 //! Transactional FTL for SQLite Databases" (SIGMOD 2013): `read_tx`/`write_tx`/`commit`/
-//! `abort` commands that make a set of page writes atomic with no journal. Time is simulated:
-//! every NAND operation and transfer advances [`Ssd::now_us`]. [`hostfs`] is the filesystem
-//! above it.
+//! `abort` commands that make a set of page writes atomic with no journal. Time is simulated
+//! on two clocks: the NAND array's (every operation) and the host's ([`Ssd::now_us`]: host
+//! software, link transfers, and waits for the drive, whose write cache lets programs run
+//! behind the host until a flush or commit). [`hostfs`] is the filesystem above it.
 //!
 //! # Durability and atomicity (what callers may rely on)
 //! * **Plain writes** go out of place and are page-atomic. Each host write is programmed to
@@ -67,9 +68,15 @@
 //!   and metadata blocks excluded). Valid pages are committed copies (including the old copy
 //!   of every page an active transaction wrote) and active transactions' new copies (X-L2P is
 //!   updated when they move).
-//! * **Timing**, one channel and one way (all operations serial): NAND read = `read_us` + bus
-//!   transfer of page + spare area; program = bus transfer + `program_us`; erase =
-//!   `erase_us`; plus a host-interface transfer of the page per host read or write. Defaults:
+//! * **Timing**, one channel and one way (all NAND operations serial): NAND read = `read_us` +
+//!   bus transfer of page + spare area; program = bus transfer + `program_us`; erase =
+//!   `erase_us`; plus a host-interface transfer of the page per host read or write, and
+//!   `command_us` of host CPU per command. A host write completes when its page is in the
+//!   drive's write cache (`write_cache_bytes`); its program starts when the array is free and
+//!   the host waits only for a full cache, a read, or a `flush`/`commit` (which drains the
+//!   cache, then persists the mapping). The cache is a timing model only: the program's effect
+//!   on flash happens at the write call, so what a power cut keeps is as described above.
+//!   [`Timing::nand_only`] is the write-through clock without host costs. Defaults:
 //!   geometry of the Samsung K9LCG08U1M MLC NAND on the OpenSSD Jasmine board used by the
 //!   X-FTL paper (8 KiB pages, 436-byte spare area, 128 pages per block); timing from the
 //!   Samsung K9GAG08U0M datasheet (tR 60 µs max, tPROG 800 µs typ, tBERS 1.5 ms typ, 25 ns bus

@@ -72,6 +72,8 @@ pub(crate) struct NandStats {
     pub meta_erases: u64,
     pub torn_programs: u64,
     pub interrupted_erases: u64,
+    /// Time the array spent in operations (reads, programs, erases, torn ones included), µs.
+    pub busy_us: f64,
 }
 
 pub(crate) struct Nand {
@@ -85,6 +87,8 @@ pub(crate) struct Nand {
     /// Page + spare area over the NAND bus.
     xfer_us: f64,
     now_us: f64,
+    /// When a scheduled cut struck (the array's clock), until the next power-on.
+    cut_at_us: Option<f64>,
     powered: bool,
     /// The cut strikes during the operation when this reaches 1.
     cut_in: Option<u64>,
@@ -120,6 +124,7 @@ impl Nand {
             erase_us: t.erase_us,
             xfer_us: (page_size + oob_size) as f64 / t.bus_mb_per_s,
             now_us: 0.0,
+            cut_at_us: None,
             powered: true,
             cut_in: None,
             rng: StdRng::seed_from_u64(0),
@@ -131,17 +136,24 @@ impl Nand {
         self.now_us
     }
 
-    /// Time spent outside the NAND array (host transfers).
-    pub fn advance(&mut self, us: f64) {
-        self.now_us += us;
+    /// The array was idle until `us` (work the host hands over then starts no earlier).
+    pub fn idle_until(&mut self, us: f64) {
+        if us > self.now_us {
+            self.now_us = us;
+        }
+    }
+
+    /// Powers the array on again at `host_us`, the host's time when it lost the drive, or
+    /// when a scheduled cut struck if that was later: work queued behind the host (a write
+    /// cache's backlog) is lost with the power, in time. Its effect on the cells was applied
+    /// when it was queued.
+    pub fn power_on_after(&mut self, host_us: f64) {
+        self.now_us = self.cut_at_us.take().map_or(host_us, |t| t.max(host_us));
+        self.powered = true;
     }
 
     pub fn powered(&self) -> bool {
         self.powered
-    }
-
-    pub fn power_on(&mut self) {
-        self.powered = true;
     }
 
     pub fn cut_now(&mut self) {
@@ -189,7 +201,10 @@ impl Nand {
     }
 
     fn strike(&mut self, op_us: f64) -> NandError {
-        self.now_us += op_us * self.rng.random_range(0.05..0.95);
+        let done = op_us * self.rng.random_range(0.05..0.95);
+        self.now_us += done;
+        self.stats.busy_us += done;
+        self.cut_at_us = Some(self.now_us);
         self.powered = false;
         NandError::PowerCut
     }
@@ -217,6 +232,7 @@ impl Nand {
             return Err(self.strike(op_us));
         }
         self.now_us += op_us;
+        self.stats.busy_us += op_us;
         let block = &self.blocks[b];
         match block.pages[p] {
             PState::Erased => {
@@ -280,6 +296,7 @@ impl Nand {
         cells[p * ps..(p + 1) * ps].copy_from_slice(data);
         block.pages[p] = PState::Programmed(oob);
         self.now_us += self.xfer_us + self.program_us;
+        self.stats.busy_us += self.xfer_us + self.program_us;
         Ok(())
     }
 
@@ -319,6 +336,7 @@ impl Nand {
         block.undefined = false;
         block.erases += 1;
         self.now_us += self.erase_us;
+        self.stats.busy_us += self.erase_us;
         Ok(())
     }
 }
@@ -378,14 +396,14 @@ mod tests {
         assert!(!n.powered());
         let mut buf = vec![0u8; 128];
         assert!(matches!(n.read(4, &mut buf), Err(NandError::PowerCut)));
-        n.power_on();
+        n.power_on_after(n.now_us());
         assert!(matches!(n.read(5, &mut buf), Err(NandError::Ecc)));
         assert!(matches!(n.read(4, &mut buf), Ok(NandRead::Data(_))));
         // The next page after a torn one may be programmed.
         n.program(6, &page, oob()).unwrap();
         n.schedule_cut(1, 2);
         assert!(matches!(n.erase(1), Err(NandError::PowerCut)));
-        n.power_on();
+        n.power_on_after(n.now_us());
         // Undefined until erased.
         assert!(matches!(n.program(7, &page, oob()), Err(NandError::Rule(_))));
         n.erase(1).unwrap();

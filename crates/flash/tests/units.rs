@@ -4,7 +4,7 @@
 
 mod support;
 
-use onesync_flash::{FlashError, Geometry, Recovery, Sabotage, Ssd, SsdConfig};
+use onesync_flash::{FlashError, Geometry, Recovery, Sabotage, Ssd, SsdConfig, Timing};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use support::{page, tag_of};
@@ -134,7 +134,12 @@ fn more_over_provisioning_means_less_write_amplification() {
 
 #[test]
 fn clock_follows_the_datasheet() {
-    let cfg = SsdConfig::default();
+    // The NAND-only clock: every operation serial, no cache, no host cost (`tests/clock.rs`
+    // checks the whole clock).
+    let cfg = SsdConfig {
+        timing: Timing::nand_only(),
+        ..SsdConfig::default()
+    };
     let t = cfg.timing.clone();
     let xfer = (8192.0 + 436.0) / 40.0;
     let host = 8192.0 / 300.0;

@@ -1,5 +1,6 @@
 //! Smoke tests of `onesync-lab flash`: short runs of each experiment and of the X-FTL power-cut
-//! torture, checking the JSON shape and the few relations that must hold in any run.
+//! torture, checking the JSON shape and the few relations that must hold in any run (the
+//! times split into host CPU, link, flush and other waits on both clock models).
 
 use serde_json::Value;
 
@@ -103,4 +104,27 @@ fn xftl_survives_power_cuts() {
         "{}",
         said(&out)
     );
+}
+
+#[test]
+fn partsupp_times_split_into_their_parts_on_both_clocks() {
+    for clock in ["whole", "nand"] {
+        let out = onesync(&[
+            "flash", "partsupp", "--txns", "40", "--pages", "5", "--mode", "wal,xftl", "--clock", clock,
+            "--json", "-",
+        ]);
+        for r in results(&out) {
+            let ms = |key: &str| r[key].as_f64().unwrap_or_else(|| panic!("{key} missing in {r}"));
+            assert_eq!(r["clock"], clock, "{}", said(&out));
+            let parts = ms("host_cpu_ms") + ms("link_ms") + ms("flush_wait_ms") + ms("io_wait_ms");
+            assert!((parts - ms("sim_ms")).abs() < 1e-3, "{r}");
+            if clock == "nand" {
+                assert_eq!(ms("host_cpu_ms"), 0.0, "{r}");
+                assert!(
+                    (ms("nand_busy_ms") + ms("link_ms") - ms("sim_ms")).abs() < 1e-3,
+                    "{r}"
+                );
+            }
+        }
+    }
 }

@@ -26,6 +26,7 @@ impl FlashFs {
         let per_txn = (((self.layout.block_size - 32) / 8) as u64).min(log_len / 2 - 2) as usize;
         let chunks: Vec<Vec<(Lpn, Box<[u8]>)>> = blocks.chunks(per_txn).map(|c| c.to_vec()).collect();
         for chunk in chunks {
+            self.ssd.host_compute(self.cfg.host.journal_handoff_us);
             let need = chunk.len() as u64 + 2;
             let wrap_waste = if self.journal.head + need > log_len {
                 log_len - self.journal.head

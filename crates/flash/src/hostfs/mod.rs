@@ -48,7 +48,10 @@ use onesync_codec::{OnDisk, Problem};
 
 pub use layout::INODE_SIZE;
 pub use state::FlashFs;
-pub use types::{FileId, FsConfig, FsCounters, FsError, FsResult, Journaling, MountReport, MAX_NAME};
+pub use types::{
+    FileId, FsConfig, FsCounters, FsError, FsResult, HostCosts, Journaling, MountReport, CONTEXT_SWITCH_US,
+    MAX_NAME, SYSCALL_8K_WRITE_US,
+};
 
 use crate::{Lpn, Ssd};
 use allocator::expand;
@@ -186,8 +189,14 @@ impl FlashFs {
         names
     }
 
+    /// The host CPU of one file system call.
+    fn syscall(&mut self) {
+        self.ssd.host_compute(self.cfg.host.syscall_us);
+    }
+
     /// Opens `name`, creating it (empty) if `create` and it does not exist.
     pub fn open(&mut self, name: &str, create: bool) -> FsResult<FileId> {
+        self.syscall();
         self.commit_if_due()?;
         if let Some(&ino) = self.names.get(name) {
             let generation = self.file(ino)?.inode.generation;
@@ -234,6 +243,7 @@ impl FlashFs {
 
     /// Deletes `name` (its blocks become free once the deletion commits).
     pub fn unlink(&mut self, name: &str) -> FsResult<()> {
+        self.syscall();
         self.commit_if_due()?;
         let ino = *self
             .names
@@ -268,6 +278,7 @@ impl FlashFs {
     /// Makes the directory durable (SQLite's `xDelete` with `dirSync`, `fsync` of a
     /// directory): commits the running transaction.
     pub fn sync_directory(&mut self) -> FsResult<()> {
+        self.syscall();
         match self.cfg.journaling {
             Journaling::XFtl => self.commit_meta_tx(),
             _ => {
@@ -288,6 +299,7 @@ impl FlashFs {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were in the file (the rest
     /// of `buf` is zeroed).
     pub fn read(&mut self, id: FileId, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        self.syscall();
         self.commit_if_due()?;
         let size = self.handle(id)?.inode.size;
         let bs = self.layout.block_size as u64;
@@ -309,6 +321,7 @@ impl FlashFs {
 
     /// Writes `data` at `offset`, growing the file as needed.
     pub fn write(&mut self, id: FileId, offset: u64, data: &[u8]) -> FsResult<()> {
+        self.syscall();
         self.commit_if_due()?;
         self.handle(id)?;
         let bs = self.layout.block_size as u64;
@@ -357,6 +370,7 @@ impl FlashFs {
 
     /// Sets the file's size.
     pub fn truncate(&mut self, id: FileId, size: u64) -> FsResult<()> {
+        self.syscall();
         self.commit_if_due()?;
         let bs = self.layout.block_size as u64;
         let old = self.handle(id)?.inode.size;
@@ -440,6 +454,7 @@ impl FlashFs {
     /// `fdatasync`: makes the file's data (and the metadata needed to read it) durable.
     pub fn fdatasync(&mut self, id: FileId) -> FsResult<()> {
         self.handle(id)?;
+        self.syscall();
         self.counters.fsyncs += 1;
         match self.cfg.journaling {
             Journaling::XFtl => {
@@ -493,6 +508,7 @@ impl FlashFs {
             return Ok(());
         }
         self.handle(id)?;
+        self.syscall();
         let state = self.file_mut(id.ino)?;
         let tx = state.tx.take();
         let written: Vec<u64> = std::mem::take(&mut state.tx_written).into_iter().collect();

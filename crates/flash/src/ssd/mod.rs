@@ -48,9 +48,17 @@ pub struct Ssd {
     cfg: SsdConfig,
     lay: Layout,
     nand: Nand,
-    /// Host and GC counts (the NAND counts live in `nand.stats`).
+    /// Host and GC counts and the host's time (the NAND counts live in `nand.stats`).
     c: Counters,
+    /// One page over the host link, µs.
     host_us: f64,
+    /// The host's clock ([`Ssd::now_us`]). The NAND array works on its own clock, ahead of
+    /// this one while cached writes are being programmed.
+    host_now: f64,
+    /// NAND-clock completion times of cached writes not yet known to be programmed.
+    cached: VecDeque<f64>,
+    /// Write-cache capacity in pages (0: write-through).
+    cache_pages: usize,
     /// L2P: logical page -> physical page of its committed copy.
     l2p: Vec<u32>,
     /// Reverse map, one entry per physical page.
@@ -81,7 +89,7 @@ impl std::fmt::Debug for Ssd {
             .field("geometry", &self.cfg.geometry)
             .field("logical_pages", &self.lay.logical)
             .field("powered", &self.nand.powered())
-            .field("now_us", &self.nand.now_us())
+            .field("now_us", &self.host_now)
             .field("free_blocks", &self.free.len())
             .field("active_txs", &self.txs.len())
             .finish_non_exhaustive()
@@ -111,7 +119,7 @@ impl Ssd {
         let lay = Layout::new(&cfg.geometry).map_err(|e| FlashError::BadConfig(e.to_string()))?;
         let t = &cfg.timing;
         let positive = [t.bus_mb_per_s, t.host_mb_per_s];
-        let nonneg = [t.read_us, t.program_us, t.erase_us];
+        let nonneg = [t.read_us, t.program_us, t.erase_us, t.command_us];
         if positive.iter().any(|v| !(v.is_finite() && *v > 0.0))
             || nonneg.iter().any(|v| !(v.is_finite() && *v >= 0.0))
         {
@@ -148,6 +156,9 @@ impl Ssd {
         state[..lay.meta_blocks as usize].fill(BState::Meta);
         Ssd {
             host_us: lay.ps as f64 / cfg.timing.host_mb_per_s,
+            host_now: nand.now_us(),
+            cached: VecDeque::new(),
+            cache_pages: usize::try_from(cfg.timing.write_cache_bytes / lay.ps as u64).unwrap_or(usize::MAX),
             l2p: vec![UNMAPPED; lay.logical as usize],
             owner: vec![Owner::Free; total],
             valid: vec![0; lay.blocks as usize],
@@ -193,13 +204,96 @@ impl Ssd {
             nand_meta_erases: s.meta_erases,
             torn_programs: s.torn_programs,
             interrupted_erases: s.interrupted_erases,
+            nand_busy_us: s.busy_us,
             ..self.c.clone()
         }
     }
 
-    /// Simulated time in µs since the drive was created.
+    /// The host's simulated time in µs since the drive was created: host software, link
+    /// transfers and waits for the drive (see [`Counters::host_elapsed_us`]). With a write
+    /// cache the NAND array may still be busy with cached writes; `flush` waits for them.
     pub fn now_us(&self) -> f64 {
+        self.host_now
+    }
+
+    /// The NAND array's clock: when its last queued operation ends.
+    pub fn nand_now_us(&self) -> f64 {
         self.nand.now_us()
+    }
+
+    /// Host CPU time spent between drive commands (system calls, the filesystem): the host's
+    /// clock advances while the drive goes on programming cached writes. Negative or
+    /// non-finite amounts are ignored.
+    pub fn host_compute(&mut self, us: f64) {
+        if us.is_finite() && us > 0.0 {
+            self.host_now += us;
+            self.c.host_cpu_us += us;
+        }
+    }
+
+    /// A host command starts: the host's per-command CPU.
+    fn command(&mut self) {
+        self.host_compute(self.cfg.timing.command_us);
+    }
+
+    /// One page crosses the host link.
+    fn link(&mut self) {
+        self.host_now += self.host_us;
+        self.c.link_us += self.host_us;
+    }
+
+    /// NAND work for the host starts no earlier than the host hands it over.
+    fn hand_over(&mut self) {
+        self.nand.idle_until(self.host_now);
+    }
+
+    /// The host waits until the NAND array is idle (every cached write programmed).
+    fn wait_drive(&mut self, flush: bool) {
+        let wait = self.nand.now_us() - self.host_now;
+        if wait > 0.0 {
+            self.host_now += wait;
+            if flush {
+                self.c.flush_wait_us += wait;
+            } else {
+                self.c.io_wait_us += wait;
+            }
+        }
+        self.cached.clear();
+    }
+
+    /// After a read: if it read the array (queued behind the cached programs, one channel),
+    /// the host waits for it; then the page crosses the link.
+    fn read_done(&mut self, nand_reads_before: u64) {
+        if self.nand.stats.reads != nand_reads_before {
+            self.wait_drive(false);
+        }
+        self.link();
+    }
+
+    /// Before a write: forget programs that have finished; with a full cache, wait for the
+    /// oldest.
+    fn make_room(&mut self) {
+        while self.cached.front().is_some_and(|&t| t <= self.host_now) {
+            self.cached.pop_front();
+        }
+        while self.cache_pages > 0 && self.cached.len() >= self.cache_pages {
+            if let Some(t) = self.cached.pop_front() {
+                if t > self.host_now {
+                    self.c.io_wait_us += t - self.host_now;
+                    self.host_now = t;
+                }
+            }
+        }
+    }
+
+    /// After a write's program was queued: it stays in the cache, or (write-through) the host
+    /// waits for it.
+    fn written(&mut self) {
+        if self.cache_pages == 0 {
+            self.wait_drive(false);
+        } else {
+            self.cached.push_back(self.nand.now_us());
+        }
     }
 
     /// Erases so far, per physical block (metadata blocks first).
@@ -295,8 +389,11 @@ impl Ssd {
         let l = self.check_lpn(lpn)?;
         self.check_len(buf.len())?;
         self.c.host_reads += 1;
+        self.command();
+        self.hand_over();
+        let nand_reads = self.nand.stats.reads;
         self.read_mapped(l, self.l2p[l as usize], None, buf)?;
-        self.nand.advance(self.host_us);
+        self.read_done(nand_reads);
         Ok(())
     }
 
@@ -306,13 +403,17 @@ impl Ssd {
         self.on()?;
         let l = self.check_lpn(lpn)?;
         self.check_len(data.len())?;
-        self.nand.advance(self.host_us);
+        self.command();
+        self.link();
+        self.make_room();
+        self.hand_over();
         let ppn = self.program_data(l, 0, data)?;
         let old = std::mem::replace(&mut self.l2p[l as usize], ppn);
         self.set_owner(ppn, Owner::Host(l));
         self.invalidate(old, Owner::Host(l));
         self.dirty.insert(l);
         self.c.host_writes += 1;
+        self.written();
         Ok(())
     }
 
@@ -321,6 +422,7 @@ impl Ssd {
         self.on()?;
         let l = self.check_lpn(lpn)?;
         self.c.host_trims += 1;
+        self.command();
         let old = std::mem::replace(&mut self.l2p[l as usize], UNMAPPED);
         if old != UNMAPPED {
             self.invalidate(old, Owner::Host(l));
@@ -334,7 +436,15 @@ impl Ssd {
     pub fn flush(&mut self) -> Result<(), FlashError> {
         self.on()?;
         self.c.host_flushes += 1;
-        self.persist(None, &[])
+        self.command();
+        self.hand_over();
+        let result = if self.cfg.flush_checkpoints {
+            self.write_checkpoint()
+        } else {
+            self.persist(None, &[])
+        };
+        self.wait_drive(true);
+        result
     }
 
     /// Reads `lpn` as transaction `tx` sees it: its own latest write, else the committed
@@ -346,11 +456,14 @@ impl Ssd {
         self.check_len(buf.len())?;
         self.c.host_reads += 1;
         let own = self.txs.get(&tx).and_then(|e| e.get(&l)).copied();
+        self.command();
+        self.hand_over();
+        let nand_reads = self.nand.stats.reads;
         match own {
             Some(ppn) => self.read_mapped(l, ppn, Some(tx), buf)?,
             None => self.read_mapped(l, self.l2p[l as usize], None, buf)?,
         }
-        self.nand.advance(self.host_us);
+        self.read_done(nand_reads);
         Ok(())
     }
 
@@ -361,7 +474,10 @@ impl Ssd {
         Self::check_tx(tx)?;
         let l = self.check_lpn(lpn)?;
         self.check_len(data.len())?;
-        self.nand.advance(self.host_us);
+        self.command();
+        self.link();
+        self.make_room();
+        self.hand_over();
         let ppn = self.program_data(l, tx, data)?;
         let prev = self.txs.entry(tx).or_default().insert(l, ppn);
         self.set_owner(ppn, Owner::Tx(tx, l));
@@ -373,6 +489,7 @@ impl Ssd {
             self.invalidate(old, Owner::Host(l));
         }
         self.c.host_writes += 1;
+        self.written();
         Ok(())
     }
 
@@ -388,7 +505,11 @@ impl Ssd {
             Some(e) => e.iter().map(|(&l, &p)| (l, p)).collect(),
             None => Vec::new(),
         };
-        self.persist(Some(tx), &entries)?;
+        self.command();
+        self.hand_over();
+        let persisted = self.persist(Some(tx), &entries);
+        self.wait_drive(true);
+        persisted?;
         self.txs.remove(&tx);
         for (l, ppn) in entries {
             let old = std::mem::replace(&mut self.l2p[l as usize], ppn);
@@ -403,6 +524,7 @@ impl Ssd {
     pub fn abort(&mut self, tx: TxId) -> Result<(), FlashError> {
         self.on()?;
         Self::check_tx(tx)?;
+        self.command();
         if let Some(entries) = self.txs.remove(&tx) {
             for (l, ppn) in entries {
                 self.invalidate(ppn, Owner::Tx(tx, l));

@@ -20,13 +20,18 @@ impl Ssd {
             lay,
             mut nand,
             c,
+            host_now,
             ..
         } = self;
-        nand.power_on();
+        nand.power_on_after(host_now);
         let (t0, r0, m0) = (nand.now_us(), nand.stats.reads, nand.stats.meta_reads);
         let mut ssd = Ssd::blank(cfg, lay, nand, c);
+        // The host's clock carries on; it waits from when it lost the drive (or the cut
+        // struck) until the rebuild is done.
+        ssd.host_now = host_now;
         let mut rec = Recovery::default();
         let result = ssd.rebuild(&mut rec);
+        ssd.wait_drive(false);
         rec.sim_us = ssd.nand.now_us() - t0;
         rec.pages_read = ssd.nand.stats.reads - r0;
         rec.meta_pages_read = ssd.nand.stats.meta_reads - m0;

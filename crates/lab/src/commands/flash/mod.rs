@@ -4,15 +4,18 @@
 //! Modes: `rbj` (SQLite's rollback journal, DELETE, on the ordered-journaling filesystem),
 //! `wal` (WAL, synchronous=FULL, same filesystem) and `xftl` (journal in memory, the
 //! filesystem mounted X-FTL: each database sync is one drive transaction). Time is the
-//! drive's simulated clock: NAND reads, programs, erases and transfers (host CPU is not
-//! counted: the paper's gains are in the drive).
+//! host's simulated clock (`--clock whole`, the default): host software (system calls, the
+//! filesystem, the block layer per command), link transfers, and waits for the drive, whose
+//! DRAM write cache programs NAND in the background and drains at every flush and commit;
+//! `--clock nand` is the older drive-only clock (NAND operations and transfers, write-through).
+//! SQLite's own CPU is not counted.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
-use onesync_flash::hostfs::{FlashFs, FsConfig, Journaling};
-use onesync_flash::{Counters, Geometry, Ssd, SsdConfig};
+use onesync_flash::hostfs::{FlashFs, FsConfig, HostCosts, Journaling};
+use onesync_flash::{Counters, Geometry, Ssd, SsdConfig, Timing};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rusqlite::Connection;
@@ -118,6 +121,28 @@ impl FioMode {
     }
 }
 
+/// Which clock the simulated times are on.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ClockModel {
+    /// Host software, link transfers, the drive's write cache and flush waits
+    #[default]
+    Whole,
+    /// NAND operations and link transfers only, every write waiting for its program
+    Nand,
+}
+
+/// The simulated platform's options, shared by the timed experiments.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DriveArgs {
+    /// Clock model of the reported times
+    #[arg(long, value_enum, default_value = "whole")]
+    pub clock: ClockModel,
+    /// FLUSH CACHE writes the drive's whole mapping (a checkpoint) instead of a log record
+    /// of the changes, as the OpenSSD Jasmine Greedy FTL does (what-if: the paper's platform)
+    #[arg(long)]
+    pub flush_checkpoints: bool,
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct PartsuppArgs {
     /// Modes, comma-separated
@@ -132,6 +157,8 @@ pub struct PartsuppArgs {
     /// Physical capacity of the simulated drive, MiB
     #[arg(long, default_value_t = 128)]
     pub capacity_mib: u64,
+    #[command(flatten)]
+    pub drive: DriveArgs,
     /// Write the results as JSON to FILE, or to stdout with "-"
     #[arg(long, value_name = "FILE|-")]
     pub json: Option<PathBuf>,
@@ -153,6 +180,8 @@ pub struct GcArgs {
     /// Physical capacity of the simulated drive, MiB
     #[arg(long, default_value_t = 64)]
     pub capacity_mib: u64,
+    #[command(flatten)]
+    pub drive: DriveArgs,
     #[arg(long, value_name = "FILE|-")]
     pub json: Option<PathBuf>,
 }
@@ -172,6 +201,8 @@ pub struct FioArgs {
     pub file_mib: u64,
     #[arg(long, default_value_t = 128)]
     pub capacity_mib: u64,
+    #[command(flatten)]
+    pub drive: DriveArgs,
     #[arg(long, value_name = "FILE|-")]
     pub json: Option<PathBuf>,
 }
@@ -186,6 +217,8 @@ pub struct RestartArgs {
     pub txns: u64,
     #[arg(long, default_value_t = 128)]
     pub capacity_mib: u64,
+    #[command(flatten)]
+    pub drive: DriveArgs,
     #[arg(long, value_name = "FILE|-")]
     pub json: Option<PathBuf>,
 }
@@ -215,8 +248,20 @@ pub struct FlashResult {
     pub mode: String,
     pub experiment: String,
     pub param: f64,
-    /// Simulated drive time of the measured phase.
+    /// Simulated host time of the measured phase (on the `clock` model).
     pub sim_ms: f64,
+    /// Clock model: "whole" or "nand".
+    pub clock: String,
+    /// Where `sim_ms` went: host software (system calls, filesystem, block layer), ms.
+    pub host_cpu_ms: f64,
+    /// Pages crossing the host link, ms.
+    pub link_ms: f64,
+    /// Waiting in flushes and commits for the write cache to drain, ms.
+    pub flush_wait_ms: f64,
+    /// Waiting for the drive otherwise (reads, a full cache, write-through writes), ms.
+    pub io_wait_ms: f64,
+    /// NAND array busy (overlapped with the host or not), ms.
+    pub nand_busy_ms: f64,
     pub host_writes: u64,
     pub nand_programs: u64,
     pub nand_erases: u64,
@@ -274,11 +319,14 @@ pub fn run(args: &FlashArgs) -> Result<ExitCode> {
 /// The results as a terminal table.
 pub fn table(results: &[FlashResult]) -> String {
     let mut out = format!(
-        "{:<10} {:<9} {:>6} {:>11} {:>10} {:>9} {:>10} {:>8} {:>7} {:>6} {:>6}\n",
+        "{:<10} {:<9} {:>6} {:>11} {:>9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8} {:>7} {:>6} {:>6}\n",
         "experiment",
         "mode",
         "param",
         "sim ms",
+        "cpu ms",
+        "flush wt",
+        "nand ms",
         "per sec",
         "host wr",
         "nand prog",
@@ -289,11 +337,14 @@ pub fn table(results: &[FlashResult]) -> String {
     );
     for r in results {
         out += &format!(
-            "{:<10} {:<9} {:>6} {:>11.1} {:>10.1} {:>9} {:>10} {:>8} {:>7} {:>6.2} {:>6}\n",
+            "{:<10} {:<9} {:>6} {:>11.1} {:>9.1} {:>10.1} {:>10.1} {:>10.1} {:>9} {:>10} {:>8} {:>7} {:>6.2} {:>6}\n",
             r.experiment,
             r.mode,
             r.param,
             r.sim_ms,
+            r.host_cpu_ms,
+            r.flush_wait_ms,
+            r.nand_busy_ms,
             r.per_sec,
             r.host_writes,
             r.nand_programs,
@@ -314,17 +365,37 @@ pub fn table(results: &[FlashResult]) -> String {
     out
 }
 
-/// A fresh drive of `capacity_mib` MiB with the paper's geometry and timing.
-fn fresh_drive(capacity_mib: u64, sabotage: bool) -> Result<Ssd> {
-    let mut cfg = SsdConfig::with_capacity_mib(capacity_mib);
-    if sabotage {
-        cfg.sabotage = Some(onesync_flash::Sabotage::GcErasesActiveOldCopies);
+impl DriveArgs {
+    /// A fresh drive of `capacity_mib` MiB with the paper's geometry and timing on this
+    /// clock model.
+    fn fresh_drive(&self, capacity_mib: u64) -> Result<Ssd> {
+        let mut cfg = SsdConfig::with_capacity_mib(capacity_mib);
+        if self.clock == ClockModel::Nand {
+            cfg.timing = Timing::nand_only();
+        }
+        cfg.flush_checkpoints = self.flush_checkpoints;
+        Ssd::new(cfg).map_err(|e| anyhow!("making the simulated drive: {e}"))
     }
-    Ssd::new(cfg).map_err(|e| anyhow!("making the simulated drive: {e}"))
-}
 
-fn fresh_fs(ssd: Ssd, journaling: Journaling) -> Result<FlashFs> {
-    FlashFs::format(ssd, FsConfig::with_journaling(journaling)).map_err(|e| anyhow!("formatting: {e}"))
+    fn fs_config(&self, journaling: Journaling) -> FsConfig {
+        let mut cfg = FsConfig::with_journaling(journaling);
+        if self.clock == ClockModel::Nand {
+            cfg.host = HostCosts::none();
+        }
+        cfg
+    }
+
+    fn fresh_fs(&self, capacity_mib: u64, journaling: Journaling) -> Result<FlashFs> {
+        FlashFs::format(self.fresh_drive(capacity_mib)?, self.fs_config(journaling))
+            .map_err(|e| anyhow!("formatting: {e}"))
+    }
+
+    fn clock_name(&self) -> &'static str {
+        match self.clock {
+            ClockModel::Whole => "whole",
+            ClockModel::Nand => "nand",
+        }
+    }
 }
 
 /// Opens the database on the installed filesystem in `mode`.
@@ -338,10 +409,8 @@ fn drive_now(files: &FlashFiles) -> Result<(Counters, f64)> {
 }
 
 fn point(
-    mode: &str,
-    experiment: &str,
-    param: f64,
-    ops: u64,
+    drive: &DriveArgs,
+    (mode, experiment, param, ops): (&str, &str, f64, u64),
     before: (Counters, f64),
     after: (Counters, f64),
 ) -> FlashResult {
@@ -352,6 +421,12 @@ fn point(
         experiment: experiment.to_owned(),
         param,
         sim_ms,
+        clock: drive.clock_name().to_owned(),
+        host_cpu_ms: c.host_cpu_us / 1000.0,
+        link_ms: c.link_us / 1000.0,
+        flush_wait_ms: c.flush_wait_us / 1000.0,
+        io_wait_ms: c.io_wait_us / 1000.0,
+        nand_busy_ms: c.nand_busy_us / 1000.0,
         host_writes: c.host_writes,
         nand_programs: c.nand_programs,
         nand_erases: c.nand_erases,
@@ -371,12 +446,9 @@ fn point(
 /// Installs a fresh filesystem for `mode`, loads partsupp and then (aging the drive) fills
 /// `cold_fill` of the space left, less room for the journal or log, with a cold file;
 /// returns the connection, ready to measure.
-fn partsupp_ready(mode: SqlMode, capacity_mib: u64, cold_fill: f64) -> Result<Connection> {
+fn partsupp_ready(mode: SqlMode, drive: &DriveArgs, capacity_mib: u64, cold_fill: f64) -> Result<Connection> {
     let files = flash_files()?;
-    files.install(fresh_fs(
-        fresh_drive(capacity_mib, false)?,
-        mode.scheme().journaling,
-    )?);
+    files.install(drive.fresh_fs(capacity_mib, mode.scheme().journaling)?);
     let conn = open_db(mode)?;
     let mut rng = SmallRng::seed_from_u64(1);
     in_transaction(&conn, || Partsupp { pages: 0 }.set_up(&conn, 0, &mut rng))?;
@@ -415,7 +487,7 @@ pub fn partsupp(args: &PartsuppArgs) -> Result<Vec<FlashResult>> {
     );
     for &pages in &args.pages {
         for &mode in &args.mode {
-            let conn = partsupp_ready(mode, args.capacity_mib, 0.0)?;
+            let conn = partsupp_ready(mode, &args.drive, args.capacity_mib, 0.0)?;
             let files = flash_files()?;
             let mut rng = SmallRng::seed_from_u64(pages);
             let before = drive_now(&files)?;
@@ -426,10 +498,8 @@ pub fn partsupp(args: &PartsuppArgs) -> Result<Vec<FlashResult>> {
             let after = drive_now(&files)?;
             drop(conn);
             results.push(point(
-                mode.name(),
-                "partsupp",
-                pages as f64,
-                args.txns,
+                &args.drive,
+                (mode.name(), "partsupp", pages as f64, args.txns),
                 before,
                 after,
             ));
@@ -442,7 +512,7 @@ pub fn partsupp(args: &PartsuppArgs) -> Result<Vec<FlashResult>> {
 /// Cold-fill fractions of the drive's free logical space, for the GC experiment's search.
 fn gc_point(mode: SqlMode, args: &GcArgs, fill: f64, txns: u64) -> Result<FlashResult> {
     let files = flash_files()?;
-    let conn = partsupp_ready(mode, args.capacity_mib, fill)?;
+    let conn = partsupp_ready(mode, &args.drive, args.capacity_mib, fill)?;
     let mut rng = SmallRng::seed_from_u64(7);
     // Warm up until the drive collects garbage steadily.
     let start = drive_now(&files)?;
@@ -456,7 +526,7 @@ fn gc_point(mode: SqlMode, args: &GcArgs, fill: f64, txns: u64) -> Result<FlashR
         Partsupp { pages: args.pages }.run(&conn, 0, &mut rng)?;
     }
     let after = drive_now(&files)?;
-    Ok(point(mode.name(), "gc", 0.0, txns, before, after))
+    Ok(point(&args.drive, (mode.name(), "gc", 0.0, txns), before, after))
 }
 
 pub fn gc(args: &GcArgs) -> Result<Vec<FlashResult>> {
@@ -501,7 +571,7 @@ pub fn fio(args: &FioArgs) -> Result<Vec<FlashResult>> {
     );
     for &per_fsync in &args.pages_per_fsync {
         for &mode in &args.mode {
-            let mut fs = fresh_fs(fresh_drive(args.capacity_mib, false)?, mode.journaling())?;
+            let mut fs = args.drive.fresh_fs(args.capacity_mib, mode.journaling())?;
             let bs = fs.block_size() as u64;
             let blocks = (args.file_mib << 20) / bs;
             if blocks == 0 {
@@ -527,7 +597,12 @@ pub fn fio(args: &FioArgs) -> Result<Vec<FlashResult>> {
             }
             fs.fsync(id)?;
             let after = (fs.ssd().counters(), fs.ssd().now_us());
-            let mut r = point(mode.name(), "fio", per_fsync as f64, fsyncs, before, after);
+            let mut r = point(
+                &args.drive,
+                (mode.name(), "fio", per_fsync as f64, fsyncs),
+                before,
+                after,
+            );
             r.per_sec = args.writes as f64 / (r.sim_ms / 1000.0);
             results.push(r);
         }
@@ -551,7 +626,7 @@ pub fn restart(args: &RestartArgs) -> Result<Vec<FlashResult>> {
 
 fn restart_one(mode: SqlMode, args: &RestartArgs) -> Result<FlashResult> {
     let files = flash_files()?;
-    let conn = partsupp_ready(mode, args.capacity_mib, 0.0)?;
+    let conn = partsupp_ready(mode, &args.drive, args.capacity_mib, 0.0)?;
     let mut rng = SmallRng::seed_from_u64(3);
     for _ in 0..args.txns {
         Partsupp { pages: 5 }.run(&conn, 0, &mut rng)?;
@@ -578,25 +653,26 @@ fn restart_one(mode: SqlMode, args: &RestartArgs) -> Result<FlashResult> {
     drop(conn);
     let fs = files.take().ok_or_else(|| anyhow!("no filesystem installed"))?;
     let ssd = fs.into_ssd();
-    let t0 = ssd.now_us();
-    let (ssd, _recovery) = ssd.restart().map_err(|e| anyhow!("restarting the drive: {e}"))?;
+    let (ssd, recovery) = ssd.restart().map_err(|e| anyhow!("restarting the drive: {e}"))?;
     let t1 = ssd.now_us();
-    let (fs, _mount) = FlashFs::mount(ssd, FsConfig::with_journaling(mode.scheme().journaling))
+    // From power-on: on the whole clock the cut may strike in the write cache's backlog,
+    // after the host's last command.
+    let t0 = t1 - recovery.sim_us;
+    let (fs, _mount) = FlashFs::mount(ssd, args.drive.fs_config(mode.scheme().journaling))
         .map_err(|e| anyhow!("mounting after the cut: {e}"))?;
     let t2 = fs.ssd().now_us();
     let base = (fs.ssd().counters(), t0);
     files.install(fs);
     let conn = open_db(mode)?;
     let _: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
-    let t3 = drive_now(&files)?.1;
+    let recovered = drive_now(&files)?;
+    let t3 = recovered.1;
     crate::sqlite::check_integrity(&conn)?;
     let mut r = point(
-        mode.name(),
-        "restart",
-        args.txns as f64,
-        1,
+        &args.drive,
+        (mode.name(), "restart", args.txns as f64, 1),
         base,
-        (drive_now(&files)?.0, t3),
+        recovered,
     );
     r.restart = Some(RestartParts {
         drive_ms: (t1 - t0) / 1000.0,

@@ -291,6 +291,7 @@ fn flash_section() -> Result<(String, String)> {
         pages: vec![1, 5, 10, 15, 20],
         txns: 300,
         capacity_mib: 128,
+        drive: flash::DriveArgs::default(),
         json: None,
     })?;
     let gc = flash::gc(&flash::GcArgs {
@@ -299,6 +300,7 @@ fn flash_section() -> Result<(String, String)> {
         pages: 5,
         txns: 600,
         capacity_mib: 64,
+        drive: flash::DriveArgs::default(),
         json: None,
     })?;
     let fio = flash::fio(&flash::FioArgs {
@@ -311,12 +313,14 @@ fn flash_section() -> Result<(String, String)> {
         writes: 2000,
         file_mib: 32,
         capacity_mib: 128,
+        drive: flash::DriveArgs::default(),
         json: None,
     })?;
     let restart = flash::restart(&flash::RestartArgs {
         mode: vec![flash::SqlMode::Rbj, flash::SqlMode::Wal, flash::SqlMode::Xftl],
         txns: 150,
         capacity_mib: 128,
+        drive: flash::DriveArgs::default(),
         json: None,
     })?;
     let per_txn_ms = |r: &FlashResult| r.sim_ms / r.ops.max(1) as f64;
