@@ -3,7 +3,8 @@
 
 use crate::format::{self, HeaderBody, SlotImage, StampKind, ValidSlot, HEADER_NODE, INFINITY};
 use crate::node::Node;
-use crate::{Config, Counters, Error, RecoveryReport, Result, Sabotage, StorageIo, Tree};
+use crate::tree::PendingRevert;
+use crate::{Config, Counters, Error, RecoveryReport, Result, Sabotage, StorageIo, Tree, Version};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
@@ -38,6 +39,7 @@ fn empty_tree(io: Box<dyn StorageIo>, config: Config, node_size: usize) -> Tree 
         free: BTreeSet::new(),
         refs: HashMap::new(),
         txn: None,
+        pending_revert: None,
         poisoned: None,
     }
 }
@@ -238,18 +240,7 @@ pub(crate) fn open(io: Box<dyn StorageIo>, config: Config) -> Result<Tree> {
             )));
         }
         if Some(slot.stamp) == uncommitted {
-            let v = slot.stamp;
-            let before = node.cells.len();
-            // Algorithm 2: what v created goes (with the children its entries made), what v
-            // ended lives again.
-            node.cells.retain(|c| c.sv != v);
-            report.cells_reverted += (before - node.cells.len()) as u64;
-            for c in node.cells.iter_mut().filter(|c| c.ev == v) {
-                if revert_ends {
-                    c.ev = INFINITY;
-                }
-                report.cells_reverted += 1;
-            }
+            report.cells_reverted += revert_version(&mut node, slot.stamp, revert_ends);
             rewrite.insert(id);
         }
         if !node.leaf {
@@ -274,34 +265,73 @@ pub(crate) fn open(io: Box<dyn StorageIo>, config: Config) -> Result<Tree> {
     tree.history_floor = latest;
     tree.free = (1..ids).filter(|id| !levels.contains_key(id)).collect();
 
-    // Neutralise every image of the reverted version: reachable nodes get their reverted
-    // image (stamped as a spill, so it never counts as a commit), the rest are zeroed, so
-    // that the version number can be reused by the next transaction.
+    // The reverted version's images stay on disk until the next write transaction
+    // (`settle_revert`): until then the file is exactly the crash image, which another
+    // crash leaves to the next open to recover the same way. A read-only session never
+    // writes.
     if let Some(v) = uncommitted {
-        let stamp = Tree::stamp(v, StampKind::Spill, 0);
-        for &id in &rewrite {
-            tree.write_node(id, &stamp)?;
-            report.nodes_rewritten += 1;
-        }
-        let zeros = vec![0u8; node_size];
-        for id in 0..ids {
-            if rewrite.contains(&id) && id != HEADER_NODE {
-                continue;
-            }
-            for slot in 0..2 {
-                if tree.slots[id as usize][slot] == Some(v) {
-                    tree.io.write_at(&zeros, tree.slot_offset(id, slot))?;
-                    tree.slots[id as usize][slot] = None;
-                    report.nodes_rewritten += 1;
-                }
-            }
-        }
-        tree.io.sync_data()?;
-        tree.counters.fsyncs += 1;
+        tree.pending_revert = Some(PendingRevert { version: v, rewrite });
         report.reverted_version = Some(v);
     }
     report.latest_version = latest;
     report.micros = started.elapsed().as_micros() as u64;
     tree.recovery = report;
     Ok(tree)
+}
+
+/// Algorithm 2 on one node image stamped `v`, the uncommitted version: what `v` created goes
+/// (with the children its entries made), what `v` ended lives again. Returns the cells
+/// changed. `revert_ends` false is the sabotage `SkipRevertEndVersions`.
+pub(crate) fn revert_version(node: &mut Node, v: Version, revert_ends: bool) -> u64 {
+    let before = node.cells.len();
+    node.cells.retain(|c| c.sv != v);
+    let mut reverted = (before - node.cells.len()) as u64;
+    for c in node.cells.iter_mut().filter(|c| c.ev == v) {
+        if revert_ends {
+            c.ev = INFINITY;
+        }
+        reverted += 1;
+    }
+    reverted
+}
+
+impl Tree {
+    /// Neutralise every image of the version open reverted, before this session writes
+    /// anything: reachable nodes get their reverted image (stamped as a spill, so it never
+    /// counts as a commit), every other image of the version is zeroed, and one sync makes
+    /// that durable. Only then may the version number be reused, so no stale Commit image
+    /// can make the reuse look committed or incomplete. A cut part way leaves fewer images
+    /// of the version, never a complete Commit batch, so the next open reverts it again.
+    pub(crate) fn settle_revert(&mut self) -> Result<()> {
+        let Some(pending) = self.pending_revert.take() else {
+            return Ok(());
+        };
+        if self.config.sabotage == Some(Sabotage::SkipDeferredRevert) {
+            return Ok(());
+        }
+        let v = pending.version;
+        let stamp = Tree::stamp(v, StampKind::Spill, 0);
+        let mut written = 0;
+        for &id in &pending.rewrite {
+            self.write_node(id, &stamp)?;
+            written += 1;
+        }
+        let zeros = vec![0u8; self.node_size];
+        for id in 0..self.capacity_nodes() {
+            if pending.rewrite.contains(&id) {
+                continue;
+            }
+            for slot in 0..2 {
+                if self.slots[id as usize][slot] == Some(v) {
+                    self.io.write_at(&zeros, self.slot_offset(id, slot))?;
+                    self.slots[id as usize][slot] = None;
+                    written += 1;
+                }
+            }
+        }
+        self.io.sync_data()?;
+        self.counters.fsyncs += 1;
+        self.recovery.nodes_rewritten += written;
+        Ok(())
+    }
 }
