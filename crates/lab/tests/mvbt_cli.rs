@@ -133,6 +133,12 @@ fn recovery_reverts_the_aborted_transaction() {
     assert_eq!(rows.len(), 6, "{}", said(&out));
     for r in &rows {
         assert!(num(r, "recovery_ms") > 0.0, "{r}");
+        assert!(num(r, "first_write_ms") > 0.0, "{r}");
+        assert!(num(r, "image_kib") > 0.0, "{r}");
+        // The engine's own open is part of LS-MVBT's recovery time.
+        if r["mode"] == "ls-mvbt" {
+            assert!(num(r, "engine_ms") <= num(r, "recovery_ms"), "{r}");
+        }
     }
 }
 

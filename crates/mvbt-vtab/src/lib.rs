@@ -30,7 +30,7 @@ mod table;
 mod value;
 
 pub use args::DEFAULT_KEEP_VERSIONS;
-pub use registry::{mvbt_counters, mvbt_latest_version, mvbt_scan_stats, MvbtScanStats};
+pub use registry::{mvbt_counters, mvbt_latest_version, mvbt_recovery, mvbt_scan_stats, MvbtScanStats};
 pub use schema::{IDX_AS_OF, IDX_KEY_EQ, IDX_KEY_HIGH, IDX_KEY_LOW, MVBT_MODULE_NAME};
 pub use sys::entry::{register_mvbt_for_new_connections, register_mvbt_module, sqlite3_onesyncmvbtvtab_init};
 pub use value::MvbtValue;

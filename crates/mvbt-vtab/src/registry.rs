@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use onesync_mvbt::{Config, Counters, Key, Tree, Version};
+use onesync_mvbt::{Config, Counters, Key, RecoveryReport, Tree, Version};
 
 use super::error::VtabError;
 
@@ -182,6 +182,12 @@ fn with_tree<T>(path: &Path, f: impl FnOnce(&SharedTree, &TreeState) -> T) -> Op
 /// has it open.
 pub fn mvbt_counters(path: &Path) -> Option<Counters> {
     with_tree(path, |_, s| s.tree.counters())
+}
+
+/// What the open of the tree in file `path` recovered, if a table of this
+/// process has it open.
+pub fn mvbt_recovery(path: &Path) -> Option<RecoveryReport> {
+    with_tree(path, |_, s| s.tree.recovery().clone())
 }
 
 /// The latest committed version of the tree in file `path`, if a table of

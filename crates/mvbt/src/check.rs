@@ -109,6 +109,14 @@ impl Tree {
                     }
                 }
             }
+            // Until the first write transaction, the reverted version's images are on disk
+            // as the crash left them: the node must equal Algorithm 2 applied to them.
+            if let (Some(pending), Some((stamp, disk))) = (&self.pending_revert, newest.as_mut()) {
+                if *stamp == pending.version {
+                    let revert_ends = self.config.sabotage != Some(crate::Sabotage::SkipRevertEndVersions);
+                    crate::recovery::revert_version(disk, pending.version, revert_ends);
+                }
+            }
             match newest {
                 Some((_, disk)) if &disk == node => {}
                 Some((stamp, _)) => {

@@ -91,6 +91,8 @@ impl Node {
 /// Offset of the CRC field; the CRC covers everything after it.
 const CRC_AT: usize = 4;
 const CRC_FROM: usize = 8;
+const ID_AT: usize = 8;
+const STAMP_VERSION_AT: usize = 24;
 /// Offset of the kind byte (read before the CRC by [`header_claimed_node_size`]).
 const KIND_AT: usize = 16;
 const HEADER_BODY_LEN: usize = 13 + 4 + 4 + 8 + 4 + 8 + 8;
@@ -369,6 +371,21 @@ pub(crate) fn decode_slot(buf: &[u8], id: u64) -> SlotImage {
     }
 }
 
+/// The stamp version a slot image claims in its slot header (bytes 24..32), read without
+/// checking its CRC or decoding its body: `None` for a slot without our magic or with
+/// another node's id. A claim may be a torn write's; open verifies the claims it relies on.
+pub(crate) fn claimed_stamp(buf: &[u8], id: u64) -> Option<u64> {
+    let field = |at: usize| {
+        buf.get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    if !buf.starts_with(SLOT_MAGIC) || field(ID_AT)? != id {
+        return None;
+    }
+    field(STAMP_VERSION_AT)
+}
+
 /// Recomputes a slot image's CRC (for the fuzz tests: damage then reaches the field checks).
 #[cfg(test)]
 pub(crate) fn reseal(image: &mut [u8]) {
@@ -499,6 +516,24 @@ mod tests {
         assert_eq!(u64_at(&image, 24), 10);
         assert_eq!(u32_at(&image, 32) as usize, sample_leaf().used());
         assert_eq!(u32_at(&image, 36), 0);
+    }
+
+    #[test]
+    fn a_claimed_stamp_is_read_without_the_checksum() {
+        let mut image = encode_node(1024, 5, &sample_leaf(), &SPILL).unwrap();
+        assert_eq!(claimed_stamp(&image, 5), Some(10));
+        assert_eq!(
+            claimed_stamp(&image, 6),
+            None,
+            "another node's image claims nothing"
+        );
+        // A torn body still claims its stamp (open verifies the claims it relies on) ...
+        image[600] ^= 1;
+        assert_eq!(claimed_stamp(&image, 5), Some(10));
+        assert!(matches!(decode_slot(&image, 5), SlotImage::Torn));
+        // ... and a slot without the magic claims nothing.
+        assert_eq!(claimed_stamp(&vec![0u8; 1024], 5), None);
+        assert_eq!(claimed_stamp(&image[..20], 5), None);
     }
 
     #[test]

@@ -34,12 +34,25 @@ pub struct Tree {
     /// Parent entries (and the header, for the root) naming each reachable node.
     pub(crate) refs: HashMap<u64, u32>,
     pub(crate) txn: Option<Txn>,
+    /// The uncommitted version open reverted in memory whose images are still on disk,
+    /// until the next write transaction neutralises them (`recovery.rs`).
+    pub(crate) pending_revert: Option<PendingRevert>,
     /// Set when a write failed half way: the in-memory state may no longer match the file.
     pub(crate) poisoned: Option<String>,
 }
 
 /// The exclusive `flock` on a tree's file (released when dropped).
 pub(crate) type FileLock = Flock<File>;
+
+/// An interrupted version that open reverted in memory (Algorithm 2) but not yet on disk:
+/// the file still holds its images, exactly as the crash left them, so another crash
+/// before [`Tree::settle_revert`] just makes the next open do the same recovery again.
+pub(crate) struct PendingRevert {
+    pub version: Version,
+    /// Reachable nodes whose newest image is stamped `version` (their cache entries are the
+    /// reverted nodes, to be written back stamped as a spill).
+    pub rewrite: BTreeSet<u64>,
+}
 
 // The write transaction's state (`txn.rs` runs it).
 

@@ -52,6 +52,9 @@ impl Tree {
                 "a write transaction is already open (transactions do not nest)".into(),
             ));
         }
+        if self.pending_revert.is_some() {
+            self.guarded(|t| t.settle_revert())?;
+        }
         self.txn = Some(Txn {
             version: self.latest + 1,
             dirty: BTreeSet::new(),

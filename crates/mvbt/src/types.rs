@@ -70,6 +70,12 @@ pub enum Sabotage {
     /// Recovery leaves cells and entries whose life ended at the reverted version dead
     /// instead of restoring their end version to infinity.
     SkipRevertEndVersions,
+    /// The first write transaction after a recovery does not neutralise the reverted
+    /// version's images (the write open defers) before reusing its number.
+    SkipDeferredRevert,
+    /// Open's walk does not fall back to a node's other slot when the slot claiming the
+    /// newer stamp is torn.
+    NoFallbackFromTornClaim,
 }
 
 impl Default for Config {
@@ -147,9 +153,13 @@ pub struct RecoveryReport {
     /// The uncommitted version reverted by Algorithm 2, if any.
     pub reverted_version: Option<Version>,
     pub nodes_scanned: u64,
+    /// Images of the reverted version rewritten or zeroed. Open defers that write to the
+    /// first write transaction (`Tree::begin`), so this is 0 until then.
     pub nodes_rewritten: u64,
     pub cells_reverted: u64,
-    /// Slots whose checksum failed (torn writes of the interrupted commit).
+    /// Slots found torn (a failed checksum) among those open verified: the images of the
+    /// newest version and each reachable node's newest (torn writes of the interrupted
+    /// commit).
     pub torn_slots: u64,
     pub micros: u64,
 }

@@ -201,6 +201,13 @@ pub struct MvbtResult {
     /// Node size: whether sibling redistribution was on.
     pub redistribution: Option<bool>,
     pub recovery_ms: Option<f64>,
+    /// Recovery: the first write transaction after it (LS-MVBT writes its revert there).
+    pub first_write_ms: Option<f64>,
+    /// Recovery, LS-MVBT: the engine's own open (its scan and Algorithm 2), part of
+    /// `recovery_ms`; the rest is SQLite's open, the schema and the first read.
+    pub engine_ms: Option<f64>,
+    /// Recovery: the crash image's files (tree or database, and journal or WAL), in KiB.
+    pub image_kib: Option<f64>,
     pub splits_per_txn: Option<f64>,
     pub dev_kb_per_txn: Option<f64>,
     pub dev_flushes_per_txn: Option<f64>,
@@ -276,7 +283,9 @@ impl Subject {
     fn create(scheme: Contender, dir: &Path) -> Result<Subject> {
         let subject = Subject::open(scheme, dir)?;
         match scheme {
-            Contender::Tree(table) => table.create_table(&subject.conn, &subject.tree_path)?,
+            // Named relative to the database's directory, so that a copy of the directory
+            // (the recovery experiment's crash image) opens its own tree, not this one.
+            Contender::Tree(table) => table.create_table(&subject.conn, Path::new(TREE_FILE))?,
             _ => subject
                 .conn
                 .execute_batch("CREATE TABLE kv(key INTEGER PRIMARY KEY, value BLOB NOT NULL)")?,
@@ -524,9 +533,28 @@ fn make_crash_image(scheme: Contender, work: &Path, image: &Path, aborted: u64, 
     Ok(())
 }
 
-/// Opens a copy of the crash image and reads one row: SQLite's hot-journal rollback or WAL
-/// recovery, or the tree's Algorithm 2, happen inside. Returns the time it took.
-fn time_recovery(scheme: Contender, image: &Path, attempt: &Path, cold: bool) -> Result<Duration> {
+/// The crash image's files, in KiB.
+fn image_kib(image: &Path) -> Result<f64> {
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(image)? {
+        bytes += entry?.metadata()?.len();
+    }
+    Ok(bytes as f64 / 1024.0)
+}
+
+/// One timed recovery.
+struct RecoveryTiming {
+    /// Open and one read: SQLite's hot-journal rollback or WAL recovery, or the tree's
+    /// Algorithm 2, happen inside.
+    recovery: Duration,
+    /// Then one insert transaction (LS-MVBT writes its deferred revert there).
+    first_write: Duration,
+    /// LS-MVBT: the engine's own open, part of `recovery`.
+    engine: Option<Duration>,
+}
+
+/// Opens a copy of the crash image, reads one row, then inserts one row, timing both.
+fn time_recovery(scheme: Contender, image: &Path, attempt: &Path, cold: bool) -> Result<RecoveryTiming> {
     copy_crash_image(image, attempt)?;
     nix::unistd::sync();
     if cold {
@@ -541,14 +569,38 @@ fn time_recovery(scheme: Contender, image: &Path, attempt: &Path, cold: bool) ->
             .query_row("SELECT count(*) FROM kv WHERE key >= 0 AND key < 100", [], |r| {
                 r.get(0)
             })?;
-    let elapsed = started.elapsed();
+    let recovery = started.elapsed();
+    let engine = match scheme {
+        Contender::Tree(_) => Some(Duration::from_micros(
+            onesync_mvbt_vtab::mvbt_recovery(&subject.tree_path)
+                .ok_or_else(|| anyhow!("the mvbt table {} is not open", subject.tree_path.display()))?
+                .micros,
+        )),
+        _ => None,
+    };
     let total: i64 = subject
         .conn
         .query_row("SELECT count(*) FROM kv", [], |r| r.get(0))?;
     if total != 2000 {
         bail!("after recovery the table holds {total} records, not 2000 (first read saw {rows})");
     }
-    Ok(elapsed)
+    // The load's keys are never negative, so this key is absent.
+    let started = Instant::now();
+    subject.conn.execute(
+        "INSERT INTO kv(key, value) VALUES (?1, ?2)",
+        params![-1i64, vec![7u8; VALUE_BYTES]],
+    )?;
+    let first_write = started.elapsed();
+    Ok(RecoveryTiming {
+        recovery,
+        first_write,
+        engine,
+    })
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
 }
 
 pub fn recovery(args: &RecoveryArgs) -> Result<Vec<MvbtResult>> {
@@ -563,32 +615,45 @@ pub fn recovery(args: &RecoveryArgs) -> Result<Vec<MvbtResult>> {
         (schemes.len() * args.aborted_inserts.len()) as u64 * args.repeats,
     );
     let mut results = Vec::new();
-    for scheme in schemes {
-        for &aborted in &args.aborted_inserts {
+    for &aborted in &args.aborted_inserts {
+        // Every scheme's crash image first, then rounds that time each scheme in turn, so
+        // that a noisy stretch of the machine falls on all of them alike.
+        let mut places = Vec::new();
+        for scheme in schemes {
             let (loop_fs, dir) = fresh_place(&args.place, "onesync-mvbt-recovery-")?;
             let image = dir.path().join("image");
             make_crash_image(scheme, dir.path(), &image, aborted, args.place.seed)
                 .with_context(|| format!("mode {}: crashing with {aborted} inserts", scheme.name()))?;
-            let mut times = Vec::new();
-            for attempt in 0..args.repeats {
+            places.push((loop_fs, dir, image, Vec::new()));
+        }
+        for attempt in 0..args.repeats {
+            for (scheme, (_, dir, image, timings)) in schemes.iter().zip(places.iter_mut()) {
                 let attempt_dir = dir.path().join(format!("attempt-{attempt}"));
-                times.push(
-                    time_recovery(scheme, &image, &attempt_dir, args.cold)
+                timings.push(
+                    time_recovery(*scheme, image, &attempt_dir, args.cold)
                         .with_context(|| format!("mode {}: recovering {aborted} inserts", scheme.name()))?,
                 );
                 std::fs::remove_dir_all(&attempt_dir)?;
                 bar.inc(1);
             }
+        }
+        for (scheme, (loop_fs, _dir, image, timings)) in schemes.iter().zip(places) {
+            let image_kib = image_kib(&image)?;
             drop(loop_fs);
-            times.sort();
-            let median = times[times.len() / 2];
+            let recovery = median(timings.iter().map(|t| t.recovery).collect());
+            let first_write = median(timings.iter().map(|t| t.first_write).collect());
+            let engine: Vec<Duration> = timings.iter().filter_map(|t| t.engine).collect();
+            let engine_ms = (!engine.is_empty()).then(|| median(engine).as_secs_f64() * 1e3);
             results.push(MvbtResult {
                 mode: scheme.name(),
                 checkpoint_interval: scheme.checkpoint_interval(),
                 experiment: "recovery",
                 fs: args.place.fs.map(FsKind::name),
                 param: Some(aborted as f64),
-                recovery_ms: Some(median.as_secs_f64() * 1e3),
+                recovery_ms: Some(recovery.as_secs_f64() * 1e3),
+                first_write_ms: Some(first_write.as_secs_f64() * 1e3),
+                image_kib: Some(image_kib),
+                engine_ms,
                 ..MvbtResult::default()
             });
         }
@@ -649,6 +714,9 @@ pub fn node_size(args: &NodeSizeArgs) -> Result<Vec<MvbtResult>> {
 }
 
 pub fn table(title: &str, results: &[MvbtResult]) -> String {
+    if title == "recovery" {
+        return recovery_table(results);
+    }
     let mut out = format!(
         "{:<22} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>10} {:>9}\n",
         format!("mvbt {title}"),
@@ -697,6 +765,28 @@ pub fn table(title: &str, results: &[MvbtResult]) -> String {
             },
             opt(r.recovery_ms, 2),
             opt(r.dev_kb_per_txn, 1),
+        );
+    }
+    out
+}
+
+/// The recovery experiment's table: per aborted transaction size, each scheme's recovery
+/// (open + one read), its first write after, and its crash image's size.
+fn recovery_table(results: &[MvbtResult]) -> String {
+    let mut out = format!(
+        "{:<22} {:>8} {:>10} {:>10} {:>14} {:>10}\n",
+        "mvbt recovery", "aborted", "recov ms", "engine ms", "1st write ms", "image KiB"
+    );
+    let opt = |v: Option<f64>, digits: usize| v.map(|v| format!("{v:.digits$}")).unwrap_or_default();
+    for r in results {
+        out += &format!(
+            "{:<22} {:>8} {:>10} {:>10} {:>14} {:>10}\n",
+            r.mode,
+            opt(r.param, 0),
+            opt(r.recovery_ms, 2),
+            opt(r.engine_ms, 2),
+            opt(r.first_write_ms, 2),
+            opt(r.image_kib, 0),
         );
     }
     out
